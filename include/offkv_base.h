@@ -1,0 +1,49 @@
+/* offkv_base.h — the types every offkv API shares: status codes, the error
+ * record that carries a human message naming the file/field/tensor at fault,
+ * and the element dtypes of weights and caches.
+ *
+ * Library code never prints and never exits: it fills an okv_error and
+ * returns its status. Only the CLI's main() talks to the user. */
+#ifndef OFFKV_BASE_H
+#define OFFKV_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum okv_status {
+    OKV_OK = 0,
+    OKV_ERR_INVALID = 1,     /* bad argument or option value */
+    OKV_ERR_IO = 2,          /* file could not be opened/read/written */
+    OKV_ERR_FORMAT = 3,      /* malformed or corrupted input file */
+    OKV_ERR_UNSUPPORTED = 4, /* valid input we cannot honour (yet) */
+    OKV_ERR_NOMEM = 5,
+    OKV_ERR_CAPACITY = 6,    /* step would overflow a cache */
+    OKV_ERR_STATE = 7,       /* call not valid in the current state */
+    OKV_ERR_NOT_FOUND = 8    /* unknown key, tensor, token, ... */
+} okv_status;
+
+typedef struct okv_error {
+    okv_status status;
+    char message[1024];
+} okv_error;
+
+typedef enum okv_dtype {
+    OKV_F32 = 0,
+    OKV_F16 = 1,
+    OKV_BF16 = 2
+} okv_dtype;
+
+const char *okv_status_name(okv_status s);
+const char *okv_dtype_name(okv_dtype d);
+/* Parses "f32"/"fp32"/"float32", "f16"/"fp16"/"float16", "bf16"/"bfloat16". */
+int okv_dtype_parse(const char *s, okv_dtype *out);
+size_t okv_dtype_size(okv_dtype d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+/* okv_cache.h — the runtime-owned KV cache (the "off-graph" half of offkv).
+ *
+ * Three levels, each usable alone:
+ *   1. Tensor-free core: the sequence controller (one logical length shared
+ *      by every cache of a program), layout policies (flat: slot = position;
+ *      ring: slot = position mod S with S = window + max_write - 1) and the
+ *      step planner that turns (position, T) into write runs, read runs and a
+ *      read base position. No bytes are touched here.
+ *   2. Byte layer: one K pool and one V pool per cache, storage dtype chosen at
+ *      run time, flat pools start small and double up to the capacity.
+ *   3. Registry: a thread-safe process-wide table mapping a cache key (string)
+ *      to a kv set, so programs can be bound to caches by name.
+ *
+ * A step is transactional: okv_kv_begin_step validates everything (positions
+ * continue the sequence, no overflow, pools grown) before anything is
+ * written; after the graph ran, okv_kv_commit_step advances the length. If
+ * begin fails, every cache is exactly as before. */
+#ifndef OKV_CACHE_H
+#define OKV_CACHE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "offkv_base.h"
+
+/* What a program publishes about the caches it needs. Arrays are owned by
+ * whoever built the layout (okv_layout_free releases ones built with
+ * okv_layout_alloc). */
+typedef struct okv_layout {
+    int n_caches;
+    int *kv_heads;      /* [n_caches] */
+    int *head_dims;     /* [n_caches] (K and V share it) */
+    int *windows;       /* [n_caches], 0 = full history */
+    int n_layers;
+    int *layer_to_cache; /* [n_layers] */
+    int prefill_chunk_size; /* largest T a step may have (max_write) */
+    int max_ctx_len;
+} okv_layout;
+
+okv_status okv_layout_alloc(okv_layout *l, int n_caches, int n_layers, okv_error *err);
+void okv_layout_free(okv_layout *l);
+/* Checks internal consistency (positive dims, map in range, chunk <= ...). */
+okv_status okv_layout_validate(const okv_layout *l, okv_error *err);
+
+/* A contiguous span of pool slots holding consecutive positions:
+ * slots [slot, slot+n) hold positions [pos, pos+n). */
+typedef struct okv_run {
+    int32_t slot, n, pos;
+} okv_run;
+
+/* What one cache does in one step of T tokens at positions pos..pos+T-1. */
+typedef struct okv_step_plan {
+    okv_run write[2];   /* where this step's T k/v rows go (2 runs if a ring wraps) */
+    int n_write;
+    okv_run read[2];    /* positions [read_base, pos+T) in position order */
+    int n_read;
+    int32_t read_base;  /* first position any query of the step may see */
+    int32_t window;     /* 0 = full; the kernel masks p - j < window */
+} okv_step_plan;
+
+/* ---- 1. tensor-free core ------------------------------------------------ */
+
+typedef enum okv_policy_kind { OKV_POLICY_FLAT = 0, OKV_POLICY_RING = 1 } okv_policy_kind;
+
+/* Layout policy of one cache: how positions map to slots. */
+typedef struct okv_policy {
+    okv_policy_kind kind;
+    int32_t window;     /* ring only */
+    int32_t max_write;  /* largest step (program's prefill_chunk_size) */
+    int32_t slots;      /* ring: window + max_write - 1; flat: capacity */
+} okv_policy;
+
+okv_policy okv_policy_flat(int32_t capacity);
+okv_policy okv_policy_ring(int32_t window, int32_t max_write);
+/* Plans a step of T tokens starting at pos (callers validated pos/T). */
+void okv_policy_plan(const okv_policy *p, int32_t pos, int32_t T, okv_step_plan *out);
+/* Whether, after a sequence of length cur_len, this cache can still serve
+ * a next step starting at new_len (<= cur_len). Flat: always. Ring: iff
+ * max(0, new_len - window + 1) >= max(0, cur_len - slots). */
+bool okv_policy_can_rewind(const okv_policy *p, int32_t cur_len, int32_t new_len);
+
+/* Sequence controller: the logical length shared by all caches of a set. */
+typedef struct okv_seq {
+    int32_t length;
+    int32_t capacity;   /* max positions (max_ctx_len or the user's override) */
+    int32_t max_write;  /* largest T per step */
+} okv_seq;
+
+bool okv_seq_can_extend(const okv_seq *s, int32_t T);
+/* OK iff positions are exactly length..length+T-1, 1 <= T <= max_write and
+ * length + T <= capacity; the error says which rule failed. */
+okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err);
+
+/* ---- 2. byte layer -------------------------------------------------------- */
+
+/* One cache: its policy plus K and V pools of [slots_alloc, kv_heads, head_dim]
+ * elements in `dtype`. Flat pools grow by doubling; ring pools are allocated
+ * once at exactly policy.slots. */
+typedef struct okv_cache {
+    okv_policy policy;
+    int kv_heads, head_dim;
+    okv_dtype dtype;
+    int32_t slots_alloc;    /* slots currently allocated */
+    void *k, *v;
+} okv_cache;
+
+/* Run-time choices for building caches from a layout. */
+typedef struct okv_kv_options {
+    okv_dtype storage_dtype;   /* default OKV_F32 */
+    int32_t max_capacity;      /* 0 = layout's max_ctx_len */
+    int32_t initial_capacity;  /* 0 = min(256, capacity) */
+    const int32_t *windows_override; /* NULL = layout's windows; else repeats */
+    int n_windows_override;          /* over caches; 0 entry = flat */
+} okv_kv_options;
+
+void okv_kv_options_default(okv_kv_options *o);
+
+/* A set of caches built from one layout, sharing one sequence controller. */
+typedef struct okv_kv {
+    okv_layout layout;      /* private copy */
+    okv_seq seq;
+    int n_caches;
+    okv_cache *caches;
+    okv_step_plan *plans;   /* [n_caches], filled by begin_step */
+    int32_t step_pos, step_T; /* the step in flight, T = 0 if none */
+} okv_kv;
+
+okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, okv_kv **out, okv_error *err);
+void okv_kv_free(okv_kv *kv);
+/* Validates the step, grows pools if needed and fills kv->plans. On error
+ * nothing changed. */
+okv_status okv_kv_begin_step(okv_kv *kv, const int32_t *positions, int32_t T, okv_error *err);
+/* Makes the step's writes part of the sequence (length += T). */
+void okv_kv_commit_step(okv_kv *kv);
+/* Abandons a begun step: length unchanged. */
+void okv_kv_abort_step(okv_kv *kv);
+okv_status okv_kv_rewind(okv_kv *kv, int32_t new_len, okv_error *err);
+void okv_kv_clear(okv_kv *kv);
+/* Bytes currently allocated by all pools. */
+size_t okv_kv_bytes(const okv_kv *kv);
+/* One line like "26 caches: 4 flat + 22 ring(window 512) | capacity 4096 | kv bf16 | 52.0 MiB". */
+void okv_kv_describe(const okv_kv *kv, char *buf, size_t n);
+
+/* ---- 3. registry ---------------------------------------------------------- */
+
+/* Installs a kv set under key (fails if the key exists). The registry owns it. */
+okv_status okv_registry_install(const char *key, const okv_layout *layout, const okv_kv_options *opt, okv_error *err);
+/* Looks a key up and takes a reference (release with okv_registry_release). */
+okv_status okv_registry_acquire(const char *key, okv_kv **out, okv_error *err);
+void okv_registry_release(okv_kv *kv);
+/* Removes the key; the kv set is freed when its last reference goes. */
+okv_status okv_registry_remove(const char *key, okv_error *err);
+int okv_registry_count(void);
+
+#endif

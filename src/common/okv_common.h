@@ -1,0 +1,51 @@
+/* okv_common.h — small helpers every layer uses: error filling, checked
+ * allocation, whole-file reads, float16/bfloat16 conversion, cJSON accessors.
+ * Nothing here holds state. */
+#ifndef OKV_COMMON_H
+#define OKV_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "offkv_base.h"
+
+/* Fills err (may be NULL) with a printf-style message and returns status. */
+okv_status okv_fail(okv_error *err, okv_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefixes an already-filled error message with more context. */
+okv_status okv_fail_prefix(okv_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void okv_error_clear(okv_error *err);
+
+/* Reads a whole file into a NUL-terminated heap buffer (free() it). */
+okv_status okv_read_file(const char *path, char **data, size_t *len, okv_error *err);
+bool okv_file_exists(const char *path);
+/* Joins dir and name into a heap string (free() it). */
+char *okv_path_join(const char *dir, const char *name);
+char *okv_strdup(const char *s);
+
+/* Scalar conversions (round-to-nearest-even for the narrowing ones). */
+float okv_f16_to_f32(uint16_t h);
+uint16_t okv_f32_to_f16(float f);
+float okv_bf16_to_f32(uint16_t b);
+uint16_t okv_f32_to_bf16(float f);
+/* Converts n elements between dtypes (src and dst must not overlap). */
+void okv_convert(void *dst, okv_dtype dst_dt, const void *src, okv_dtype src_dt, size_t n);
+
+/* cJSON accessors that validate types. `what` names the file/object in
+ * error messages. A missing key is an error only for the _req variants. */
+okv_status okv_json_parse(const char *text, size_t len, cJSON **out, const char *what, okv_error *err);
+okv_status okv_json_load(const char *path, cJSON **out, okv_error *err);
+okv_status okv_json_req_int(const cJSON *obj, const char *key, int64_t *out, const char *what, okv_error *err);
+okv_status okv_json_opt_int(const cJSON *obj, const char *key, int64_t *out, int64_t dflt, const char *what, okv_error *err);
+okv_status okv_json_opt_double(const cJSON *obj, const char *key, double *out, double dflt, const char *what, okv_error *err);
+okv_status okv_json_opt_bool(const cJSON *obj, const char *key, bool *out, bool dflt, const char *what, okv_error *err);
+/* Returns the string value or NULL (missing or not a string). */
+const char *okv_json_str(const cJSON *obj, const char *key);
+/* True if obj has key set to something other than null. */
+bool okv_json_has(const cJSON *obj, const char *key);
+
+#endif

@@ -1,0 +1,95 @@
+/* okv_kernels.h — the numeric kernels of a step and the thread pool they
+ * run on. Activations are always float32, row-major [rows, width].
+ *
+ * Every kernel has a plain C version; some have SIMD versions chosen at run
+ * time from the CPU's features. The choice lives in an okv_kernels table
+ * (no global state): okv_kernels_select(OKV_ISA_AUTO) picks the best the CPU
+ * supports, okv_kernels_select(OKV_ISA_PLAIN) the portable one, and tests
+ * compare the two. Kernels receive cache *runs* from the cache layer; they
+ * know nothing about policies. */
+#ifndef OKV_KERNELS_H
+#define OKV_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offkv_base.h"
+#include "okv_cache.h"
+
+/* ---- thread pool ----------------------------------------------------------- */
+
+typedef struct okv_threadpool okv_threadpool;
+/* n_threads <= 0: number of online CPUs. n_threads == 1 runs inline. */
+okv_threadpool *okv_threadpool_create(int n_threads);
+void okv_threadpool_free(okv_threadpool *tp);
+int okv_threadpool_size(const okv_threadpool *tp);
+/* Calls fn(ctx, task, thread) for task in [0, n_tasks) spread over the
+ * threads and returns when all are done. thread is in [0, size). */
+typedef void (*okv_task_fn)(void *ctx, int task, int thread);
+void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx);
+
+/* ---- kernel table ------------------------------------------------------------ */
+
+typedef enum okv_isa { OKV_ISA_AUTO = 0, OKV_ISA_PLAIN = 1, OKV_ISA_AVX2 = 2 } okv_isa;
+typedef enum okv_act { OKV_ACT_SILU = 0, OKV_ACT_GELU_TANH = 1 } okv_act;
+
+/* K/V of one cache as the attention kernel sees it. */
+typedef struct okv_kv_view {
+    const void *k, *v;   /* pools: [slots, kv_heads, head_dim] in dtype */
+    void *k_w, *v_w;     /* same pools, writable (for okv_kv_write) */
+    okv_dtype dtype;
+    int kv_heads, head_dim;
+} okv_kv_view;
+
+typedef struct okv_attn_args {
+    const float *q;          /* [T, n_heads, head_dim], RoPE applied */
+    int T, n_heads;
+    const int32_t *positions;/* [T] absolute positions of the queries */
+    okv_kv_view kv;
+    const okv_run *runs;     /* read runs (position order) from the planner */
+    int n_runs;
+    int32_t window;          /* 0 = full; else key j visible iff p - j < window */
+    float scale;             /* multiplies q.k before softmax */
+    float *out;              /* [T, n_heads, head_dim] */
+} okv_attn_args;
+
+typedef struct okv_kernels {
+    okv_isa isa;
+    const char *name;
+    /* y[T,N] = x[T,K] @ W[N,K]^T (+ bias[N] if non-NULL); W in wdt. */
+    void (*matmul)(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                   const void *W, okv_dtype wdt, int N, const float *bias);
+    /* y = x / sqrt(mean(x^2 over each group of `group` channels) + eps) * w,
+     * w [group] or NULL (no weight). x and y [T, width], may alias. */
+    void (*rmsnorm)(float *y, const float *x, int T, int width, int group, const float *w, float eps);
+    /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate. */
+    void (*glu)(float *y, const float *gate, const float *up, size_t n, okv_act act);
+    /* update_and_attend, the fast version (no mask materialised, GQA without
+     * repeating K/V, threads over heads). */
+    void (*attend)(okv_threadpool *tp, const okv_attn_args *a);
+} okv_kernels;
+
+/* Table for the requested ISA; falls back to plain if the CPU lacks it. */
+const okv_kernels *okv_kernels_select(okv_isa isa);
+/* Human-readable CPU feature summary, e.g. "avx2 fma f16c avx512f". */
+const char *okv_cpu_features(void);
+
+/* ---- kernels without SIMD variants ------------------------------------------- */
+
+/* x [T, n_heads*head_dim] in place; NeoX layout: channel i pairs with i+D/2,
+ * angle = pos * inv_freq[i] for i < D/2 (inv_freq 0 = identity). */
+void okv_rope(float *x, int T, int n_heads, int head_dim, const int32_t *positions, const float *inv_freq);
+/* y[t] = E[ids[t]] * scale; E [vocab, width] in edt. ids validated by caller. */
+void okv_embed(float *y, const int32_t *ids, int T, const void *E, okv_dtype edt, int width, float scale);
+void okv_softcap(float *x, size_t n, float cap);   /* x = tanh(x/cap)*cap */
+void okv_add(float *y, const float *a, const float *b, size_t n);
+void okv_scale(float *y, const float *x, size_t n, float s);
+/* Writes this step's k/v rows [T, kv_heads, head_dim] (f32) into the pools
+ * at the write runs, converting to the storage dtype. */
+void okv_kv_write(const okv_kv_view *kv, const okv_run *runs, int n_runs, const float *k, const float *v);
+/* The reference update_and_attend: gathers the full read span, builds an
+ * explicit [T, n_keys] band mask (causal + window), plain softmax. */
+void okv_attend_reference(const okv_attn_args *a);
+
+#endif

@@ -1,0 +1,26 @@
+/* okv_test.h — the tiny assertion harness every test program uses.
+ * CHECK records a failure and continues; the program prints
+ * "N passed, N failed" and exits non-zero if anything failed. */
+#ifndef OKV_TEST_H
+#define OKV_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int okv_t_pass, okv_t_fail;
+
+#define CHECK(cond) do { if (cond) okv_t_pass++; else { okv_t_fail++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
+#define CHECKF(cond, ...) do { if (cond) okv_t_pass++; else { okv_t_fail++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK_OK(expr, errp) do { okv_status s_ = (expr); if (s_ == OKV_OK) okv_t_pass++; else { \
+    okv_t_fail++; fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, (errp)->message); } } while (0)
+#define CHECK_NEAR(a, b, tol) CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", (double)(a), (double)(b), (double)(tol))
+
+static inline int okv_test_finish(void) {
+    printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);
+    return okv_t_fail ? 1 : 0;
+}
+#endif
