@@ -75,10 +75,23 @@ okv_policy okv_policy_flat(int32_t capacity);
 okv_policy okv_policy_ring(int32_t window, int32_t max_write);
 /* Plans a step of T tokens starting at pos (callers validated pos/T). */
 void okv_policy_plan(const okv_policy *p, int32_t pos, int32_t T, okv_step_plan *out);
-/* Whether, after a sequence of length cur_len, this cache can still serve
- * a next step starting at new_len (<= cur_len). Flat: always. Ring: iff
- * max(0, new_len - window + 1) >= max(0, cur_len - slots). */
+/* Whether, after a sequence of length cur_len written straight through (no
+ * earlier rewind), this cache can still serve a next step starting at
+ * new_len (<= cur_len). Flat: always. Ring: iff new_len == 0 (the next step
+ * needs no history) or max(0, new_len - window + 1) >= max(0, cur_len - slots).
+ * Equivalent to okv_policy_can_serve(p, max(0, cur_len - slots), new_len). */
 bool okv_policy_can_rewind(const okv_policy *p, int32_t cur_len, int32_t new_len);
+/* The exact rule behind rewinds: a ring whose slots still hold positions
+ * [oldest_held, length) can serve a next step at new_len iff the keys that
+ * step needs from before it, [max(0, new_len - window + 1), new_len), are all
+ * at or after oldest_held (or there are none). Flat: always. okv_kv tracks
+ * oldest_held per cache (okv_cache.oldest) because after a rewind it is no
+ * longer length - slots: rewinding 20 -> 18 on a 9-slot ring keeps 11 as the
+ * oldest position, so a second rewind to 17 must still be judged against 11. */
+bool okv_policy_can_serve(const okv_policy *p, int32_t oldest_held, int32_t new_len);
+/* Oldest position a ring still holds after a step wrote [pos, pos+T):
+ * max(oldest_held, pos + T - slots). Flat: unchanged (0). */
+int32_t okv_policy_oldest_after_write(const okv_policy *p, int32_t oldest_held, int32_t pos, int32_t T);
 
 /* Sequence controller: the logical length shared by all caches of a set. */
 typedef struct okv_seq {
@@ -103,6 +116,8 @@ typedef struct okv_cache {
     okv_dtype dtype;
     int32_t slots_alloc;    /* slots currently allocated */
     void *k, *v;
+    int32_t oldest;         /* ring: smallest position whose slot still holds
+                             * it (keys [oldest, length) are valid); flat: 0 */
 } okv_cache;
 
 /* Run-time choices for building caches from a layout. */
@@ -112,11 +127,24 @@ typedef struct okv_kv_options {
     int32_t initial_capacity;  /* 0 = min(256, capacity) */
     const int32_t *windows_override; /* NULL = layout's windows; else repeats */
     int n_windows_override;          /* over caches; 0 entry = flat */
+    size_t max_pool_bytes;     /* 0 = no limit; creating or growing pools past
+                                * it fails with OKV_ERR_NOMEM, like malloc */
 } okv_kv_options;
 
 void okv_kv_options_default(okv_kv_options *o);
 
-/* A set of caches built from one layout, sharing one sequence controller. */
+/* A set of caches built from one layout, sharing one sequence controller.
+ *
+ * Window overrides change only the caches' policies (caches[i].policy,
+ * plans[i].window); `layout` stays the program's declared layout.
+ *
+ * Concurrency: `lock` guards seq, step_pos/step_T, the caches' slots_alloc,
+ * pools pointers and oldest. step_T != 0 is the "step in flight" flag: the
+ * runner whose okv_kv_begin_step succeeded owns the set until it calls
+ * okv_kv_commit_step or okv_kv_abort_step; meanwhile any other begin_step,
+ * rewind or clear on the set fails (OKV_ERR_STATE) or, for clear, does
+ * nothing. So two runners can never step the same set at once, and the pools
+ * do not move (no growth) while kernels write into them. */
 typedef struct okv_kv {
     okv_layout layout;      /* private copy */
     okv_seq seq;
@@ -124,6 +152,8 @@ typedef struct okv_kv {
     okv_cache *caches;
     okv_step_plan *plans;   /* [n_caches], filled by begin_step */
     int32_t step_pos, step_T; /* the step in flight, T = 0 if none */
+    size_t max_pool_bytes;  /* from the options, 0 = no limit */
+    pthread_mutex_t lock;
 } okv_kv;
 
 okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, okv_kv **out, okv_error *err);
@@ -133,12 +163,23 @@ void okv_kv_free(okv_kv *kv);
 okv_status okv_kv_begin_step(okv_kv *kv, const int32_t *positions, int32_t T, okv_error *err);
 /* Makes the step's writes part of the sequence (length += T). */
 void okv_kv_commit_step(okv_kv *kv);
-/* Abandons a begun step: length unchanged. */
+/* Abandons a begun step: length unchanged. The step's slots may already
+ * have been written, so rings count them as overwritten (cache.oldest). */
 void okv_kv_abort_step(okv_kv *kv);
+/* Shortens the sequence to new_len. Accepted iff no step is in flight,
+ * 0 <= new_len <= length and every cache can serve a next step at new_len
+ * (okv_policy_can_serve against the cache's oldest held position); else an
+ * error naming the cache and the bound, and nothing changes. */
 okv_status okv_kv_rewind(okv_kv *kv, int32_t new_len, okv_error *err);
+/* Length back to 0 (pools are kept). Does nothing while a step is in flight. */
 void okv_kv_clear(okv_kv *kv);
 /* Bytes currently allocated by all pools. */
 size_t okv_kv_bytes(const okv_kv *kv);
+/* Bytes all pools will hold once the sequence reaches capacity (flat pools
+ * fully grown, rings as they are): what to budget for. */
+size_t okv_kv_bytes_full(const okv_kv *kv);
+/* The sequence length, read under the set's lock. */
+int32_t okv_kv_length(const okv_kv *kv);
 /* One line like "26 caches: 4 flat + 22 ring(window 512) | capacity 4096 | kv bf16 | 52.0 MiB". */
 void okv_kv_describe(const okv_kv *kv, char *buf, size_t n);
 

@@ -1,0 +1,168 @@
+/* okv_cache_core.c — the tensor-free core of the KV cache: layouts, the two
+ * layout policies (flat, ring), the step planner and the sequence
+ * controller. Nothing here touches bytes, so every rule about which slot
+ * holds which position can be tested exhaustively without a pool.
+ *
+ * A ring of S = window + max_write - 1 slots maps position p to slot p mod S.
+ * A step of T <= max_write tokens at pos needs keys [pos - window + 1, pos+T),
+ * at most window + T - 1 <= S positions, so it never overwrites a key one of
+ * its own queries still needs. Spans that cross the end of the ring are cut
+ * into two runs; a span is never longer than S, so two runs always suffice. */
+#include <stdlib.h>
+
+#include "okv_cache.h"
+#include "okv_common.h"
+
+/* ---- layout ------------------------------------------------------------- */
+
+okv_status okv_layout_alloc(okv_layout *l, int n_caches, int n_layers, okv_error *err) {
+    memset(l, 0, sizeof *l);
+    if (n_caches < 1 || n_layers < 1)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: n_caches (%d) and n_layers (%d) must be >= 1",
+                        n_caches, n_layers);
+    l->n_caches = n_caches;
+    l->n_layers = n_layers;
+    l->kv_heads = calloc((size_t)n_caches, sizeof(int));
+    l->head_dims = calloc((size_t)n_caches, sizeof(int));
+    l->windows = calloc((size_t)n_caches, sizeof(int));
+    l->layer_to_cache = calloc((size_t)n_layers, sizeof(int));
+    if (!l->kv_heads || !l->head_dims || !l->windows || !l->layer_to_cache) {
+        okv_layout_free(l);
+        return okv_fail(err, OKV_ERR_NOMEM, "cache layout: out of memory (%d caches, %d layers)",
+                        n_caches, n_layers);
+    }
+    return OKV_OK;
+}
+
+void okv_layout_free(okv_layout *l) {
+    if (!l) return;
+    free(l->kv_heads);
+    free(l->head_dims);
+    free(l->windows);
+    free(l->layer_to_cache);
+    memset(l, 0, sizeof *l);
+}
+
+okv_status okv_layout_validate(const okv_layout *l, okv_error *err) {
+    if (l->n_caches < 1 || l->n_layers < 1)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: n_caches (%d) and n_layers (%d) must be >= 1",
+                        l->n_caches, l->n_layers);
+    if (!l->kv_heads || !l->head_dims || !l->windows || !l->layer_to_cache)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: missing kv_heads/head_dims/windows/layer_to_cache array");
+    if (l->max_ctx_len < 1)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: max_ctx_len %d must be >= 1", l->max_ctx_len);
+    if (l->prefill_chunk_size < 1 || l->prefill_chunk_size > l->max_ctx_len)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: prefill_chunk_size %d must be in [1, max_ctx_len %d]",
+                        l->prefill_chunk_size, l->max_ctx_len);
+    for (int c = 0; c < l->n_caches; c++) {
+        if (l->kv_heads[c] < 1)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: kv_heads[%d] = %d must be >= 1", c, l->kv_heads[c]);
+        if (l->head_dims[c] < 1)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: head_dims[%d] = %d must be >= 1", c, l->head_dims[c]);
+        if (l->windows[c] < 0)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: windows[%d] = %d must be >= 0", c, l->windows[c]);
+        if (l->windows[c] > 0 && l->prefill_chunk_size > l->windows[c])
+            return okv_fail(err, OKV_ERR_INVALID,
+                            "cache layout: prefill_chunk_size %d exceeds windows[%d] = %d",
+                            l->prefill_chunk_size, c, l->windows[c]);
+    }
+    for (int i = 0; i < l->n_layers; i++) {
+        int c = l->layer_to_cache[i];
+        if (c < 0 || c >= l->n_caches)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: layer_to_cache[%d] = %d out of range [0, %d)",
+                            i, c, l->n_caches);
+    }
+    for (int c = 0; c < l->n_caches; c++) {
+        bool used = false;
+        for (int i = 0; i < l->n_layers && !used; i++) used = l->layer_to_cache[i] == c;
+        if (!used)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: cache %d is used by no layer (layer_to_cache)", c);
+    }
+    return OKV_OK;
+}
+
+/* ---- policies and planner ------------------------------------------------ */
+
+okv_policy okv_policy_flat(int32_t capacity) {
+    okv_policy p = { OKV_POLICY_FLAT, 0, 0, capacity };
+    return p;
+}
+
+okv_policy okv_policy_ring(int32_t window, int32_t max_write) {
+    okv_policy p = { OKV_POLICY_RING, window, max_write, window + max_write - 1 };
+    return p;
+}
+
+/* Cuts positions [first, first+n) of a ring of S slots into at most two runs
+ * of consecutive slots, in position order. Returns the number of runs. */
+static int ring_runs(int32_t S, int32_t first, int32_t n, okv_run runs[2]) {
+    if (n <= 0) return 0;
+    int32_t slot = first % S;
+    int32_t head = S - slot < n ? S - slot : n;   /* rows before the wrap */
+    runs[0] = (okv_run){ slot, head, first };
+    if (head == n) return 1;
+    runs[1] = (okv_run){ 0, n - head, first + head };
+    return 2;
+}
+
+void okv_policy_plan(const okv_policy *p, int32_t pos, int32_t T, okv_step_plan *out) {
+    memset(out, 0, sizeof *out);
+    if (p->kind == OKV_POLICY_FLAT) {
+        out->write[0] = (okv_run){ pos, T, pos };
+        out->n_write = 1;
+        out->read_base = 0;
+        out->read[0] = (okv_run){ 0, pos + T, 0 };
+        out->n_read = 1;
+        out->window = 0;
+        return;
+    }
+    int32_t base = pos - p->window + 1;
+    if (base < 0) base = 0;
+    out->n_write = ring_runs(p->slots, pos, T, out->write);
+    out->read_base = base;
+    out->n_read = ring_runs(p->slots, base, pos + T - base, out->read);
+    out->window = p->window;
+}
+
+bool okv_policy_can_serve(const okv_policy *p, int32_t oldest_held, int32_t new_len) {
+    if (p->kind == OKV_POLICY_FLAT || new_len == 0) return true;
+    int32_t need = new_len - p->window + 1;
+    if (need < 0) need = 0;
+    return need >= oldest_held;
+}
+
+bool okv_policy_can_rewind(const okv_policy *p, int32_t cur_len, int32_t new_len) {
+    int32_t oldest = cur_len - p->slots;
+    return okv_policy_can_serve(p, oldest > 0 ? oldest : 0, new_len);
+}
+
+int32_t okv_policy_oldest_after_write(const okv_policy *p, int32_t oldest_held, int32_t pos, int32_t T) {
+    if (p->kind == OKV_POLICY_FLAT) return oldest_held;
+    int64_t gone = (int64_t)pos + T - p->slots;   /* positions below this were overwritten */
+    return gone > oldest_held ? (int32_t)gone : oldest_held;
+}
+
+/* ---- sequence controller ------------------------------------------------- */
+
+bool okv_seq_can_extend(const okv_seq *s, int32_t T) {
+    return T >= 1 && T <= s->max_write && (int64_t)s->length + T <= s->capacity;
+}
+
+okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err) {
+    if (T < 1 || T > s->max_write)
+        return okv_fail(err, OKV_ERR_INVALID, "kv step: %d tokens, must be in [1, %d] (prefill_chunk_size)",
+                        T, s->max_write);
+    if (!positions)
+        return okv_fail(err, OKV_ERR_INVALID, "kv step: positions missing");
+    for (int32_t t = 0; t < T; t++) {
+        if ((int64_t)positions[t] != (int64_t)s->length + t)
+            return okv_fail(err, OKV_ERR_INVALID,
+                            "kv step: positions[%d] = %d, expected %lld (sequence length %d, positions must continue it)",
+                            t, positions[t], (long long)s->length + t, s->length);
+    }
+    if ((int64_t)s->length + T > s->capacity)
+        return okv_fail(err, OKV_ERR_CAPACITY,
+                        "kv step: positions %d..%d overflow the cache capacity %d",
+                        s->length, s->length + T - 1, s->capacity);
+    return OKV_OK;
+}
