@@ -1,0 +1,338 @@
+/* okv_sampler.c — picks the next token from one row of logits, following
+ * HuggingFace generate(): repetition penalty, then greedy argmax or
+ * temperature -> top-k -> top-p -> min-p -> draw (see offkv_sample.h).
+ *
+ * Shape: every filter works on a list of candidates (id, weight) where
+ * weight = exp(logit - max logit) of the temperature-scaled logit, so the
+ * most likely candidate weighs exactly 1 and probabilities are weight / sum.
+ * The list starts as either the top-k survivors (found with a k-entry heap,
+ * no sort of the vocabulary) or the whole vocabulary. Top-p sorts only a
+ * superset of the nucleus, found by thresholding the weights; min-p is a
+ * plain threshold (p < min_p * p_max  <=>  weight < min_p). All buffers are
+ * sized to the vocabulary once, at create time; sample() never allocates. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "offkv_sample.h"
+#include "okv_common.h"
+#include "okv_rng.h"
+
+typedef struct okv_cand {
+    float w;      /* exp(scaled logit - max scaled logit), in (0, 1] */
+    int32_t id;
+} okv_cand;
+
+struct okv_sampler {
+    int32_t vocab;
+    okv_sampler_params p;
+    okv_rng rng;
+    uint8_t *seen;      /* [vocab] 1 once the id was accepted */
+    int32_t *seen_ids;  /* the accepted ids, each once */
+    int32_t n_seen;
+    float *work;        /* [vocab] penalised (and temperature-scaled) logits */
+    okv_cand *cand;     /* [vocab] candidates still in the running */
+    float *heap;        /* [vocab] min-heap for top-k */
+};
+
+/* Candidate lists at most this long are sorted directly for top-p; longer
+ * ones are first cut down to a superset of the nucleus. */
+#define OKV_TOP_P_SORT_DIRECTLY 1024
+
+okv_sampler_params okv_sampler_params_default(void) {
+    okv_sampler_params p;
+    p.do_sample = false;
+    p.temperature = 1.0f;
+    p.top_k = 50;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repetition_penalty = 1.0f;
+    p.seed = 0;
+    return p;
+}
+
+okv_status okv_sampler_params_check(const okv_sampler_params *p, okv_error *err) {
+    if (!(isfinite(p->temperature) && p->temperature >= 0))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: temperature must be finite and >= 0 (got %g)",
+                        (double)p->temperature);
+    if (p->top_k < 0)
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: top_k must be >= 0 (got %d)", (int)p->top_k);
+    if (!(p->top_p >= 0 && p->top_p <= 1))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: top_p must be in [0, 1] (got %g)", (double)p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: min_p must be in [0, 1] (got %g)", (double)p->min_p);
+    if (!(isfinite(p->repetition_penalty) && p->repetition_penalty > 0))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: repetition_penalty must be finite and > 0 (got %g)",
+                        (double)p->repetition_penalty);
+    return OKV_OK;
+}
+
+okv_status okv_sampler_create(int32_t vocab, const okv_sampler_params *params,
+                              okv_sampler **out, okv_error *err) {
+    *out = NULL;
+    if (vocab <= 0)
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: vocab must be > 0 (got %d)", (int)vocab);
+    okv_status st = okv_sampler_params_check(params, err);
+    if (st != OKV_OK) return st;
+    okv_sampler *s = calloc(1, sizeof *s);
+    if (!s) return okv_fail(err, OKV_ERR_NOMEM, "sampler: out of memory");
+    s->vocab = vocab;
+    s->p = *params;
+    s->seen = calloc((size_t)vocab, 1);
+    s->seen_ids = malloc((size_t)vocab * sizeof *s->seen_ids);
+    s->work = malloc((size_t)vocab * sizeof *s->work);
+    s->cand = malloc((size_t)vocab * sizeof *s->cand);
+    s->heap = malloc((size_t)vocab * sizeof *s->heap);
+    if (!s->seen || !s->seen_ids || !s->work || !s->cand || !s->heap) {
+        okv_sampler_free(s);
+        return okv_fail(err, OKV_ERR_NOMEM, "sampler: out of memory for vocab %d", (int)vocab);
+    }
+    okv_rng_seed(&s->rng, params->seed);
+    *out = s;
+    return OKV_OK;
+}
+
+void okv_sampler_free(okv_sampler *s) {
+    if (!s) return;
+    free(s->seen);
+    free(s->seen_ids);
+    free(s->work);
+    free(s->cand);
+    free(s->heap);
+    free(s);
+}
+
+okv_status okv_sampler_accept(okv_sampler *s, int32_t token, okv_error *err) {
+    if (token < 0 || token >= s->vocab)
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: token %d outside the vocabulary [0, %d)",
+                        (int)token, (int)s->vocab);
+    if (!s->seen[token]) {
+        s->seen[token] = 1;
+        s->seen_ids[s->n_seen++] = token;
+    }
+    return OKV_OK;
+}
+
+void okv_sampler_reset(okv_sampler *s) {
+    for (int32_t i = 0; i < s->n_seen; i++) s->seen[s->seen_ids[i]] = 0;
+    s->n_seen = 0;
+    okv_rng_seed(&s->rng, s->p.seed);
+}
+
+const okv_sampler_params *okv_sampler_get_params(const okv_sampler *s) {
+    return &s->p;
+}
+
+/* ------------------------------------------------------------- the steps */
+
+/* HF RepetitionPenaltyLogitsProcessor: divide positive logits, multiply the
+ * others (so a penalty > 1 always makes a seen token less likely). */
+static float penalise(float logit, float penalty) {
+    return logit > 0 ? logit / penalty : logit * penalty;
+}
+
+/* work = logits / temperature (temperature 1 for greedy), with the
+ * repetition penalty applied to the seen ids before the division. */
+static void prepare_logits(okv_sampler *s, const float *logits, float temperature) {
+    int32_t n = s->vocab;
+    float *w = s->work;
+    if (temperature == 1.0f) {
+        memcpy(w, logits, (size_t)n * sizeof *w);
+    } else {
+        for (int32_t i = 0; i < n; i++) w[i] = logits[i] / temperature;
+    }
+    float penalty = s->p.repetition_penalty;
+    if (penalty == 1.0f) return;
+    for (int32_t j = 0; j < s->n_seen; j++) {
+        int32_t id = s->seen_ids[j];
+        w[id] = penalise(logits[id], penalty) / temperature;
+    }
+}
+
+/* Index of the largest value, lowest index on ties; -1 if none is > -inf. */
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = -1;
+    float best_v = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        if (x[i] > best_v) {
+            best_v = x[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+static void heap_sift_up(float *h, int32_t i) {
+    while (i > 0) {
+        int32_t parent = (i - 1) / 2;
+        if (h[parent] <= h[i]) break;
+        float t = h[parent]; h[parent] = h[i]; h[i] = t;
+        i = parent;
+    }
+}
+
+static void heap_sift_down(float *h, int32_t n, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l] < h[m]) m = l;
+        if (r < n && h[r] < h[m]) m = r;
+        if (m == i) return;
+        float t = h[m]; h[m] = h[i]; h[i] = t;
+        i = m;
+    }
+}
+
+/* The k-th largest of the values above -inf (NaN ignored), or -inf when
+ * there are fewer than k of them. A k-entry min-heap: most values lose the
+ * comparison with its root, so this costs about one pass over x. */
+static float kth_largest(const float *x, int32_t n, int32_t k, float *heap) {
+    int32_t size = 0;
+    for (int32_t i = 0; i < n; i++) {
+        float v = x[i];
+        if (!(v > -INFINITY)) continue;
+        if (size < k) {
+            heap[size] = v;
+            heap_sift_up(heap, size);
+            size++;
+        } else if (v > heap[0]) {
+            heap[0] = v;
+            heap_sift_down(heap, k, 0);
+        }
+    }
+    return size < k ? -INFINITY : heap[0];
+}
+
+/* Fills cand with the ids whose scaled logit is >= threshold (and > -inf),
+ * weighted exp(l - max). Ids whose weight underflows to 0 cannot be drawn
+ * and are left out. Returns the count; *total gets the sum of weights. */
+static int32_t collect_candidates(okv_sampler *s, float threshold, double *total) {
+    const float *x = s->work;
+    okv_cand *c = s->cand;
+    int32_t n = 0;
+    float lmax = -INFINITY;
+    for (int32_t i = 0; i < s->vocab; i++) {
+        if (x[i] >= threshold && x[i] > -INFINITY) {
+            c[n].id = i;
+            c[n].w = x[i];   /* the logit for now; weight below */
+            if (x[i] > lmax) lmax = x[i];
+            n++;
+        }
+    }
+    double sum = 0;
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++) {
+        /* l == lmax gives exactly 1, also when lmax is +inf */
+        float w = c[j].w == lmax ? 1.0f : expf(c[j].w - lmax);
+        if (w > 0) {
+            c[kept].id = c[j].id;
+            c[kept].w = w;
+            sum += w;
+            kept++;
+        }
+    }
+    *total = sum;
+    return kept;
+}
+
+/* Descending weight, then ascending id: the order top-p walks. */
+static int compare_cand_desc(const void *a, const void *b) {
+    const okv_cand *x = a, *y = b;
+    if (x->w != y->w) return x->w > y->w ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Moves the candidates with weight >= t to the front; returns their count. */
+static int32_t keep_weight_at_least(okv_cand *c, int32_t n, double t) {
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (c[j].w >= t) c[kept++] = c[j];
+    return kept;
+}
+
+static double mass_at_least(const okv_cand *c, int32_t n, double t) {
+    double m = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (c[j].w >= t) m += c[j].w;
+    return m;
+}
+
+/* Cuts a long candidate list down to the candidates of weight >= t for a t
+ * whose set still holds top_p of the mass: that set is a prefix of the
+ * descending order, so it contains the whole nucleus. Tries t = total/256,
+ * /16 each round (at most 256, 4096, ... candidates) down to the t at which
+ * the dropped tokens provably weigh at most (1 - top_p) of the mass. */
+static int32_t shrink_to_nucleus_superset(okv_cand *c, int32_t n, double total, double top_p) {
+    double need = top_p * total;
+    double t_floor = (1.0 - top_p) * total / (double)n;
+    for (double t = total / 256.0;; t /= 16.0) {
+        if (t <= t_floor) t = t_floor;
+        if (mass_at_least(c, n, t) >= need) return keep_weight_at_least(c, n, t);
+        if (t == t_floor) return n;   /* rounding: keep everything */
+    }
+}
+
+/* HF TopPLogitsWarper: in descending order, keep a token iff the mass
+ * strictly before it is < top_p (the first token always stays). Leaves the
+ * survivors sorted, most likely first. */
+static int32_t apply_top_p(okv_cand *c, int32_t n, double *total, double top_p) {
+    if (n > OKV_TOP_P_SORT_DIRECTLY) n = shrink_to_nucleus_superset(c, n, *total, top_p);
+    qsort(c, (size_t)n, sizeof *c, compare_cand_desc);
+    double need = top_p * *total;
+    double before = 0;
+    int32_t kept = 0;
+    while (kept < n && (kept == 0 || before < need)) {
+        before += c[kept].w;
+        kept++;
+    }
+    *total = before;
+    return kept;
+}
+
+/* HF MinPLogitsWarper: drop p < min_p * p_max. The most likely candidate
+ * weighs 1, so that is weight < min_p; it always survives (min_p <= 1). */
+static int32_t apply_min_p(okv_cand *c, int32_t n, double *total, double min_p) {
+    int32_t kept = 0;
+    double sum = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (c[j].w >= min_p) {
+            c[kept++] = c[j];
+            sum += c[j].w;
+        }
+    }
+    *total = sum;
+    return kept;
+}
+
+/* Draws one candidate with probability weight / total. */
+static int32_t draw(okv_rng *rng, const okv_cand *c, int32_t n, double total) {
+    double r = okv_rng_uniform(rng) * total;
+    double acc = 0;
+    for (int32_t j = 0; j < n; j++) {
+        acc += c[j].w;
+        if (r < acc) return c[j].id;
+    }
+    return c[n - 1].id;   /* r landed on the rounding slack at the end */
+}
+
+static bool is_greedy(const okv_sampler_params *p) {
+    return !p->do_sample || p->temperature == 0.0f;
+}
+
+int32_t okv_sampler_sample(okv_sampler *s, const float *logits) {
+    const okv_sampler_params *p = &s->p;
+    if (is_greedy(p)) {
+        prepare_logits(s, logits, 1.0f);
+        return argmax(s->work, s->vocab);
+    }
+    prepare_logits(s, logits, p->temperature);
+
+    float threshold = -INFINITY;
+    if (p->top_k > 0 && p->top_k < s->vocab)
+        threshold = kth_largest(s->work, s->vocab, p->top_k, s->heap);
+    double total;
+    int32_t n = collect_candidates(s, threshold, &total);
+    if (n == 0) return -1;
+
+    if (p->top_p < 1.0f) n = apply_top_p(s->cand, n, &total, p->top_p);
+    if (p->min_p > 0.0f) n = apply_min_p(s->cand, n, &total, p->min_p);
+    return draw(&s->rng, s->cand, n, total);
+}
