@@ -1,0 +1,255 @@
+/* okv_kernels_avx2.c — AVX2 + FMA + F16C versions of the table kernels.
+ *
+ * Every function here carries __attribute__((target(...))) instead of the
+ * file being built with -mavx2, so the library still runs on any x86-64 and
+ * okv_kernels_select only hands these out when the CPU has the features.
+ *
+ * Matmul y = x @ W^T is a set of dot products along K between rows of x and
+ * rows of W. The micro-kernel keeps an rt x nt tile of 8-lane accumulators
+ * in registers (rt rows of x, nt rows of W) and walks K once: each W vector
+ * is converted (f16/bf16 -> f32) once and used rt times, each x vector nt
+ * times. Prefill uses 4x3 tiles (12 accumulators + 3 W + 1 x = 16 ymm);
+ * decode (T = 1) is a GEMV that must simply stream W at full bandwidth, with
+ * 1x4 tiles. Threads split N into blocks (okv_matmul_block_rows). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "okv_kernels_internal.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INLINE_TGT static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* 8 elements of a row stored in dt, starting at element i, as f32. */
+INLINE_TGT __m256 load8(const void *p, okv_dtype dt, size_t i) {
+    if (dt == OKV_F32) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (dt == OKV_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+INLINE_TGT float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+typedef struct matmul_job {
+    float *y;
+    const float *x;
+    int T, K, N;
+    const void *W;
+    okv_dtype wdt;
+    const float *bias;
+    int block_rows;
+} matmul_job;
+
+/* y[t0..t0+rt, n0..n0+nt) = x rows . W rows over all of K (+ bias). With
+ * constant dt/rt/nt after inlining, the loops unroll and acc lives in
+ * registers. */
+INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, okv_dtype dt, int rt, int nt) {
+    const int K = j->K;
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
+    const float *xr[4];
+    const char *wr[4];
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) xr[r] = j->x + (size_t)(t0 + (r < rt ? r : 0)) * K;
+#pragma GCC unroll 4
+    for (int n = 0; n < 4; n++) wr[n] = (const char *)j->W + (size_t)(n0 + (n < nt ? n : 0)) * K * esz;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int n = 0; n < 4; n++) acc[r][n] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 w[4];
+#pragma GCC unroll 4
+        for (int n = 0; n < 4; n++)
+            if (n < nt) w[n] = load8(wr[n], dt, (size_t)k);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= rt) continue;
+            __m256 xv = _mm256_loadu_ps(xr[r] + k);
+#pragma GCC unroll 4
+            for (int n = 0; n < 4; n++)
+                if (n < nt) acc[r][n] = _mm256_fmadd_ps(xv, w[n], acc[r][n]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (r >= rt) continue;
+#pragma GCC unroll 4
+        for (int n = 0; n < 4; n++) {
+            if (n >= nt) continue;
+            float s = hsum8(acc[r][n]);
+            for (int kk = k; kk < K; kk++) s += xr[r][kk] * okv_k_load(wr[n], dt, (size_t)kk);
+            if (j->bias) s += j->bias[n0 + n];
+            j->y[(size_t)(t0 + r) * j->N + n0 + n] = s;
+        }
+    }
+}
+
+/* Output features [n0, n1) for all T rows, in tiles. */
+INLINE_TGT void mm_block(const matmul_job *j, int n0, int n1, okv_dtype dt) {
+    int t = 0;
+    for (; t + 4 <= j->T; t += 4) {
+        int n = n0;
+        for (; n + 3 <= n1; n += 3) mm_tile(j, t, n, dt, 4, 3);
+        if (n1 - n == 2) mm_tile(j, t, n, dt, 4, 2);
+        else if (n1 - n == 1) mm_tile(j, t, n, dt, 4, 1);
+    }
+    for (; t < j->T; t++) {
+        int n = n0;
+        for (; n + 4 <= n1; n += 4) mm_tile(j, t, n, dt, 1, 4);
+        if (n1 - n == 3) mm_tile(j, t, n, dt, 1, 3);
+        else if (n1 - n == 2) mm_tile(j, t, n, dt, 1, 2);
+        else if (n1 - n == 1) mm_tile(j, t, n, dt, 1, 1);
+    }
+}
+
+static TGT void mm_block_f32(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_F32); }
+static TGT void mm_block_f16(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_F16); }
+static TGT void mm_block_bf16(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_BF16); }
+
+static void matmul_avx2_task(void *ctx, int task, int thread) {
+    const matmul_job *j = ctx;
+    int n0 = task * j->block_rows, n1 = n0 + j->block_rows;
+    if (n1 > j->N) n1 = j->N;
+    switch (j->wdt) {
+    case OKV_F32: mm_block_f32(j, n0, n1); break;
+    case OKV_F16: mm_block_f16(j, n0, n1); break;
+    case OKV_BF16: mm_block_bf16(j, n0, n1); break;
+    }
+}
+
+void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                     const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T <= 0 || N <= 0) return;
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
+    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
+    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_avx2_task, &j);
+}
+
+/* ---- rmsnorm ------------------------------------------------------------------- */
+
+TGT void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, const float *w, float eps) {
+    if (group <= 0) group = width;
+    for (size_t g = 0; g < (size_t)T * (size_t)(width / group); g++) {
+        const float *xg = x + g * group;
+        float *yg = y + g * group;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= group; i += 16) {
+            __m256 a = _mm256_loadu_ps(xg + i), b = _mm256_loadu_ps(xg + i + 8);
+            s0 = _mm256_fmadd_ps(a, a, s0);
+            s1 = _mm256_fmadd_ps(b, b, s1);
+        }
+        for (; i + 8 <= group; i += 8) {
+            __m256 a = _mm256_loadu_ps(xg + i);
+            s0 = _mm256_fmadd_ps(a, a, s0);
+        }
+        float ss = hsum8(_mm256_add_ps(s0, s1));
+        for (; i < group; i++) ss += xg[i] * xg[i];
+        float r = 1.0f / sqrtf(ss / (float)group + eps);
+        __m256 rv = _mm256_set1_ps(r);
+        for (i = 0; i + 8 <= group; i += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xg + i), rv);
+            if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+            _mm256_storeu_ps(yg + i, v);
+        }
+        for (; i < group; i++) yg[i] = xg[i] * r * (w ? w[i] : 1.0f);
+    }
+}
+
+/* ---- glu ------------------------------------------------------------------------ */
+
+/* exp(x) for 8 lanes: x = n ln2 + f, |f| <= ln2/2, exp(f) by the Cephes
+ * polynomial (rel. error ~1e-7), 2^n through the exponent bits. The input is
+ * clamped to [-87, 88] so 2^n stays a normal float. */
+INLINE_TGT __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* SiLU(g) = g * sigmoid(g); tanh-GELU(g) = g * sigmoid(2u) with
+ * u = sqrt(2/pi) (g + 0.044715 g^3), since 0.5 (1 + tanh u) = sigmoid(2u). */
+INLINE_TGT __m256 act8(__m256 g, okv_act act) {
+    __m256 z = g;
+    if (act == OKV_ACT_GELU_TANH) {
+        __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+        __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g);
+        z = _mm256_mul_ps(u, _mm256_set1_ps(2.0f * 0.7978845608028654f));
+    }
+    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), z)));
+    return _mm256_div_ps(g, den);
+}
+
+TGT void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = act == OKV_ACT_SILU ? act8(_mm256_loadu_ps(gate + i), OKV_ACT_SILU)
+                                       : act8(_mm256_loadu_ps(gate + i), OKV_ACT_GELU_TANH);
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) okv_glu_plain(y + i, gate + i, up + i, n - i, act);
+}
+
+/* ---- attention inner loops ------------------------------------------------------ */
+
+static TGT void load_row_avx2(float *dst, const void *src, okv_dtype dt, int n) {
+    int i = 0;
+    switch (dt) {
+    case OKV_F32: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_F32, (size_t)i)); break;
+    case OKV_F16: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_F16, (size_t)i)); break;
+    case OKV_BF16: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_BF16, (size_t)i)); break;
+    }
+    for (; i < n; i++) dst[i] = okv_k_load(src, dt, (size_t)i);
+}
+
+static TGT float dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static TGT void scale_axpy_avx2(float *y, float c, float a, const float *x, int n) {
+    __m256 av = _mm256_set1_ps(a), cv = _mm256_set1_ps(c);
+    int i = 0;
+    if (c == 1.0f)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    else
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
+                                                    _mm256_mul_ps(cv, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++) y[i] = (c == 1.0f ? y[i] : y[i] * c) + a * x[i];
+}
+
+static const okv_attn_ops attn_ops_avx2 = {load_row_avx2, dot_avx2, scale_axpy_avx2};
+
+void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a) {
+    okv_attend_fast(tp, a, &attn_ops_avx2);
+}

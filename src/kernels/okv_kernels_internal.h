@@ -1,0 +1,80 @@
+/* okv_kernels_internal.h — what the kernel files share but nobody else
+ * should call: the per-ISA entry points the tables are built from, and the
+ * row operations the fast attention is written against (so the attention
+ * algorithm exists once and only its inner loops differ per ISA). */
+#ifndef OKV_KERNELS_INTERNAL_H
+#define OKV_KERNELS_INTERNAL_H
+
+#include <string.h>
+
+#include "okv_kernels.h"
+
+/* Scalar bf16 -> f32 (exact) for inner loops; f16 goes through okv_common. */
+static inline float okv_k_bf16(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Scalar f16 -> f32 (exact): the 15 magnitude bits shifted into an f32's
+ * place are the value scaled by 2^-112, subnormals included. */
+static inline float okv_k_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, mag = h & 0x7fff, bits;
+    float f;
+    if (mag >= 0x7c00) { /* inf / nan */
+        bits = sign | 0x7f800000u | ((mag & 0x3ff) << 13);
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    bits = mag << 13;
+    memcpy(&f, &bits, 4);
+    f *= 0x1p112f;
+    return sign ? -f : f;
+}
+
+/* Element i of a row stored in dt, as f32. */
+static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
+    switch (dt) {
+    case OKV_F32: return ((const float *)src)[i];
+    case OKV_F16: return okv_k_f16(((const uint16_t *)src)[i]);
+    case OKV_BF16: return okv_k_bf16(((const uint16_t *)src)[i]);
+    }
+    return 0.0f;
+}
+
+/* The inner loops of the fast attention, per ISA. */
+typedef struct okv_attn_ops {
+    /* dst[0..n) = src[0..n) converted from dt to f32 */
+    void (*load_row)(float *dst, const void *src, okv_dtype dt, int n);
+    /* returns sum a[i]*b[i] */
+    float (*dot)(const float *a, const float *b, int n);
+    /* y[i] = y[i]*c + a*x[i]  (c rescales the running sum; c == 1 is common) */
+    void (*scale_axpy)(float *y, float c, float a, const float *x, int n);
+} okv_attn_ops;
+
+/* The fast attention algorithm (okv_attend.c) with the given inner loops. */
+void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);
+
+/* Plain C entry points (okv_kernels_plain.c). */
+extern const okv_attn_ops okv_attn_ops_plain;
+void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                      const void *W, okv_dtype wdt, int N, const float *bias);
+void okv_rmsnorm_plain(float *y, const float *x, int T, int width, int group, const float *w, float eps);
+void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_act act);
+void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a);
+
+/* AVX2+FMA+F16C entry points (okv_kernels_avx2.c); only called when the CPU
+ * has those features. */
+void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                     const void *W, okv_dtype wdt, int N, const float *bias);
+void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, const float *w, float eps);
+void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act);
+void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
+
+/* Splitting N output features into blocks of whole rows for the pool:
+ * blocks of `rows` rows (a multiple of `align`) sized so one block of W
+ * stays in L2 and there are enough blocks to balance the threads. */
+int okv_matmul_block_rows(int N, int K, okv_dtype wdt, int n_threads, int align);
+
+#endif

@@ -1,0 +1,112 @@
+/* okv_kernels_plain.c — the portable C versions of the table kernels
+ * (matmul, rmsnorm, glu, the fast attention's inner loops).
+ *
+ * These are the definition of what the SIMD versions must compute, and the
+ * path every CPU can run. They are written for clarity first, with only the
+ * structure that matters on any machine: matmul is parallel over output
+ * features and converts each weight row once per block of activations. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "okv_kernels_internal.h"
+
+/* ---- matmul ------------------------------------------------------------------ */
+
+int okv_matmul_block_rows(int N, int K, okv_dtype wdt, int n_threads, int align) {
+    size_t row_bytes = (size_t)K * okv_dtype_size(wdt);
+    size_t budget = 256 * 1024; /* one block of W stays in L2 */
+    int rows = row_bytes ? (int)(budget / row_bytes) : 64;
+    if (rows > 64) rows = 64;
+    /* at least 4 blocks per thread so dynamic scheduling can balance */
+    int per_thread = (N + n_threads * 4 - 1) / (n_threads * 4);
+    if (rows > per_thread) rows = per_thread;
+    rows = (rows + align - 1) / align * align;
+    return rows < align ? align : rows;
+}
+
+typedef struct matmul_job {
+    float *y;
+    const float *x;
+    int T, K, N;
+    const void *W;
+    okv_dtype wdt;
+    const float *bias;
+    int block_rows;
+} matmul_job;
+
+static void matmul_plain_task(void *ctx, int task, int thread) {
+    const matmul_job *j = ctx;
+    int n0 = task * j->block_rows, n1 = n0 + j->block_rows;
+    if (n1 > j->N) n1 = j->N;
+    size_t esz = okv_dtype_size(j->wdt);
+    for (int n = n0; n < n1; n++) {
+        const void *wrow = (const char *)j->W + (size_t)n * j->K * esz;
+        float b = j->bias ? j->bias[n] : 0.0f;
+        for (int t = 0; t < j->T; t++) {
+            const float *xr = j->x + (size_t)t * j->K;
+            float acc = 0.0f;
+            for (int k = 0; k < j->K; k++) acc += xr[k] * okv_k_load(wrow, j->wdt, (size_t)k);
+            j->y[(size_t)t * j->N + n] = acc + b;
+        }
+    }
+}
+
+void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                      const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T <= 0 || N <= 0) return;
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
+    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 1);
+    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_plain_task, &j);
+}
+
+/* ---- rmsnorm / glu ----------------------------------------------------------- */
+
+void okv_rmsnorm_plain(float *y, const float *x, int T, int width, int group, const float *w, float eps) {
+    if (group <= 0) group = width;
+    for (size_t g = 0; g < (size_t)T * (size_t)(width / group); g++) {
+        const float *xg = x + g * group;
+        float *yg = y + g * group;
+        float ss = 0.0f;
+        for (int i = 0; i < group; i++) ss += xg[i] * xg[i];
+        float r = 1.0f / sqrtf(ss / (float)group + eps);
+        for (int i = 0; i < group; i++) yg[i] = xg[i] * r * (w ? w[i] : 1.0f);
+    }
+}
+
+static float gelu_tanh(float x) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_act act) {
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float a = act == OKV_ACT_SILU ? g / (1.0f + expf(-g)) : gelu_tanh(g);
+        y[i] = a * up[i];
+    }
+}
+
+/* ---- attention inner loops ----------------------------------------------------- */
+
+static void load_row_plain(float *dst, const void *src, okv_dtype dt, int n) {
+    for (int i = 0; i < n; i++) dst[i] = okv_k_load(src, dt, (size_t)i);
+}
+
+static float dot_plain(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void scale_axpy_plain(float *y, float c, float a, const float *x, int n) {
+    if (c == 1.0f)
+        for (int i = 0; i < n; i++) y[i] += a * x[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = y[i] * c + a * x[i];
+}
+
+const okv_attn_ops okv_attn_ops_plain = {load_row_plain, dot_plain, scale_axpy_plain};
+
+void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a) {
+    okv_attend_fast(tp, a, &okv_attn_ops_plain);
+}

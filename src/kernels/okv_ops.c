@@ -1,0 +1,62 @@
+/* okv_ops.c — the kernels without SIMD variants: rope, embedding lookup,
+ * softcap, elementwise add/scale, and writing a step's k/v into the pools.
+ *
+ * They are either cheap next to the matmuls (elementwise work over one
+ * activation row per token) or dominated by something other than arithmetic
+ * (rope's sin/cos, which we compute in double because positions reach 128k
+ * and a float angle there would be off by whole radians' worth of ulps). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "okv_common.h"
+#include "okv_kernels_internal.h"
+
+void okv_rope(float *x, int T, int n_heads, int head_dim, const int32_t *positions, const float *inv_freq) {
+    int half = head_dim / 2;
+    for (int t = 0; t < T; t++) {
+        double p = (double)positions[t];
+        for (int i = 0; i < half; i++) {
+            /* one angle per (token, pair), shared by all heads */
+            double ang = p * (double)inv_freq[i];
+            float c = (float)cos(ang), s = (float)sin(ang);
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = x + ((size_t)t * n_heads + h) * head_dim;
+                float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * c - x1 * s;
+                xh[i + half] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+void okv_embed(float *y, const int32_t *ids, int T, const void *E, okv_dtype edt, int width, float scale) {
+    size_t esz = okv_dtype_size(edt);
+    for (int t = 0; t < T; t++) {
+        const void *row = (const char *)E + (size_t)ids[t] * width * esz;
+        float *yt = y + (size_t)t * width;
+        for (int i = 0; i < width; i++) yt[i] = okv_k_load(row, edt, (size_t)i) * scale;
+    }
+}
+
+void okv_softcap(float *x, size_t n, float cap) {
+    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
+}
+
+void okv_add(float *y, const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+void okv_scale(float *y, const float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * s;
+}
+
+void okv_kv_write(const okv_kv_view *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
+    size_t row = (size_t)kv->kv_heads * kv->head_dim, esz = okv_dtype_size(kv->dtype);
+    size_t t = 0; /* source row: the runs take this step's rows in order */
+    for (int r = 0; r < n_runs; r++) {
+        size_t at = (size_t)runs[r].slot * row * esz, n = (size_t)runs[r].n * row;
+        okv_convert((char *)kv->k_w + at, kv->dtype, k + t * row, OKV_F32, n);
+        okv_convert((char *)kv->v_w + at, kv->dtype, v + t * row, OKV_F32, n);
+        t += (size_t)runs[r].n;
+    }
+}

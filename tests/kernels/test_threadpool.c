@@ -1,0 +1,99 @@
+/* Tests the thread pool: every task runs exactly once with a thread index in
+ * range, for many tasks, fewer tasks than threads, repeated loops on one pool
+ * and create/free cycles (run under ASan/valgrind to catch leaks and races). */
+#include <stdatomic.h>
+
+#include "okv_kernels.h"
+#include "okv_test.h"
+
+typedef struct count_ctx {
+    atomic_int *hits;      /* [n_tasks] times each task ran */
+    atomic_int bad_thread; /* tasks that saw a thread index out of range */
+    int size;
+} count_ctx;
+
+static void count_task(void *p, int task, int thread) {
+    count_ctx *c = p;
+    atomic_fetch_add(&c->hits[task], 1);
+    if (thread < 0 || thread >= c->size) atomic_fetch_add(&c->bad_thread, 1);
+}
+
+/* Runs n_tasks tasks on tp and checks each ran exactly once. */
+static void check_run(okv_threadpool *tp, int n_tasks) {
+    atomic_int *hits = calloc((size_t)n_tasks + 1, sizeof *hits);
+    count_ctx c = {hits, 0, okv_threadpool_size(tp)};
+    okv_threadpool_run(tp, n_tasks, count_task, &c);
+    int wrong = 0;
+    for (int i = 0; i < n_tasks; i++) wrong += atomic_load(&hits[i]) != 1;
+    CHECKF(wrong == 0, "%d of %d tasks did not run exactly once (pool of %d)", wrong, n_tasks, c.size);
+    CHECK(atomic_load(&c.bad_thread) == 0);
+    free(hits);
+}
+
+/* Each task adds its index to the slot of its thread: the sum over threads
+ * must be the sum of task indices, whatever the split. */
+typedef struct sum_ctx {
+    long long per_thread[8][8]; /* padded so threads don't share a line */
+} sum_ctx;
+
+static void sum_task(void *p, int task, int thread) {
+    sum_ctx *c = p;
+    c->per_thread[thread][0] += task;
+}
+
+static void test_sizes(void) {
+    okv_threadpool *tp1 = okv_threadpool_create(1);
+    okv_threadpool *tp2 = okv_threadpool_create(2);
+    okv_threadpool *tp4 = okv_threadpool_create(4); /* more threads than cores */
+    okv_threadpool *tpa = okv_threadpool_create(0);
+    CHECK(tp1 && tp2 && tp4 && tpa);
+    CHECK(okv_threadpool_size(tp1) == 1);
+    CHECK(okv_threadpool_size(tp2) == 2);
+    CHECK(okv_threadpool_size(tp4) == 4);
+    CHECK(okv_threadpool_size(tpa) >= 1);
+    CHECK(okv_threadpool_size(NULL) == 1);
+    okv_threadpool *pools[] = {tp1, tp2, tp4, tpa, NULL};
+    for (int p = 0; p < 5; p++) {
+        check_run(pools[p], 0);
+        check_run(pools[p], 1);
+        check_run(pools[p], 3);   /* fewer tasks than threads for tp4 */
+        check_run(pools[p], 1000);
+    }
+    okv_threadpool_free(tp1);
+    okv_threadpool_free(tp2);
+    okv_threadpool_free(tp4);
+    okv_threadpool_free(tpa);
+    okv_threadpool_free(NULL);
+}
+
+static void test_repeated(void) {
+    okv_threadpool *tp = okv_threadpool_create(2);
+    int bad = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        sum_ctx c = {{{0}}};
+        int n = 1 + rep % 17;
+        okv_threadpool_run(tp, n, sum_task, &c);
+        long long s = c.per_thread[0][0] + c.per_thread[1][0];
+        if (s != (long long)n * (n - 1) / 2) bad++;
+    }
+    CHECKF(bad == 0, "%d of 2000 loops lost or repeated tasks", bad);
+    okv_threadpool_free(tp);
+}
+
+static void test_create_free_cycles(void) {
+    int ok = 1;
+    for (int i = 0; i < 50; i++) {
+        okv_threadpool *tp = okv_threadpool_create(1 + i % 3);
+        if (!tp) { ok = 0; break; }
+        if (i % 2) check_run(tp, 7); /* half of them never run a loop */
+        okv_threadpool_free(tp);
+    }
+    CHECK(ok);
+}
+
+int main(void) {
+    test_sizes();
+    test_repeated();
+    test_create_free_cycles();
+    return okv_test_finish();
+}
