@@ -1,0 +1,44 @@
+/* cli.h — helpers shared by the offkv subcommands (main.c and cmd_*.c):
+ * option groups for caches and runners, token list parsing, and the
+ * "session" every model command opens (program + caches + runner). */
+#ifndef OKV_CLI_H
+#define OKV_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "offkv.h"
+
+#define OKV_CLI_MAX_WINDOWS 64
+
+typedef struct okv_cli_run_opts {
+    okv_cache_options cache;
+    okv_runner_options runner;
+    int32_t windows[OKV_CLI_MAX_WINDOWS];
+    int n_windows;
+} okv_cli_run_opts;
+
+typedef struct okv_cli_session {
+    char key[64];
+    okv_program *program;
+    okv_runner *runner;
+    okv_program_info info;
+} okv_cli_session;
+
+int okv_cli_die(const okv_error *err);
+int okv_cli_usage_error(const char *fmt, const char *arg);
+bool okv_cli_parse_int(const char *s, int lo, int hi, int *out);
+void okv_cli_run_opts_init(okv_cli_run_opts *o);
+int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o);
+int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n);
+int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session *s, bool verbose);
+void okv_cli_session_close(okv_cli_session *s);
+
+/* Text commands, compiled in when their layers exist. */
+#ifdef OKV_HAVE_TEXT
+#include "cmd_text.h"
+#else
+#define OKV_CLI_TEXT_COMMANDS
+#endif
+
+#endif

@@ -1,0 +1,380 @@
+/* main.c — the `offkv` command line. Uses only the public API (offkv.h and
+ * the text-layer headers). This is the only place that prints errors and
+ * exits; library calls return an okv_error whose message is shown as is.
+ *
+ *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
+ *   offkv inspect OUT.okv [--json]      |  offkv inspect --config DIR|config.json [--json]
+ *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
+ *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
+ *   offkv tokenize / detokenize / chat-render / run  (text commands)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "offkv.h"
+
+static void notice_to_stderr(void *ctx, const char *msg) { fprintf(stderr, "offkv: note: %s\n", msg); }
+
+int okv_cli_die(const okv_error *err) {
+    fprintf(stderr, "offkv: error: %s\n", err->message);
+    return 1;
+}
+
+int okv_cli_usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "offkv: ");
+    fprintf(stderr, fmt, arg ? arg : "");
+    fprintf(stderr, "\n");
+    return 2;
+}
+
+bool okv_cli_parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* ---- shared option groups ------------------------------------------------------ */
+
+void okv_cli_run_opts_init(okv_cli_run_opts *o) {
+    memset(o, 0, sizeof *o);
+    okv_cache_options_default(&o->cache);
+    okv_runner_options_default(&o->runner);
+}
+
+static int parse_windows(const char *s, okv_cli_run_opts *o) {
+    o->n_windows = 0;
+    const char *p = s;
+    while (*p && o->n_windows < OKV_CLI_MAX_WINDOWS) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > (1L << 30))
+            return okv_cli_usage_error("--kv-windows: '%s' must be a comma-separated list of window sizes >= 0 (0 = flat)", s);
+        o->windows[o->n_windows++] = (int32_t)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return okv_cli_usage_error("--kv-windows: '%s' must be a comma-separated list", s);
+    }
+    o->cache.windows = o->windows;
+    o->cache.n_windows = o->n_windows;
+    return 0;
+}
+
+/* Consumes one cache/runner option at argv[*i]. Returns 1 if consumed, 0 if
+ * not one of ours, negative on a bad value (already reported). */
+int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
+    const char *a = argv[*i];
+    bool has_val = *i + 1 < argc;
+    const char *v = has_val ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--reference-attention")) { o->runner.reference_attention = true; return 1; }
+    if (!strcmp(a, "--plain-kernels")) { o->runner.plain_kernels = true; return 1; }
+    if (strcmp(a, "--kv-storage-dtype") && strcmp(a, "--kv-max-capacity") && strcmp(a, "--kv-initial-capacity") &&
+        strcmp(a, "--kv-windows") && strcmp(a, "--threads"))
+        return 0;
+    if (!has_val) return -okv_cli_usage_error("%s needs a value", a);
+    (*i)++;
+    if (!strcmp(a, "--kv-storage-dtype")) {
+        if (okv_dtype_parse(v, &o->cache.storage_dtype)) return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not f32, f16 or bf16", v);
+    } else if (!strcmp(a, "--kv-max-capacity")) {
+        if (!okv_cli_parse_int(v, 1, 1 << 30, &o->cache.max_capacity)) return -okv_cli_usage_error("--kv-max-capacity: '%s' must be a positive integer", v);
+    } else if (!strcmp(a, "--kv-initial-capacity")) {
+        if (!okv_cli_parse_int(v, 1, 1 << 30, &o->cache.initial_capacity)) return -okv_cli_usage_error("--kv-initial-capacity: '%s' must be a positive integer", v);
+    } else if (!strcmp(a, "--kv-windows")) {
+        if (parse_windows(v, o)) return -2;
+    } else if (!strcmp(a, "--threads")) {
+        if (!okv_cli_parse_int(v, 1, 1024, &o->runner.n_threads)) return -okv_cli_usage_error("--threads: '%s' must be a positive integer", v);
+    }
+    return 1;
+}
+
+/* Opens the program, installs its caches under a fresh key and creates a
+ * runner; prints the cache summary to stderr when verbose. */
+int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session *s, bool verbose) {
+    okv_error err = {0};
+    memset(s, 0, sizeof *s);
+    snprintf(s->key, sizeof s->key, "cli-%p", (void *)s);
+    if (okv_program_open(path, &s->program, &err)) return okv_cli_die(&err);
+    if (okv_cache_install(s->key, s->program, &o->cache, &err)) { okv_program_free(s->program); return okv_cli_die(&err); }
+    if (okv_runner_create(s->program, s->key, &o->runner, &s->runner, &err)) {
+        okv_cache_remove(s->key, &err);
+        okv_program_free(s->program);
+        return okv_cli_die(&err);
+    }
+    okv_program_get_info(s->program, &s->info);
+    if (verbose) {
+        char line[256];
+        if (!okv_cache_describe(s->key, line, sizeof line, &err)) fprintf(stderr, "offkv: %s\n", line);
+    }
+    return 0;
+}
+
+void okv_cli_session_close(okv_cli_session *s) {
+    okv_error err;
+    okv_runner_free(s->runner);
+    okv_cache_remove(s->key, &err);
+    okv_program_free(s->program);
+}
+
+/* ---- token lists ----------------------------------------------------------------- */
+
+static int parse_id_text(const char *text, int32_t **ids, int *n) {
+    int cap = 64;
+    *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    *n = 0;
+    const char *p = text;
+    while (*ids) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',') p++;
+        if (!*p) return 0;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) return -1;
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *q = realloc(*ids, sizeof(int32_t) * (size_t)cap);
+            if (!q) break;
+            *ids = q;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    return -1;
+}
+
+/* A JSON file with a "tokens" array (or a bare array), or whitespace
+ * separated ids, either in a file or given inline. */
+int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
+    FILE *f = fopen(arg, "rb");
+    char *text = NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        rewind(f);
+        text = malloc((size_t)len + 1);
+        if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); return okv_cli_usage_error("cannot read %s", arg); }
+        text[len] = 0;
+        fclose(f);
+    }
+    const char *src = text ? text : arg;
+    const char *start = src + strspn(src, " \t\r\n");
+    int rc = 0;
+    if (*start == '{' || *start == '[') {
+        const char *arr = *start == '[' ? start : strstr(start, "\"tokens\"");
+        arr = arr ? strchr(arr, '[') : NULL;
+        const char *close = arr ? strchr(arr, ']') : NULL;
+        if (!close) rc = okv_cli_usage_error("--tokens %s: JSON without a \"tokens\" array", arg);
+        else {
+            char *inner = strndup(arr + 1, (size_t)(close - arr - 1));
+            if (!inner || parse_id_text(inner, ids, n)) rc = okv_cli_usage_error("--tokens %s: invalid token id list", arg);
+            free(inner);
+        }
+    } else if (parse_id_text(src, ids, n)) rc = okv_cli_usage_error("--tokens %s: expected whitespace-separated token ids", arg);
+    free(text);
+    if (!rc && *n == 0) rc = okv_cli_usage_error("--tokens %s: no tokens", arg);
+    return rc;
+}
+
+/* ---- export / inspect ------------------------------------------------------------ */
+
+static int cmd_export(int argc, char **argv) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.notice = notice_to_stderr;
+    const char *dir = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) { out = v; i++; }
+        else if (!strcmp(a, "--dtype") && v) {
+            if (okv_dtype_parse(v, &o.dtype)) return okv_cli_usage_error("--dtype: '%s' is not fp32, fp16 or bf16", v);
+            i++;
+        } else if ((!strcmp(a, "--max-ctx-len") || !strcmp(a, "--max-seq-len")) && v) {
+            if (!okv_cli_parse_int(v, 1, 1 << 30, &o.max_ctx_len)) return okv_cli_usage_error("--max-ctx-len: '%s' must be a positive integer", v);
+            i++;
+        } else if (!strcmp(a, "--prefill-chunk-size") && v) {
+            if (!okv_cli_parse_int(v, -(1 << 30), 1 << 30, &o.prefill_chunk_size) || o.prefill_chunk_size == 0)
+                return okv_cli_usage_error("--prefill-chunk-size: '%s' must be an integer >= 1", v);
+            i++;
+        } else if (a[0] != '-' && !dir) dir = a;
+        else return okv_cli_usage_error("export: unknown or incomplete option '%s'", a);
+    }
+    if (!dir || !out) return okv_cli_usage_error("usage: offkv export HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]%s", "");
+    okv_error err = {0};
+    if (okv_export(dir, out, &o, &err)) return okv_cli_die(&err);
+    fprintf(stderr, "offkv: wrote %s\n", out);
+    return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    bool json = false;
+    const char *path = NULL, *config = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else return okv_cli_usage_error("inspect: unknown option '%s'", argv[i]);
+    }
+    if (!path && !config) return okv_cli_usage_error("usage: offkv inspect PROGRAM.okv [--json] | offkv inspect --config DIR [--json]%s", "");
+    okv_error err = {0};
+    char *text = NULL;
+    if (config) {
+        if (okv_config_describe(config, json, NULL, &text, &err)) return okv_cli_die(&err);
+    } else {
+        okv_program *p;
+        if (okv_program_open(path, &p, &err)) return okv_cli_die(&err);
+        okv_status st = okv_program_describe(p, json, &text, &err);
+        okv_program_free(p);
+        if (st) return okv_cli_die(&err);
+    }
+    fputs(text, stdout);
+    if (json) fputc('\n', stdout);
+    free(text);
+    return 0;
+}
+
+/* ---- logits / generate --------------------------------------------------------------- */
+
+static int cmd_logits(int argc, char **argv) {
+    okv_cli_run_opts o;
+    okv_cli_run_opts_init(&o);
+    const char *path = NULL, *tokens = NULL, *out = NULL;
+    int chunk = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = okv_cli_run_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--tokens") && v) { tokens = v; i++; }
+        else if (!strcmp(a, "--out") && v) { out = v; i++; }
+        else if (!strcmp(a, "--chunk") && v) {
+            if (!okv_cli_parse_int(v, 1, 1 << 30, &chunk)) return okv_cli_usage_error("--chunk: '%s' must be a positive integer", v);
+            i++;
+        } else if (a[0] != '-' && !path) path = a;
+        else return okv_cli_usage_error("logits: unknown or incomplete option '%s'", a);
+    }
+    if (!path || !tokens || !out) return okv_cli_usage_error("usage: offkv logits PROGRAM.okv --tokens FILE --out LOGITS.f32 [--chunk N]%s", "");
+    int32_t *ids = NULL;
+    int n = 0;
+    if (okv_cli_read_tokens(tokens, &ids, &n)) return 2;
+    okv_cli_session s;
+    if (okv_cli_session_open(path, &o, &s, false)) { free(ids); return 1; }
+    if (chunk == 0) chunk = s.info.prefill_chunk_size;
+    if (chunk > s.info.prefill_chunk_size) {
+        fprintf(stderr, "offkv: note: --chunk %d is above the program's prefill_chunk_size; using %d\n", chunk, s.info.prefill_chunk_size);
+        chunk = s.info.prefill_chunk_size;
+    }
+    int V = s.info.vocab_size, rc = 0;
+    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n);
+    okv_error err = {0};
+    for (int t = 0; t < n && pos; t++) pos[t] = t;
+    for (int t = 0; logits && pos && t < n && !rc; t += chunk) {
+        int T = n - t < chunk ? n - t : chunk;
+        if (okv_runner_step(s.runner, ids + t, pos + t, T, OKV_LOGITS_ALL, logits + (size_t)t * V, &err)) rc = okv_cli_die(&err);
+    }
+    if (!logits || !pos) rc = okv_cli_usage_error("out of memory%s", "");
+    if (!rc) {
+        FILE *f = fopen(out, "wb");
+        if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) rc = okv_cli_usage_error("cannot write %s", out);
+        if (f && fclose(f)) rc = okv_cli_usage_error("cannot write %s", out);
+        if (!rc) fprintf(stderr, "offkv: wrote %d x %d logits to %s\n", n, V, out);
+    }
+    free(logits); free(pos); free(ids);
+    okv_cli_session_close(&s);
+    return rc;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    okv_cli_run_opts o;
+    okv_cli_run_opts_init(&o);
+    const char *path = NULL, *tokens = NULL;
+    int max_new = 32;
+    for (int i = 1; i < argc; i++) {
+        int r = okv_cli_run_opt(argc, argv, &i, &o);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--tokens") && v) { tokens = v; i++; }
+        else if (!strcmp(a, "--max-new-tokens") && v) {
+            if (!okv_cli_parse_int(v, 0, 1 << 30, &max_new)) return okv_cli_usage_error("--max-new-tokens: '%s' must be >= 0", v);
+            i++;
+        } else if (a[0] != '-' && !path) path = a;
+        else return okv_cli_usage_error("generate: unknown or incomplete option '%s'", a);
+    }
+    if (!path || !tokens) return okv_cli_usage_error("usage: offkv generate PROGRAM.okv --tokens \"ids\" [--max-new-tokens N]%s", "");
+    int32_t *prompt = NULL;
+    int n = 0;
+    if (okv_cli_read_tokens(tokens, &prompt, &n)) return 2;
+    okv_cli_session s;
+    if (okv_cli_session_open(path, &o, &s, true)) { free(prompt); return 1; }
+    int rc = 0, V = s.info.vocab_size, chunk = s.info.prefill_chunk_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    okv_error err = {0};
+    int32_t pos[1];
+    for (int t = 0; t < n && !rc; t += chunk) {
+        int T = n - t < chunk ? n - t : chunk;
+        int32_t *p = malloc(sizeof(int32_t) * (size_t)T);
+        for (int k = 0; p && k < T; k++) p[k] = t + k;
+        if (!p || okv_runner_step(s.runner, prompt + t, p, T, OKV_LOGITS_LAST, logits, &err)) rc = p ? okv_cli_die(&err) : 1;
+        free(p);
+    }
+    for (int g = 0; g < max_new && !rc; g++) {
+        int32_t next = argmax(logits, V);
+        printf("%d%s", next, g + 1 < max_new ? " " : "");
+        fflush(stdout);
+        bool eos = false;
+        for (int e = 0; e < s.info.n_eos; e++) eos |= next == s.info.eos_ids[e];
+        if (eos || g + 1 == max_new) break;
+        pos[0] = n + g;
+        if (okv_runner_step(s.runner, &next, pos, 1, OKV_LOGITS_LAST, logits, &err)) rc = okv_cli_die(&err);
+    }
+    printf("\n");
+    free(logits); free(prompt);
+    okv_cli_session_close(&s);
+    return rc;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command COMMANDS[] = {
+    {"export", cmd_export, "HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]"},
+    {"inspect", cmd_inspect, "PROGRAM.okv [--json] | --config DIR|config.json [--json]"},
+    {"logits", cmd_logits, "PROGRAM.okv --tokens FILE|\"ids\" --out LOGITS.f32 [--chunk N] [cache options]"},
+    {"generate", cmd_generate, "PROGRAM.okv --tokens FILE|\"ids\" [--max-new-tokens N] [cache options]"},
+    OKV_CLI_TEXT_COMMANDS
+};
+
+static int usage(void) {
+    fprintf(stderr, "usage: offkv COMMAND ...\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(stderr, "  offkv %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
+    fprintf(stderr, "cache options: --kv-storage-dtype f32|f16|bf16 --kv-max-capacity N --kv-initial-capacity N\n"
+                    "               --kv-windows W[,W...] (0 = flat) --threads N --reference-attention\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return usage();
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(); return 0; }
+    fprintf(stderr, "offkv: unknown command '%s'\n", argv[1]);
+    return usage();
+}

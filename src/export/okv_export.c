@@ -1,0 +1,243 @@
+/* okv_export.c — HF checkpoint directory -> program file.
+ *
+ * Export is a pipeline of checks and one streaming write:
+ *   config.json -> okv_hf_model (refuses what we cannot honour)
+ *   -> cache layout + step graph (hf layer) -> every graph tensor is found in
+ *   the safetensors set with the expected shape and a float dtype
+ *   -> tokenizer files bundled as byte blobs -> okv_format_write, which asks
+ *   produce_tensor() for each tensor's bytes (converted to the target dtype)
+ *   one at a time. The writer renames a temporary file into place only on
+ *   success, so a failed export leaves no output file. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "offkv.h"
+#include "okv_common.h"
+#include "okv_describe.h"
+#include "okv_format.h"
+#include "okv_hf.h"
+#include "okv_safetensors.h"
+
+void okv_export_options_default(okv_export_options *o) {
+    memset(o, 0, sizeof *o);
+    o->dtype = OKV_BF16;
+    o->max_ctx_len = 2048;
+}
+
+typedef struct blob {
+    char *name;
+    char *data;
+    size_t len;
+} blob;
+
+typedef struct export_job {
+    const okv_export_options *opt;
+    okv_hf_model model;
+    okv_layout layout;
+    okv_hf_graph hg;
+    okv_st_set *st;
+    const okv_st_tensor **src;   /* [hg.n_tensors], NULL for computed */
+    blob blobs[3];
+    int n_blobs;
+} export_job;
+
+static void notice(const export_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(const export_job *j, const char *fmt, ...) {
+    if (!j->opt->notice) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    j->opt->notice(j->opt->notice_ctx, msg);
+}
+
+/* Every graph tensor must exist with exactly the expected shape. */
+static okv_status bind_sources(export_job *j, okv_error *err) {
+    j->src = calloc((size_t)j->hg.n_tensors + 1, sizeof *j->src);
+    if (!j->src) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (int t = 0; t < j->hg.n_tensors; t++) {
+        const okv_hf_tensor_src *s = &j->hg.srcs[t];
+        const okv_tensor *want = &j->hg.tensors[t];
+        if (!s->ckpt_name) continue;
+        const okv_st_tensor *have = okv_st_find(j->st, s->ckpt_name);
+        if (!have) return okv_fail(err, OKV_ERR_FORMAT, "checkpoint has no tensor '%s' (needed by this %s config)",
+                                   s->ckpt_name, j->model.architecture);
+        if (!have->supported)
+            return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (supported: BF16, F16, F32)",
+                            have->file, have->name, have->dtype_name);
+        bool shape_ok = have->ndim == want->n_dims;
+        for (int d = 0; shape_ok && d < want->n_dims; d++) shape_ok = have->shape[d] == want->shape[d];
+        if (!shape_ok) {
+            char got[96] = "", exp[96] = "";
+            for (int d = 0; d < have->ndim && d < 4; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)have->shape[d]);
+            for (int d = 0; d < want->n_dims; d++)
+                snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", d ? "," : "", (long long)want->shape[d]);
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: tensor '%s' has shape [%s], the config implies [%s]", have->file,
+                            have->name, got, exp);
+        }
+        j->src[t] = have;
+    }
+    return OKV_OK;
+}
+
+/* Checkpoint tensors the graph does not use (vision towers, k/v of shared
+ * layers) are skipped; say so once. */
+static void report_unused(const export_job *j) {
+    int unused = 0;
+    const char *example = NULL;
+    for (int i = 0; i < okv_st_count(j->st); i++) {
+        const okv_st_tensor *t = okv_st_get(j->st, i);
+        bool used = false;
+        for (int k = 0; k < j->hg.n_tensors && !used; k++) used = j->src[k] == t;
+        if (!used) { unused++; if (!example) example = t->name; }
+    }
+    if (unused) notice(j, "skipped %d checkpoint tensors the text decoder does not use (e.g. %s)", unused, example);
+}
+
+static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
+    export_job *j = ctx;
+    if (t >= j->hg.n_tensors) { /* bundled blob */
+        const blob *b = &j->blobs[t - j->hg.n_tensors];
+        memcpy(dst, b->data, b->len);
+        return OKV_OK;
+    }
+    const okv_tensor *want = &j->hg.tensors[t];
+    const okv_hf_tensor_src *s = &j->hg.srcs[t];
+    size_t n = want->nbytes / okv_tdtype_size(want->dtype);
+    if (!s->ckpt_name) { okv_convert(dst, (okv_dtype)want->dtype, s->computed, OKV_F32, n); return OKV_OK; }
+    const okv_st_tensor *src = j->src[t];
+    if (s->add == 0.0f) {
+        okv_convert(dst, (okv_dtype)want->dtype, src->data, src->dtype, n);
+        return OKV_OK;
+    }
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return okv_fail(err, OKV_ERR_NOMEM, "out of memory converting '%s'", want->name);
+    okv_convert(tmp, OKV_F32, src->data, src->dtype, n);
+    for (size_t i = 0; i < n; i++) tmp[i] += s->add;
+    okv_convert(dst, (okv_dtype)want->dtype, tmp, OKV_F32, n);
+    free(tmp);
+    return OKV_OK;
+}
+
+static okv_status add_blob_file(export_job *j, const char *dir, const char *file, okv_error *err) {
+    char *path = okv_path_join(dir, file);
+    if (!path) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = OKV_OK;
+    if (okv_file_exists(path)) {
+        blob *b = &j->blobs[j->n_blobs];
+        st = okv_read_file(path, &b->data, &b->len, err);
+        if (!st) { b->name = okv_strdup(file); j->n_blobs++; }
+    }
+    free(path);
+    return st;
+}
+
+static okv_status collect_tokenizer(export_job *j, const char *dir, okv_error *err) {
+    okv_status st = add_blob_file(j, dir, "tokenizer.json", err);
+    if (!st) st = add_blob_file(j, dir, "tokenizer_config.json", err);
+    if (!st) st = add_blob_file(j, dir, "chat_template.jinja", err);
+    if (!st && j->n_blobs == 0)
+        notice(j, "%s has no tokenizer.json: the program is exported without a tokenizer; text commands will need --tokenizer",
+               dir);
+    return st;
+}
+
+static char *meta_extra(const export_job *j) {
+    cJSON *x = cJSON_CreateObject();
+    const okv_hf_model *m = &j->model;
+    cJSON_AddNumberToObject(x, "n_heads", m->n_heads);
+    cJSON_AddNumberToObject(x, "n_kv_heads", m->n_kv_heads);
+    cJSON_AddNumberToObject(x, "head_dim", m->head_dim);
+    cJSON_AddNumberToObject(x, "intermediate_size", m->intermediate);
+    cJSON_AddNumberToObject(x, "rms_norm_eps", m->rms_eps);
+    cJSON_AddNumberToObject(x, "rope_theta", m->rope_full.theta);
+    cJSON_AddBoolToObject(x, "tie_word_embeddings", m->tied);
+    cJSON_AddNumberToObject(x, "final_logit_softcapping", m->final_softcap);
+    cJSON_AddNumberToObject(x, "kv_shared_layers", m->kv_shared_layers);
+    char *s = cJSON_PrintUnformatted(x);
+    cJSON_Delete(x);
+    return s;
+}
+
+static okv_status write_program(export_job *j, const char *hf_dir, const char *out_path, okv_error *err) {
+    int n = j->hg.n_tensors + j->n_blobs;
+    okv_tensor *tensors = calloc((size_t)n, sizeof *tensors);
+    if (!tensors) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    memcpy(tensors, j->hg.tensors, (size_t)j->hg.n_tensors * sizeof *tensors);
+    for (int b = 0; b < j->n_blobs; b++) {
+        okv_tensor *t = &tensors[j->hg.n_tensors + b];
+        t->name = j->blobs[b].name;
+        t->dtype = OKV_T_U8;
+        t->n_dims = 1;
+        t->shape[0] = (int64_t)j->blobs[b].len;
+        t->nbytes = j->blobs[b].len;
+    }
+    okv_program_file pf = {0};
+    pf.meta.architecture = j->model.architecture;
+    pf.meta.dtype = j->opt->dtype;
+    pf.meta.vocab_size = j->model.vocab;
+    pf.meta.hidden_size = j->model.hidden;
+    pf.meta.n_layers = j->model.n_layers;
+    pf.meta.bos_id = j->model.bos_id;
+    pf.meta.eos_ids = j->model.eos_ids;
+    pf.meta.n_eos = j->model.n_eos;
+    pf.meta.source = (char *)hf_dir;
+    pf.meta.extra_json = meta_extra(j);
+    pf.layout = j->layout;
+    pf.graph = j->hg.graph;
+    pf.n_tensors = n;
+    pf.tensors = tensors;
+    pf.produce = produce_tensor;
+    pf.produce_ctx = j;
+    okv_status st = okv_graph_validate(&pf, err);
+    if (!st) st = okv_format_write(out_path, &pf, err);
+    free(pf.meta.extra_json);
+    free(tensors);
+    return st;
+}
+
+static void job_free(export_job *j) {
+    okv_hf_graph_free(&j->hg);
+    okv_layout_free(&j->layout);
+    okv_st_free(j->st);
+    free(j->src);
+    for (int b = 0; b < j->n_blobs; b++) { free(j->blobs[b].name); free(j->blobs[b].data); }
+}
+
+okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export_options *o, okv_error *err) {
+    okv_export_options dflt;
+    if (!o) { okv_export_options_default(&dflt); o = &dflt; }
+    export_job j = {.opt = o};
+    okv_status st = okv_hf_load_config(hf_dir, &j.model, err);
+    if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
+    if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
+    if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
+    if (!st) st = bind_sources(&j, err);
+    if (!st) report_unused(&j);
+    if (!st) st = collect_tokenizer(&j, hf_dir, err);
+    if (!st) st = write_program(&j, hf_dir, out_path, err);
+    job_free(&j);
+    return st;
+}
+
+okv_status okv_config_describe(const char *path, bool json, const okv_export_options *o, char **out, okv_error *err) {
+    okv_export_options dflt;
+    if (!o) { okv_export_options_default(&dflt); o = &dflt; }
+    okv_hf_model m;
+    okv_layout l = {0};
+    okv_status st = okv_hf_load_config(path, &m, err);
+    if (!st) st = okv_hf_build_layout(&m, o->prefill_chunk_size, o->max_ctx_len, &l, err);
+    if (st) return st;
+    cJSON *doc = okv_describe_layout_doc(&l, m.architecture, NULL);
+    cJSON_AddNumberToObject(doc, "vocab_size", m.vocab);
+    cJSON_AddNumberToObject(doc, "hidden_size", m.hidden);
+    cJSON_AddNumberToObject(doc, "n_layers", m.n_layers);
+    *out = okv_describe_render(doc, json);
+    cJSON_Delete(doc);
+    okv_layout_free(&l);
+    return *out ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+}

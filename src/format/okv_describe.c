@@ -1,0 +1,184 @@
+/* okv_describe.c — what `offkv inspect` shows, as one JSON document that is
+ * either printed as is (--json) or rendered as text. Programs and bare
+ * configs (inspect --config) share the layout part, so both print the
+ * same fields the same way. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "okv_common.h"
+#include "okv_format.h"
+#include "okv_describe.h"
+
+cJSON *okv_describe_layout_doc(const okv_layout *l, const char *architecture, const char *dtype) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "architecture", architecture);
+    if (dtype) cJSON_AddStringToObject(doc, "dtype", dtype);
+    cJSON *lj = okv_layout_to_json(l), *e;
+    cJSON_ArrayForEach(e, lj) cJSON_AddItemToObject(doc, e->string, cJSON_Duplicate(e, true));
+    cJSON_Delete(lj);
+    return doc;
+}
+
+/* ---- text rendering ------------------------------------------------------------ */
+
+typedef struct sbuf { char *p; size_t len, cap; } sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->p && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
+        size_t cap = (b->cap + (size_t)n + 256) * 2;
+        char *q = realloc(b->p, cap);
+        if (!q) return;
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+static int num(const cJSON *doc, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
+    return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
+}
+
+static int arr_at(const cJSON *doc, const char *key, int i) {
+    const cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(doc, key), i);
+    return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
+}
+
+static void render_layout(sbuf *b, const cJSON *doc) {
+    int n = num(doc, "n_caches"), layers = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "layer_to_cache"));
+    sb_printf(b, "cache layout: %d caches for %d layers | prefill_chunk_size %d | max_ctx_len %d\n", n, layers,
+              num(doc, "prefill_chunk_size"), num(doc, "max_ctx_len"));
+    for (int c = 0; c < n; c++) {
+        int w = arr_at(doc, "windows", c);
+        sb_printf(b, "  cache %2d: kv_heads %d, head_dim %d, %s", c, arr_at(doc, "kv_heads", c), arr_at(doc, "head_dims", c),
+                  w ? "ring" : "flat");
+        if (w) sb_printf(b, " (window %d)", w);
+        sb_printf(b, " | layers");
+        for (int l = 0; l < layers; l++)
+            if (arr_at(doc, "layer_to_cache", l) == c) sb_printf(b, " %d", l);
+        sb_printf(b, "\n");
+    }
+}
+
+static void render_tensors(sbuf *b, const cJSON *tensors) {
+    const cJSON *t;
+    sb_printf(b, "tensors (%d):\n", cJSON_GetArraySize(tensors));
+    cJSON_ArrayForEach(t, tensors) {
+        char shape[96] = "";
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(t, "shape"))
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", shape[0] ? ", " : "", (long long)d->valuedouble);
+        sb_printf(b, "  %-52s %-5s [%s] %.0f bytes\n", okv_json_str(t, "name"), okv_json_str(t, "dtype"), shape,
+                  cJSON_GetObjectItemCaseSensitive(t, "nbytes")->valuedouble);
+    }
+}
+
+char *okv_describe_render(const cJSON *doc, bool json) {
+    if (json) return cJSON_Print(doc);
+    sbuf b = {0};
+    const char *dtype = okv_json_str(doc, "dtype");
+    sb_printf(&b, "architecture: %s%s%s\n", okv_json_str(doc, "architecture"), dtype ? " | dtype " : "", dtype ? dtype : "");
+    const cJSON *e;
+    static const char *const facts[] = {"vocab_size", "hidden_size", "n_layers", "bos_id"};
+    for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(doc, facts[i])) sb_printf(&b, "%s: %d\n", facts[i], num(doc, facts[i]));
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(doc, "eos_ids");
+    if (eos) {
+        sb_printf(&b, "eos_ids:");
+        cJSON_ArrayForEach(e, eos) sb_printf(&b, " %d", (int)e->valuedouble);
+        sb_printf(&b, "\n");
+    }
+    render_layout(&b, doc);
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(doc, "tokenizer");
+    if (tok) {
+        sb_printf(&b, "tokenizer:");
+        cJSON_ArrayForEach(e, tok) {
+            if (cJSON_IsString(e)) sb_printf(&b, " %s=%s", e->string, e->valuestring);
+            else if (cJSON_IsBool(e)) sb_printf(&b, " %s=%s", e->string, cJSON_IsTrue(e) ? "yes" : "no");
+            else if (cJSON_IsNumber(e)) sb_printf(&b, " %s=%.0f", e->string, e->valuedouble);
+        }
+        sb_printf(&b, "\n");
+    }
+    const cJSON *graph = cJSON_GetObjectItemCaseSensitive(doc, "graph");
+    if (graph) {
+        sb_printf(&b, "graph: %d nodes, %d values |", num(graph, "n_nodes"), num(graph, "n_values"));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(graph, "ops")) sb_printf(&b, " %s x%d", e->string, (int)e->valuedouble);
+        sb_printf(&b, "\n");
+    }
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(doc, "tensors");
+    if (tensors) render_tensors(&b, tensors);
+    return b.p;
+}
+
+/* ---- program documents ------------------------------------------------------------ */
+
+static cJSON *graph_doc(const okv_graph *g) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "n_nodes", g->n_nodes);
+    cJSON_AddNumberToObject(j, "n_values", g->n_values);
+    int count[OKV_OP_COUNT] = {0};
+    for (int n = 0; n < g->n_nodes; n++) count[g->nodes[n].op]++;
+    cJSON *ops = cJSON_AddObjectToObject(j, "ops");
+    for (int op = 0; op < OKV_OP_COUNT; op++)
+        if (count[op]) cJSON_AddNumberToObject(ops, okv_op_name((okv_op)op), count[op]);
+    cJSON *attn = cJSON_AddArrayToObject(j, "attention");
+    for (int n = 0; n < g->n_nodes; n++) {
+        const okv_node *nd = &g->nodes[n];
+        if (nd->op != OKV_OP_ATTN) continue;
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "cache", nd->i[0]);
+        cJSON_AddNumberToObject(a, "heads", nd->i[1]);
+        cJSON_AddNumberToObject(a, "kv_heads", nd->i[2]);
+        cJSON_AddNumberToObject(a, "head_dim", nd->i[3]);
+        cJSON_AddBoolToObject(a, "writes", nd->i[4] != 0);
+        cJSON_AddNumberToObject(a, "scale", nd->f[0]);
+        cJSON_AddItemToArray(attn, a);
+    }
+    return j;
+}
+
+static cJSON *tensors_doc(const okv_program_file *pf) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int t = 0; t < pf->n_tensors; t++) {
+        const okv_tensor *ts = &pf->tensors[t];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", ts->name);
+        cJSON_AddStringToObject(o, "dtype", okv_tdtype_name(ts->dtype));
+        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < ts->n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts->shape[d]));
+        cJSON_AddNumberToObject(o, "offset", (double)ts->offset);
+        cJSON_AddNumberToObject(o, "nbytes", (double)ts->nbytes);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+cJSON *okv_describe_program_doc(const okv_program_file *pf) {
+    const okv_meta *m = &pf->meta;
+    cJSON *doc = okv_describe_layout_doc(&pf->layout, m->architecture, okv_dtype_name(m->dtype));
+    cJSON_AddNumberToObject(doc, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(doc, "hidden_size", m->hidden_size);
+    cJSON_AddNumberToObject(doc, "n_layers", m->n_layers);
+    cJSON_AddNumberToObject(doc, "bos_id", m->bos_id);
+    cJSON *eos = cJSON_AddArrayToObject(doc, "eos_ids");
+    for (int i = 0; i < m->n_eos; i++) cJSON_AddItemToArray(eos, cJSON_CreateNumber(m->eos_ids[i]));
+    cJSON_AddStringToObject(doc, "source", m->source ? m->source : "");
+    cJSON *extra = m->extra_json ? cJSON_Parse(m->extra_json) : NULL;
+    if (extra) cJSON_AddItemToObject(doc, "config", extra);
+    cJSON *tok = cJSON_AddObjectToObject(doc, "tokenizer");
+    static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < sizeof blobs / sizeof blobs[0]; i++) {
+        int t = okv_format_find_tensor(pf, blobs[i]);
+        cJSON_AddNumberToObject(tok, blobs[i], t >= 0 ? (double)pf->tensors[t].nbytes : 0);
+    }
+    cJSON_AddItemToObject(doc, "graph", graph_doc(&pf->graph));
+    cJSON_AddItemToObject(doc, "tensors", tensors_doc(pf));
+    return doc;
+}

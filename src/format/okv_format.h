@@ -1,0 +1,145 @@
+/* okv_format.h — the program file: what an exported model is on disk and in
+ * memory.
+ *
+ * A program is a stateless step graph plus everything needed to run it:
+ *
+ *   [0..48)   fixed header: magic "OKVPROG\0", version, CRC-32 of the JSON
+ *             header, header length, data offset, data size
+ *   [48..)    JSON header: metadata, cache layout, graph, tensor table
+ *   [data..)  tensor data, each tensor 64-byte aligned (mmap-friendly)
+ *
+ * The JSON header keeps the format readable and extensible; tensor bytes are
+ * never parsed, only mapped. The loader validates every offset, size, index
+ * and enum before anything is used, so a truncated or corrupted file gives a
+ * precise error, never a crash.
+ *
+ * The graph's values are activations of shape [rows, width] in float32,
+ * where rows is the step's T (or, after a SELECT_ROWS node, the number of
+ * logit rows the caller asked for). Token ids and positions are the graph's
+ * two inputs and are not values. */
+#ifndef OKV_FORMAT_H
+#define OKV_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offkv_base.h"
+#include "okv_cache.h"
+
+#define OKV_FORMAT_VERSION 1
+#define OKV_ALIGN 64
+
+/* Element types of program tensors: the model dtypes plus raw bytes (for
+ * bundled blobs such as tokenizer.json). */
+typedef enum okv_tdtype {
+    OKV_T_F32 = OKV_F32,
+    OKV_T_F16 = OKV_F16,
+    OKV_T_BF16 = OKV_BF16,
+    OKV_T_U8 = 3
+} okv_tdtype;
+
+typedef struct okv_tensor {
+    char *name;
+    okv_tdtype dtype;
+    int n_dims;
+    int64_t shape[4];
+    uint64_t offset;    /* from the start of the data section */
+    uint64_t nbytes;
+    const void *data;   /* reader: points into the mapping; writer: source */
+} okv_tensor;
+
+typedef enum okv_op {
+    OKV_OP_EMBED = 0,   /* ids -> [T, w]: table w0, f0 = scale */
+    OKV_OP_RMSNORM,     /* in0 -> out: weight w0 (optional), i0 = group, f0 = eps */
+    OKV_OP_MATMUL,      /* in0 @ w0^T (+ bias w1) */
+    OKV_OP_ROPE,        /* in0 rotated: inv_freq w0, i0 = n_heads, i1 = head_dim */
+    OKV_OP_ATTN,        /* update_and_attend(q=in0, k=in1, v=in2): i0 = cache id,
+                           i1 = n_heads, i2 = kv_heads, i3 = head_dim,
+                           i4 = 1 if the node writes k/v (0: attend-only), f0 = scale */
+    OKV_OP_GLU,         /* act(in0) * in1: i0 = okv_act */
+    OKV_OP_ADD,         /* in0 + in1 */
+    OKV_OP_MUL,         /* in0 * in1 */
+    OKV_OP_SCALE,       /* in0 * f0 */
+    OKV_OP_SOFTCAP,     /* tanh(in0 / f0) * f0 */
+    OKV_OP_SLICE,       /* columns [i0, i0 + width) of in0 */
+    OKV_OP_SELECT_ROWS, /* the logit rows the caller wants (all or last) */
+    OKV_OP_COUNT
+} okv_op;
+
+#define OKV_NODE_MAX_IN 3
+#define OKV_NODE_MAX_I 6
+#define OKV_NODE_MAX_F 2
+
+typedef struct okv_node {
+    okv_op op;
+    int in[OKV_NODE_MAX_IN];   /* value ids, -1 = unused */
+    int out;                   /* value id */
+    int w[2];                  /* tensor ids, -1 = unused */
+    int32_t i[OKV_NODE_MAX_I];
+    float f[OKV_NODE_MAX_F];
+} okv_node;
+
+typedef struct okv_value {
+    int width;
+    bool logit_rows;   /* rows = selected logit rows instead of T */
+} okv_value;
+
+typedef struct okv_graph {
+    int n_values, n_nodes;
+    okv_value *values;
+    okv_node *nodes;
+    int output;        /* value holding the logits [rows, vocab] */
+} okv_graph;
+
+/* What `inspect` shows and the runtime needs besides graph and layout. */
+typedef struct okv_meta {
+    char *architecture;      /* HF class name, e.g. "LlamaForCausalLM" */
+    okv_dtype dtype;         /* weight dtype chosen at export */
+    int vocab_size, hidden_size, n_layers;
+    int bos_id;              /* -1 if none */
+    int *eos_ids;            /* generation_config's EOS list (may be several) */
+    int n_eos;
+    char *source;            /* checkpoint directory it was exported from */
+    char *extra_json;        /* free-form JSON object of other facts (tokenizer bits, ...) */
+} okv_meta;
+
+typedef struct okv_program_file {
+    okv_meta meta;
+    okv_layout layout;
+    okv_graph graph;
+    int n_tensors;
+    okv_tensor *tensors;
+    /* writer side: tensors whose data is NULL are produced on demand into a
+     * scratch buffer of nbytes (so export never holds the whole model) */
+    okv_status (*produce)(void *ctx, int tensor, void *dst, okv_error *err);
+    void *produce_ctx;
+    /* reader side */
+    void *map;
+    size_t map_size;
+    char *header_json;       /* the parsed JSON header text (for inspect --json) */
+} okv_program_file;
+
+const char *okv_op_name(okv_op op);
+int okv_op_parse(const char *name);   /* -1 if unknown */
+size_t okv_tdtype_size(okv_tdtype t);
+const char *okv_tdtype_name(okv_tdtype t);
+
+/* Writes pf (tensors' data pointers are the sources) to path atomically:
+ * a temporary file renamed into place, removed on any failure. */
+okv_status okv_format_write(const char *path, const okv_program_file *pf, okv_error *err);
+/* Maps and validates path. */
+okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *err);
+void okv_format_close(okv_program_file *pf);
+/* Frees what a writer-side okv_program_file owns (names, graph, meta). */
+void okv_program_file_clear(okv_program_file *pf);
+/* The layout as a JSON object (n_caches, kv_heads, head_dims, windows,
+ * layer_to_cache, prefill_chunk_size, max_ctx_len). */
+struct cJSON;
+struct cJSON *okv_layout_to_json(const okv_layout *l);
+/* Finds a tensor by name; -1 if absent. */
+int okv_format_find_tensor(const okv_program_file *pf, const char *name);
+/* Checks the graph against tensors and layout (ids in range, widths agree). */
+okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err);
+
+#endif

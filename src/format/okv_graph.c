@@ -1,0 +1,163 @@
+/* okv_graph.c — validation of a step graph against its tensors and cache
+ * layout. A program that passes can be executed without further checks:
+ * every value is produced exactly once before it is read, every width agrees
+ * with the tensors a node uses, and every update_and_attend node matches the
+ * geometry (kv_heads, head_dim) of the cache it addresses. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "okv_common.h"
+#include "okv_format.h"
+
+typedef struct graph_check {
+    const okv_program_file *pf;
+    const okv_node *nd;
+    int idx;
+    okv_error *err;
+} graph_check;
+
+static okv_status bad(graph_check *c, const char *what) {
+    return okv_fail(c->err, OKV_ERR_FORMAT, "graph node %d (%s): %s", c->idx, okv_op_name(c->nd->op), what);
+}
+
+static int width(graph_check *c, int v) { return c->pf->graph.values[v].width; }
+
+/* Tensor w[k] must exist (or be -1 when optional) with the given float dtype
+ * rules, dims and shape (shape entries < 0 are not checked). */
+static okv_status check_tensor(graph_check *c, int k, bool optional, int n_dims, int64_t d0, int64_t d1, bool f32_only) {
+    int t = c->nd->w[k];
+    if (t == -1 && optional) return OKV_OK;
+    if (t < 0 || t >= c->pf->n_tensors) return bad(c, "tensor index out of range");
+    const okv_tensor *ts = &c->pf->tensors[t];
+    char msg[512];
+    if (ts->dtype == OKV_T_U8 || (f32_only && ts->dtype != OKV_T_F32)) {
+        snprintf(msg, sizeof msg, "tensor '%s' has dtype %s, expected %s", ts->name, okv_tdtype_name(ts->dtype),
+                 f32_only ? "f32" : "a float type");
+        return bad(c, msg);
+    }
+    if (ts->n_dims != n_dims || (d0 >= 0 && ts->shape[0] != d0) || (n_dims > 1 && d1 >= 0 && ts->shape[1] != d1)) {
+        snprintf(msg, sizeof msg, "tensor '%s' has the wrong shape", ts->name);
+        return bad(c, msg);
+    }
+    return OKV_OK;
+}
+
+static okv_status check_attn(graph_check *c) {
+    const okv_node *nd = c->nd;
+    const okv_layout *l = &c->pf->layout;
+    int cache = nd->i[0], hq = nd->i[1], hkv = nd->i[2], d = nd->i[3];
+    char msg[256];
+    if (cache < 0 || cache >= l->n_caches) return bad(c, "cache id out of range");
+    if (hq < 1 || hkv < 1 || d < 1 || hq % hkv) return bad(c, "head counts must be positive, heads a multiple of kv_heads");
+    if (l->kv_heads[cache] != hkv || l->head_dims[cache] != d) {
+        snprintf(msg, sizeof msg, "node has kv_heads %d, head_dim %d but cache %d has kv_heads %d, head_dim %d", hkv, d,
+                 cache, l->kv_heads[cache], l->head_dims[cache]);
+        return bad(c, msg);
+    }
+    if (width(c, nd->in[0]) != hq * d || width(c, nd->out) != hq * d) return bad(c, "q/out width != heads * head_dim");
+    bool writes = nd->i[4] != 0;
+    if (writes && (nd->in[1] < 0 || nd->in[2] < 0)) return bad(c, "a writing node needs k and v");
+    if (!writes && (nd->in[1] >= 0 || nd->in[2] >= 0)) return bad(c, "an attend-only node takes no k/v");
+    if (writes && (width(c, nd->in[1]) != hkv * d || width(c, nd->in[2]) != hkv * d))
+        return bad(c, "k/v width != kv_heads * head_dim");
+    return OKV_OK;
+}
+
+static bool same_width(graph_check *c, int a, int b) { return width(c, a) == width(c, b); }
+
+static okv_status check_node_shapes(graph_check *c) {
+    const okv_node *nd = c->nd;
+    int in0 = nd->in[0], out = nd->out;
+    switch (nd->op) {
+    case OKV_OP_EMBED:
+        return check_tensor(c, 0, false, 2, -1, width(c, out), false);
+    case OKV_OP_RMSNORM:
+        if (!same_width(c, in0, out) || nd->i[0] < 1 || width(c, in0) % nd->i[0]) return bad(c, "group must divide the width");
+        if (!(nd->f[0] > 0)) return bad(c, "eps must be positive");
+        return check_tensor(c, 0, true, 1, nd->i[0], -1, true);
+    case OKV_OP_MATMUL: {
+        okv_status st = check_tensor(c, 0, false, 2, width(c, out), width(c, in0), false);
+        return st ? st : check_tensor(c, 1, true, 1, width(c, out), -1, true);
+    }
+    case OKV_OP_ROPE:
+        if (!same_width(c, in0, out) || nd->i[0] < 1 || nd->i[1] < 2 || nd->i[1] % 2 || nd->i[0] * nd->i[1] != width(c, in0))
+            return bad(c, "width != n_heads * head_dim (even)");
+        return check_tensor(c, 0, false, 1, nd->i[1] / 2, -1, true);
+    case OKV_OP_ATTN:
+        return check_attn(c);
+    case OKV_OP_GLU:
+        if (nd->i[0] < 0 || nd->i[0] > 1) return bad(c, "unknown activation");
+        /* fallthrough */
+    case OKV_OP_ADD:
+    case OKV_OP_MUL:
+        return same_width(c, in0, out) && same_width(c, nd->in[1], out) ? OKV_OK : bad(c, "operand widths differ");
+    case OKV_OP_SCALE:   /* x * f0 (* the one-element tensor w0 if present) */
+        if (!same_width(c, in0, out)) return bad(c, "operand widths differ");
+        return check_tensor(c, 0, true, 1, 1, -1, true);
+    case OKV_OP_SOFTCAP:
+        if (!(nd->f[0] > 0)) return bad(c, "softcap must be positive");
+        return same_width(c, in0, out) ? OKV_OK : bad(c, "operand widths differ");
+    case OKV_OP_SLICE:
+        return nd->i[0] >= 0 && nd->i[0] + width(c, out) <= width(c, in0) ? OKV_OK : bad(c, "slice out of range");
+    case OKV_OP_SELECT_ROWS:
+        if (!same_width(c, in0, out)) return bad(c, "operand widths differ");
+        return c->pf->graph.values[out].logit_rows && !c->pf->graph.values[in0].logit_rows
+                   ? OKV_OK : bad(c, "must map step rows to logit rows");
+    case OKV_OP_COUNT:
+        break;
+    }
+    return bad(c, "unknown op");
+}
+
+static int n_inputs(okv_op op) {
+    switch (op) {
+    case OKV_OP_EMBED: return 0;
+    case OKV_OP_ATTN: return 3;
+    case OKV_OP_GLU: case OKV_OP_ADD: case OKV_OP_MUL: return 2;
+    default: return 1;
+    }
+}
+
+/* Inputs must be defined earlier, unused slots -1, and all operands on the
+ * same row kind as the output (except select_rows). */
+static okv_status check_operands(graph_check *c, const bool *defined) {
+    const okv_graph *g = &c->pf->graph;
+    const okv_node *nd = c->nd;
+    if (nd->out < 0 || nd->out >= g->n_values) return bad(c, "output value out of range");
+    if (defined[nd->out]) return bad(c, "output value defined twice");
+    int need = n_inputs(nd->op);
+    for (int k = 0; k < OKV_NODE_MAX_IN; k++) {
+        int v = nd->in[k];
+        bool optional = nd->op == OKV_OP_ATTN && k > 0;
+        if (k >= need || (optional && v == -1)) {
+            if (v != -1 && k >= need) return bad(c, "unexpected input");
+            continue;
+        }
+        if (v < 0 || v >= g->n_values || !defined[v]) return bad(c, "input value undefined or out of range");
+        if (nd->op != OKV_OP_SELECT_ROWS && g->values[v].logit_rows != g->values[nd->out].logit_rows)
+            return bad(c, "operands mix step rows and logit rows");
+    }
+    if (nd->op == OKV_OP_EMBED && g->values[nd->out].logit_rows) return bad(c, "embed produces step rows");
+    return OKV_OK;
+}
+
+okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err) {
+    const okv_graph *g = &pf->graph;
+    if (g->n_nodes < 1 || g->n_values < 1) return okv_fail(err, OKV_ERR_FORMAT, "graph is empty");
+    bool *defined = calloc((size_t)g->n_values, 1);
+    if (!defined) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = OKV_OK;
+    for (int n = 0; n < g->n_nodes && !st; n++) {
+        graph_check c = {pf, &g->nodes[n], n, err};
+        st = check_operands(&c, defined);
+        if (!st) st = check_node_shapes(&c);
+        if (!st) defined[g->nodes[n].out] = true;
+    }
+    if (!st && (g->output < 0 || g->output >= g->n_values || !defined[g->output]))
+        st = okv_fail(err, OKV_ERR_FORMAT, "graph output value %d is never computed", g->output);
+    if (!st && g->values[g->output].width != pf->meta.vocab_size)
+        st = okv_fail(err, OKV_ERR_FORMAT, "graph output width %d != vocab_size %d", g->values[g->output].width,
+                      pf->meta.vocab_size);
+    free(defined);
+    return st;
+}

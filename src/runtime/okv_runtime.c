@@ -1,0 +1,328 @@
+/* okv_runtime.c — loading programs, binding them to caches by key, and
+ * executing steps.
+ *
+ * A runner owns everything a step needs besides the weights and caches: a
+ * thread pool, the kernel table chosen for this CPU, and one activation
+ * arena planned once for the program's largest step (every graph value gets
+ * a fixed offset; values whose lifetimes do not overlap share storage).
+ * A step is: validate ids -> okv_kv_begin_step (validates positions and
+ * capacity, plans cache runs; on failure nothing changed) -> run the nodes in
+ * order -> okv_kv_commit_step. Nothing after begin_step can fail, which is
+ * what makes a step transactional. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "offkv.h"
+#include "okv_cache.h"
+#include "okv_common.h"
+#include "okv_format.h"
+#include "okv_describe.h"
+#include "okv_kernels.h"
+
+struct okv_program {
+    okv_program_file *pf;
+};
+
+okv_status okv_program_open(const char *path, okv_program **out, okv_error *err) {
+    okv_program *p = calloc(1, sizeof *p);
+    if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = okv_format_open(path, &p->pf, err);
+    if (st) { free(p); return st; }
+    *out = p;
+    return OKV_OK;
+}
+
+void okv_program_free(okv_program *p) {
+    if (!p) return;
+    okv_format_close(p->pf);
+    free(p);
+}
+
+void okv_program_get_info(const okv_program *p, okv_program_info *info) {
+    const okv_meta *m = &p->pf->meta;
+    const okv_layout *l = &p->pf->layout;
+    *info = (okv_program_info){m->architecture, m->dtype, m->vocab_size, m->hidden_size, m->n_layers, l->n_caches,
+                               l->prefill_chunk_size, l->max_ctx_len, m->bos_id, m->eos_ids, m->n_eos};
+}
+
+const void *okv_program_blob(const okv_program *p, const char *name, size_t *len) {
+    int t = okv_format_find_tensor(p->pf, name);
+    if (t < 0 || p->pf->tensors[t].dtype != OKV_T_U8) return NULL;
+    if (len) *len = p->pf->tensors[t].nbytes;
+    return p->pf->tensors[t].data;
+}
+
+/* ---- caches by key ----------------------------------------------------------- */
+
+void okv_cache_options_default(okv_cache_options *o) {
+    memset(o, 0, sizeof *o);
+    o->storage_dtype = OKV_F32;
+}
+
+okv_status okv_cache_install(const char *key, const okv_program *p, const okv_cache_options *o, okv_error *err) {
+    okv_cache_options d;
+    if (!o) { okv_cache_options_default(&d); o = &d; }
+    okv_kv_options ko;
+    okv_kv_options_default(&ko);
+    ko.storage_dtype = o->storage_dtype;
+    ko.max_capacity = o->max_capacity;
+    ko.initial_capacity = o->initial_capacity;
+    ko.windows_override = o->windows;
+    ko.n_windows_override = o->n_windows;
+    return okv_registry_install(key, &p->pf->layout, &ko, err);
+}
+
+okv_status okv_cache_remove(const char *key, okv_error *err) { return okv_registry_remove(key, err); }
+
+/* Runs fn on the kv set registered under key. */
+static okv_status with_kv(const char *key, okv_status (*fn)(okv_kv *, void *, okv_error *), void *arg, okv_error *err) {
+    okv_kv *kv;
+    okv_status st = okv_registry_acquire(key, &kv, err);
+    if (st) return st;
+    st = fn(kv, arg, err);
+    okv_registry_release(kv);
+    return st;
+}
+
+static okv_status do_length(okv_kv *kv, void *arg, okv_error *err) { *(int *)arg = okv_kv_length(kv); return OKV_OK; }
+static okv_status do_rewind(okv_kv *kv, void *arg, okv_error *err) { return okv_kv_rewind(kv, *(int *)arg, err); }
+static okv_status do_clear(okv_kv *kv, void *arg, okv_error *err) { okv_kv_clear(kv); return OKV_OK; }
+static okv_status do_bytes(okv_kv *kv, void *arg, okv_error *err) { *(size_t *)arg = okv_kv_bytes(kv); return OKV_OK; }
+
+okv_status okv_cache_length(const char *key, int *length, okv_error *err) { return with_kv(key, do_length, length, err); }
+okv_status okv_cache_rewind(const char *key, int new_len, okv_error *err) { return with_kv(key, do_rewind, &new_len, err); }
+okv_status okv_cache_clear(const char *key, okv_error *err) { return with_kv(key, do_clear, NULL, err); }
+okv_status okv_cache_bytes(const char *key, size_t *bytes, okv_error *err) { return with_kv(key, do_bytes, bytes, err); }
+
+typedef struct describe_arg { char *buf; size_t n; } describe_arg;
+static okv_status do_describe(okv_kv *kv, void *arg, okv_error *err) {
+    describe_arg *a = arg;
+    okv_kv_describe(kv, a->buf, a->n);
+    return OKV_OK;
+}
+okv_status okv_cache_describe(const char *key, char *buf, size_t n, okv_error *err) {
+    describe_arg a = {buf, n};
+    return with_kv(key, do_describe, &a, err);
+}
+
+/* ---- runner: memory plan --------------------------------------------------------- */
+
+struct okv_runner {
+    const okv_program *p;
+    okv_kv *kv;
+    okv_threadpool *tp;
+    const okv_kernels *k;
+    bool ref_attn;
+    int max_T;
+    float *arena;
+    size_t *offset;       /* [n_values] float offset of each value in the arena */
+};
+
+void okv_runner_options_default(okv_runner_options *o) { memset(o, 0, sizeof *o); }
+
+/* The smallest free buffer that fits, else the largest free one (it will
+ * grow), else -1. */
+static int pick_buffer(const size_t *size, const bool *busy, int n, size_t need) {
+    int fit = -1, largest = -1;
+    for (int b = 0; b < n; b++) {
+        if (busy[b]) continue;
+        if (size[b] >= need && (fit < 0 || size[b] < size[fit])) fit = b;
+        if (largest < 0 || size[b] > size[largest]) largest = b;
+    }
+    return fit >= 0 ? fit : largest;
+}
+
+/* Assigns each value a buffer; buffers are reused once every reader of the
+ * value that held them has run. Returns the arena size in floats. */
+static okv_status plan_memory(okv_runner *r, okv_error *err) {
+    const okv_graph *g = &r->p->pf->graph;
+    int *last = malloc(sizeof(int) * (size_t)g->n_values);
+    int *buf_of = malloc(sizeof(int) * (size_t)g->n_values);
+    size_t *buf_size = calloc((size_t)g->n_values, sizeof *buf_size);
+    bool *busy = calloc((size_t)g->n_values, 1);
+    r->offset = calloc((size_t)g->n_values, sizeof *r->offset);
+    if (!last || !buf_of || !buf_size || !busy || !r->offset) {
+        free(last); free(buf_of); free(buf_size); free(busy);
+        return okv_fail(err, OKV_ERR_NOMEM, "out of memory planning activations");
+    }
+    for (int v = 0; v < g->n_values; v++) last[v] = -1;
+    for (int n = 0; n < g->n_nodes; n++)
+        for (int k = 0; k < OKV_NODE_MAX_IN; k++)
+            if (g->nodes[n].in[k] >= 0) last[g->nodes[n].in[k]] = n;
+    last[g->output] = g->n_nodes;
+    int n_bufs = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        int v = g->nodes[n].out;
+        size_t need = (size_t)g->values[v].width * (size_t)r->max_T;
+        int best = pick_buffer(buf_size, busy, n_bufs, need);
+        if (best < 0) best = n_bufs++;
+        if (buf_size[best] < need) buf_size[best] = need;
+        busy[best] = true;
+        buf_of[v] = best;
+        for (int k = 0; k < OKV_NODE_MAX_IN; k++) {
+            int in = g->nodes[n].in[k];
+            if (in >= 0 && last[in] == n) busy[buf_of[in]] = false;
+        }
+        if (last[v] < 0) busy[best] = false;   /* never read (should not happen) */
+    }
+    size_t total = 0;
+    size_t *buf_off = calloc((size_t)n_bufs + 1, sizeof *buf_off);
+    for (int b = 0; buf_off && b < n_bufs; b++) { buf_off[b] = total; total += (buf_size[b] + 15) / 16 * 16; }
+    for (int n = 0; buf_off && n < g->n_nodes; n++) r->offset[g->nodes[n].out] = buf_off[buf_of[g->nodes[n].out]];
+    free(last); free(buf_of); free(buf_size); free(busy);
+    if (!buf_off) return okv_fail(err, OKV_ERR_NOMEM, "out of memory planning activations");
+    free(buf_off);
+    r->arena = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64 + 64);
+    if (!r->arena) return okv_fail(err, OKV_ERR_NOMEM, "out of memory for activations (%zu floats)", total);
+    return OKV_OK;
+}
+
+okv_status okv_runner_create(const okv_program *p, const char *cache_key, const okv_runner_options *o, okv_runner **out,
+                             okv_error *err) {
+    okv_runner_options d;
+    if (!o) { okv_runner_options_default(&d); o = &d; }
+    okv_runner *r = calloc(1, sizeof *r);
+    if (!r) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    r->p = p;
+    r->max_T = p->pf->layout.prefill_chunk_size;
+    r->ref_attn = o->reference_attention;
+    r->k = okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
+    okv_status st = okv_registry_acquire(cache_key, &r->kv, err);
+    if (!st) {
+        const okv_layout *a = &r->kv->layout, *b = &p->pf->layout;
+        bool same = a->n_caches == b->n_caches;
+        for (int c = 0; same && c < a->n_caches; c++)
+            same = a->kv_heads[c] == b->kv_heads[c] && a->head_dims[c] == b->head_dims[c];
+        if (!same || r->kv->seq.max_write < r->max_T)
+            st = okv_fail(err, OKV_ERR_INVALID, "cache key '%s' was built for a different layout than this program", cache_key);
+    } else r->kv = NULL;
+    if (!st) {
+        r->tp = okv_threadpool_create(o->n_threads);
+        if (!r->tp) st = okv_fail(err, OKV_ERR_NOMEM, "cannot create thread pool");
+    }
+    if (!st) st = plan_memory(r, err);
+    if (st) { okv_runner_free(r); return st; }
+    *out = r;
+    return OKV_OK;
+}
+
+void okv_runner_free(okv_runner *r) {
+    if (!r) return;
+    if (r->kv) okv_registry_release(r->kv);
+    okv_threadpool_free(r->tp);
+    free(r->arena);
+    free(r->offset);
+    free(r);
+}
+
+/* ---- runner: executing a step ------------------------------------------------------- */
+
+typedef struct step_ctx {
+    okv_runner *r;
+    const int32_t *ids, *pos;
+    int T, R;             /* step rows, logit rows */
+    okv_logits_rows rows;
+} step_ctx;
+
+static float *val(step_ctx *s, int v) { return v < 0 ? NULL : s->r->arena + s->r->offset[v]; }
+static const okv_tensor *tensor(step_ctx *s, int t) { return t < 0 ? NULL : &s->r->p->pf->tensors[t]; }
+static const float *tensor_f32(step_ctx *s, int t) { return t < 0 ? NULL : (const float *)tensor(s, t)->data; }
+static int rows_of(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].logit_rows ? s->R : s->T; }
+static int width(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].width; }
+
+static void run_attention(step_ctx *s, const okv_node *nd) {
+    okv_kv *kv = s->r->kv;
+    const okv_cache *c = &kv->caches[nd->i[0]];
+    const okv_step_plan *plan = &kv->plans[nd->i[0]];
+    okv_kv_view view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
+    if (nd->i[4]) okv_kv_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
+    okv_attn_args a = {val(s, nd->in[0]), s->T, nd->i[1], s->pos, view, plan->read, plan->n_read,
+                       plan->window, nd->f[0], val(s, nd->out)};
+    if (s->r->ref_attn) okv_attend_reference(&a);
+    else s->r->k->attend(s->r->tp, &a);
+}
+
+static void select_rows(step_ctx *s, const okv_node *nd) {
+    int w = width(s, nd->out);
+    const float *in = val(s, nd->in[0]);
+    if (s->rows == OKV_LOGITS_ALL) memcpy(val(s, nd->out), in, sizeof(float) * (size_t)w * (size_t)s->T);
+    else if (s->rows == OKV_LOGITS_LAST) memcpy(val(s, nd->out), in + (size_t)(s->T - 1) * w, sizeof(float) * (size_t)w);
+}
+
+static void run_node(step_ctx *s, const okv_node *nd) {
+    const okv_kernels *k = s->r->k;
+    float *out = val(s, nd->out);
+    const float *a = val(s, nd->in[0]), *b = val(s, nd->in[1]);
+    int rows = rows_of(s, nd->out), w = width(s, nd->out);
+    size_t n = (size_t)rows * (size_t)w;
+    if (rows == 0) return;
+    switch (nd->op) {
+    case OKV_OP_EMBED: {
+        const okv_tensor *t = tensor(s, nd->w[0]);
+        okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, nd->f[0]);
+        break;
+    }
+    case OKV_OP_RMSNORM: k->rmsnorm(out, a, rows, w, nd->i[0], tensor_f32(s, nd->w[0]), nd->f[0]); break;
+    case OKV_OP_MATMUL: {
+        const okv_tensor *t = tensor(s, nd->w[0]);
+        k->matmul(s->r->tp, out, a, rows, width(s, nd->in[0]), t->data, (okv_dtype)t->dtype, w, tensor_f32(s, nd->w[1]));
+        break;
+    }
+    case OKV_OP_ROPE:
+        memcpy(out, a, n * sizeof *out);
+        okv_rope(out, rows, nd->i[0], nd->i[1], s->pos, tensor_f32(s, nd->w[0]));
+        break;
+    case OKV_OP_ATTN: run_attention(s, nd); break;
+    case OKV_OP_GLU: k->glu(out, a, b, n, (okv_act)nd->i[0]); break;
+    case OKV_OP_ADD: okv_add(out, a, b, n); break;
+    case OKV_OP_MUL: for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i]; break;
+    case OKV_OP_SCALE: okv_scale(out, a, n, nd->f[0] * (nd->w[0] >= 0 ? tensor_f32(s, nd->w[0])[0] : 1.0f)); break;
+    case OKV_OP_SOFTCAP: memcpy(out, a, n * sizeof *out); okv_softcap(out, n, nd->f[0]); break;
+    case OKV_OP_SLICE: {
+        int win = width(s, nd->in[0]);
+        for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * w, a + (size_t)r * win + nd->i[0], sizeof(float) * (size_t)w);
+        break;
+    }
+    case OKV_OP_SELECT_ROWS: select_rows(s, nd); break;
+    case OKV_OP_COUNT: break;
+    }
+}
+
+/* Every id must index every embedding table the graph reads. */
+static okv_status check_ids(const okv_runner *r, const int32_t *ids, int T, okv_error *err) {
+    const okv_program_file *pf = r->p->pf;
+    for (int n = 0; n < pf->graph.n_nodes; n++) {
+        const okv_node *nd = &pf->graph.nodes[n];
+        if (nd->op != OKV_OP_EMBED) continue;
+        int64_t rows = pf->tensors[nd->w[0]].shape[0];
+        for (int t = 0; t < T; t++)
+            if (ids[t] < 0 || ids[t] >= rows)
+                return okv_fail(err, OKV_ERR_INVALID, "token id %d at step index %d is outside the vocabulary [0, %lld)",
+                                ids[t], t, (long long)rows);
+    }
+    return OKV_OK;
+}
+
+okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *positions, int T, okv_logits_rows rows,
+                           float *logits, okv_error *err) {
+    if (T < 1 || T > r->max_T)
+        return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens: must be 1..%d (the program's prefill_chunk_size)", T, r->max_T);
+    okv_status st = check_ids(r, ids, T, err);
+    if (!st) st = okv_kv_begin_step(r->kv, positions, T, err);
+    if (st) return st;
+    step_ctx s = {r, ids, positions, T, rows == OKV_LOGITS_ALL ? T : rows == OKV_LOGITS_LAST ? 1 : 0, rows};
+    const okv_graph *g = &r->p->pf->graph;
+    for (int n = 0; n < g->n_nodes; n++) run_node(&s, &g->nodes[n]);
+    okv_kv_commit_step(r->kv);
+    if (logits && s.R) memcpy(logits, val(&s, g->output), sizeof(float) * (size_t)s.R * (size_t)width(&s, g->output));
+    return OKV_OK;
+}
+
+/* ---- inspect ------------------------------------------------------------------------ */
+
+okv_status okv_program_describe(const okv_program *p, bool json, char **out, okv_error *err) {
+    cJSON *doc = okv_describe_program_doc(p->pf);
+    *out = doc ? okv_describe_render(doc, json) : NULL;
+    cJSON_Delete(doc);
+    return *out ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory describing the program");
+}
