@@ -1,0 +1,8 @@
+/* test_tok_qwen3.c — the qwen3 tokenizer fixtures (see tok_fixture_check.h). */
+#include "tok_fixture_check.h"
+
+int main(void) {
+    okv_tok *tok = run_fixture_dir("qwen3", true, true, false);
+    okv_tok_free(tok);
+    return okv_test_finish();
+}
