@@ -1,0 +1,161 @@
+/* e2e_util.h — helpers for the end-to-end tests: export a checkpoint into a
+ * temporary directory, run a token sequence through the public API in
+ * chunks, and compare logits (max abs diff, argmax, cosine). Everything goes
+ * through include/offkv.h, like a user would. */
+#ifndef OKV_E2E_UTIL_H
+#define OKV_E2E_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "offkv.h"
+#include "okv_common.h"
+#include "okv_test.h"
+
+#define FIXTURES "../shared/fixtures/models/"
+
+static char e2e_tmpdir[256];
+
+static const char *e2e_tmp(void) {
+    if (!e2e_tmpdir[0]) {
+        snprintf(e2e_tmpdir, sizeof e2e_tmpdir, "/tmp/okv-e2e-XXXXXX");
+        if (!mkdtemp(e2e_tmpdir)) { perror("mkdtemp"); exit(1); }
+    }
+    return e2e_tmpdir;
+}
+
+static void e2e_cleanup(void) {
+    if (!e2e_tmpdir[0]) return;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e2e_tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", e2e_tmpdir);
+}
+
+static char *e2e_path(const char *name) {
+    char *p = malloc(512);
+    snprintf(p, 512, "%s/%s", e2e_tmp(), name);
+    return p;
+}
+
+/* Exports dir to <tmp>/<name> (caller frees the returned path); NULL on failure (reported). */
+static char *e2e_export(const char *dir, const char *name, okv_dtype dtype, int chunk) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = dtype;
+    o.prefill_chunk_size = chunk;
+    okv_error err = {0};
+    char *out = e2e_path(name);
+    okv_status st = okv_export(dir, out, &o, &err);
+    CHECKF(st == OKV_OK, "export %s: %s", dir, err.message);
+    if (st) { free(out); return NULL; }
+    return out;
+}
+
+/* Reference tokens from reference.json; returns count. */
+static int e2e_ref_tokens(const char *model_dir, int32_t **ids) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/reference.json", model_dir);
+    cJSON *j;
+    okv_error err;
+    if (okv_json_load(path, &j, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens"), *e;
+    int n = cJSON_GetArraySize(t), k = 0;
+    *ids = malloc(sizeof(int32_t) * (size_t)n);
+    cJSON_ArrayForEach(e, t) (*ids)[k++] = (int32_t)e->valuedouble;
+    cJSON_Delete(j);
+    return n;
+}
+
+static float *e2e_ref_logits(const char *model_dir, size_t n) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/logits.f32", model_dir);
+    char *data;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(path, &data, &len, &err) || len != n * sizeof(float)) {
+        fprintf(stderr, "%s: cannot read or wrong size\n", path);
+        exit(1);
+    }
+    return (float *)data;
+}
+
+typedef struct e2e_run_opts {
+    int chunk;
+    okv_cache_options cache;
+    okv_runner_options runner;
+} e2e_run_opts;
+
+static void e2e_opts_default(e2e_run_opts *o) {
+    memset(o, 0, sizeof *o);
+    okv_cache_options_default(&o->cache);
+    okv_runner_options_default(&o->runner);
+    o->runner.n_threads = 2;
+}
+
+/* Runs ids through program p with fresh caches; returns [n, vocab] logits. */
+static float *e2e_run(const okv_program *p, const int32_t *ids, int n, const e2e_run_opts *o) {
+    okv_program_info info;
+    okv_program_get_info(p, &info);
+    okv_error err = {0};
+    const char *key = "e2e";
+    okv_runner *r = NULL;
+    okv_status st = okv_cache_install(key, p, &o->cache, &err);
+    if (!st) st = okv_runner_create(p, key, &o->runner, &r, &err);
+    CHECKF(st == OKV_OK, "setup: %s", err.message);
+    if (st) { okv_cache_remove(key, &err); return NULL; }
+    float *logits = calloc((size_t)n * (size_t)info.vocab_size, sizeof(float));
+    int chunk = o->chunk > 0 ? o->chunk : info.prefill_chunk_size;
+    for (int t = 0; t < n && !st; t += chunk) {
+        int T = n - t < chunk ? n - t : chunk;
+        int32_t pos[1024];
+        for (int k = 0; k < T; k++) pos[k] = t + k;
+        st = okv_runner_step(r, ids + t, pos, T, OKV_LOGITS_ALL, logits + (size_t)t * info.vocab_size, &err);
+        CHECKF(st == OKV_OK, "step at %d: %s", t, err.message);
+    }
+    okv_runner_free(r);
+    okv_cache_remove(key, &err);
+    if (st) { free(logits); return NULL; }
+    return logits;
+}
+
+static double e2e_max_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d;   /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+static int e2e_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Number of rows whose argmax differs. */
+static int e2e_argmax_mismatches(const float *a, const float *b, int rows, int V) {
+    int bad = 0;
+    for (int r = 0; r < rows; r++) bad += e2e_argmax(a + (size_t)r * V, V) != e2e_argmax(b + (size_t)r * V, V);
+    return bad;
+}
+
+/* Smallest per-row cosine similarity. */
+static double e2e_min_cosine(const float *a, const float *b, int rows, int V) {
+    double worst = 1.0;
+    for (int r = 0; r < rows; r++) {
+        double ab = 0, aa = 0, bb = 0;
+        for (int i = 0; i < V; i++) {
+            double x = a[(size_t)r * V + i], y = b[(size_t)r * V + i];
+            ab += x * y; aa += x * x; bb += y * y;
+        }
+        double c = ab / sqrt(aa * bb);
+        if (!(c >= worst)) worst = c;
+    }
+    return worst;
+}
+
+#endif
