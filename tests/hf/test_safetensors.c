@@ -467,6 +467,53 @@ static void test_fuzz(void) {
     free(orig);
 }
 
+/* Mutates a valid index (shards stay valid): open must fail cleanly or
+ * return only tensors that exist in the shards. */
+static void test_fuzz_index(void) {
+    okv_st_write_tensor w[6];
+    int n = make_tensors(w);
+    okv_error err;
+    const char *dir = tmp_path("fuzz_ix");
+    mkdir(dir, 0755);
+    CHECK_OK(okv_st_write_sharded(dir, w, n, 2, &err), &err);
+    char *ipath = okv_path_join(dir, OKV_ST_INDEX_NAME);
+    size_t len;
+    uint8_t *orig = slurp(ipath, &len);
+    if (!orig) { CHECK(0); free(ipath); return; }
+    uint8_t *buf = malloc(len);
+    uint64_t seed = 777;
+    int opened = 0, failed = 0, bad = 0;
+    static const char swaps[] = "0123456789./-\\\"{}[],: a";
+    for (int iter = 0; iter < 1000; iter++) {
+        memcpy(buf, orig, len);
+        size_t cur = len;
+        int muts = 1 + (int)(rng_next(&seed) % 3);
+        for (int m = 0; m < muts; m++) {
+            uint64_t r = rng_next(&seed);
+            if (r % 4 == 0) cur = rng_next(&seed) % (cur + 1);
+            else if (cur) buf[rng_next(&seed) % cur] = (uint8_t)swaps[(r >> 8) % (sizeof swaps - 1)];
+        }
+        write_bytes(ipath, buf, cur);
+        okv_st_set *set = NULL;
+        okv_status st = okv_st_open_index(ipath, &set, &err);
+        if (st == OKV_OK) {
+            opened++;
+            for (int i = 0; i < okv_st_count(set); i++)
+                if (!okv_st_find(set, okv_st_get(set, i)->name)) bad++;
+            okv_st_free(set);
+        } else {
+            failed++;
+            if (st != OKV_ERR_FORMAT && st != OKV_ERR_IO) bad++;
+        }
+    }
+    printf("index fuzz: %d opened, %d rejected\n", opened, failed);
+    CHECK(failed > 300);
+    CHECK(bad == 0);
+    free(buf);
+    free(orig);
+    free(ipath);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/okv_st_test_XXXXXX");
     if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 2; }
@@ -476,6 +523,7 @@ int main(void) {
     test_corrupt_files();
     test_corrupt_indexes();
     test_fuzz();
+    test_fuzz_index();
     rm_tree(g_tmp);
     return okv_test_finish();
 }
