@@ -1,0 +1,189 @@
+/* chat.c — the chat layer's public API (offkv_chat.h): parse a template once,
+ * render it per conversation, and pull the template and special tokens out
+ * of tokenizer_config.json. The render context is built the way HF's
+ * apply_chat_template builds it: messages, tools (none unless given),
+ * documents (none), add_generation_prompt, the special tokens that are set,
+ * then the caller's extra kwargs (which win on a name clash). */
+#include "offkv_chat.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_jinja.h"
+#include "okv_common.h"
+
+struct okv_chat_template {
+    jarena arena;
+    jnodes body;
+};
+
+enum {
+    PARSE_ARENA_LIMIT = 64 << 20,
+    RENDER_ARENA_LIMIT = 256 << 20
+};
+
+okv_status okv_chat_template_parse(const char *src, okv_chat_template **out, okv_error *err) {
+    *out = NULL;
+    if (!src) return okv_fail(err, OKV_ERR_INVALID, "chat template: source is NULL");
+    okv_chat_template *t = calloc(1, sizeof *t);
+    if (!t) return okv_fail(err, OKV_ERR_NOMEM, "chat template: out of memory");
+    ja_init(&t->arena, PARSE_ARENA_LIMIT);
+    okv_error local;
+    jfail f;
+    f.err = err ? err : &local;
+    if (setjmp(f.jb)) {
+        ja_free(&t->arena);
+        free(t);
+        return f.err->status;
+    }
+    t->body = jinja_parse(&t->arena, &f, src);
+    *out = t;
+    return OKV_OK;
+}
+
+void okv_chat_template_free(okv_chat_template *tmpl) {
+    if (!tmpl) return;
+    ja_free(&tmpl->arena);
+    free(tmpl);
+}
+
+static void set_var(jarena *a, jfail *f, jdict *ctx, const char *name, jv v) {
+    jdict_set(a, f, ctx, jv_cstr(a, f, name), v);
+}
+
+static jv parse_json_arg(jarena *a, jfail *f, const char *text, const char *what) {
+    jv v;
+    const char *why = NULL;
+    if (!jv_from_json_text(a, f, text, &v, &why))
+        jfail_at(f, OKV_ERR_INVALID, 0, 0, "%s: %s", what, why);
+    return v;
+}
+
+okv_status okv_chat_render(const okv_chat_template *tmpl, const okv_chat_args *args,
+                           char **out, size_t *len, okv_error *err) {
+    *out = NULL;
+    if (len) *len = 0;
+    if (!tmpl || !args || !args->messages_json)
+        return okv_fail(err, OKV_ERR_INVALID, "chat render: template, args and messages_json are required");
+    jarena a;
+    ja_init(&a, RENDER_ARENA_LIMIT);
+    okv_error local;
+    jfail f;
+    f.err = err ? err : &local;
+    if (setjmp(f.jb)) {
+        ja_free(&a);
+        return f.err->status;
+    }
+    jdict *ctx = jdict_new(&a, &f);
+    jv messages = parse_json_arg(&a, &f, args->messages_json, "messages_json");
+    if (messages.t != JV_LIST) jfail_at(&f, OKV_ERR_INVALID, 0, 0, "messages_json must be a JSON array");
+    set_var(&a, &f, ctx, "messages", messages);
+    jv tools = jv_none();
+    if (args->tools_json) {
+        tools = parse_json_arg(&a, &f, args->tools_json, "tools_json");
+        if (tools.t != JV_LIST && tools.t != JV_NONE) jfail_at(&f, OKV_ERR_INVALID, 0, 0, "tools_json must be a JSON array or null");
+    }
+    set_var(&a, &f, ctx, "tools", tools);
+    set_var(&a, &f, ctx, "documents", jv_none());
+    set_var(&a, &f, ctx, "add_generation_prompt", jv_bool(args->add_generation_prompt));
+    const char *names[4] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+    const char *vals[4] = {args->bos_token, args->eos_token, args->unk_token, args->pad_token};
+    for (int i = 0; i < 4; i++) /* HF's special_tokens_map holds only the set ones */
+        if (vals[i]) set_var(&a, &f, ctx, names[i], jv_cstr(&a, &f, vals[i]));
+    if (args->extra_vars_json) {
+        jv extra = parse_json_arg(&a, &f, args->extra_vars_json, "extra_vars_json");
+        if (extra.t != JV_DICT) jfail_at(&f, OKV_ERR_INVALID, 0, 0, "extra_vars_json must be a JSON object");
+        for (size_t i = 0; i < extra.u.d->n; i++) jdict_set(&a, &f, ctx, extra.u.d->k[i], extra.u.d->v[i]);
+    }
+    size_t n = 0;
+    const char *text = jinja_render(&a, &f, &tmpl->body, ctx, (int64_t)args->now_unix, &n);
+    char *res = malloc(n + 1);
+    if (!res) {
+        ja_free(&a);
+        return okv_fail(err, OKV_ERR_NOMEM, "chat render: out of memory");
+    }
+    memcpy(res, text, n);
+    res[n] = 0;
+    ja_free(&a);
+    *out = res;
+    if (len) *len = n;
+    return OKV_OK;
+}
+
+/* A special token is a string or an AddedToken-like {"content": "..."}. */
+static char *token_string(const cJSON *cfg, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsString(v)) return okv_strdup(v->valuestring);
+    if (cJSON_IsObject(v)) {
+        const char *s = okv_json_str(v, "content");
+        if (s) return okv_strdup(s);
+    }
+    return NULL;
+}
+
+okv_status okv_chat_config_parse(const char *tokenizer_config_json, okv_chat_config *out, okv_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!tokenizer_config_json) return okv_fail(err, OKV_ERR_INVALID, "tokenizer_config.json: text is NULL");
+    cJSON *cfg;
+    okv_status st = okv_json_parse(tokenizer_config_json, strlen(tokenizer_config_json), &cfg,
+                                   "tokenizer_config.json", err);
+    if (st) return st;
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return okv_fail(err, OKV_ERR_FORMAT, "tokenizer_config.json: top level is not an object");
+    }
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsString(ct)) {
+        out->chat_template = okv_strdup(ct->valuestring);
+    } else if (cJSON_IsArray(ct)) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, ct) {
+            const char *name = okv_json_str(e, "name"), *tpl = okv_json_str(e, "template");
+            if (name && tpl && !strcmp(name, "default")) {
+                out->chat_template = okv_strdup(tpl);
+                break;
+            }
+        }
+        if (!out->chat_template) {
+            cJSON_Delete(cfg);
+            return okv_fail(err, OKV_ERR_NOT_FOUND,
+                            "tokenizer_config.json: field 'chat_template' is a list with no entry named \"default\"");
+        }
+    } else if (ct && !cJSON_IsNull(ct)) {
+        cJSON_Delete(cfg);
+        return okv_fail(err, OKV_ERR_FORMAT, "tokenizer_config.json: field 'chat_template' must be a string or a list");
+    }
+    out->bos_token = token_string(cfg, "bos_token");
+    out->eos_token = token_string(cfg, "eos_token");
+    out->unk_token = token_string(cfg, "unk_token");
+    out->pad_token = token_string(cfg, "pad_token");
+    cJSON_Delete(cfg);
+    if (!out->chat_template) {
+        okv_chat_config_free(out);
+        return okv_fail(err, OKV_ERR_NOT_FOUND, "tokenizer_config.json: no field 'chat_template'");
+    }
+    return OKV_OK;
+}
+
+void okv_chat_config_free(okv_chat_config *cfg) {
+    if (!cfg) return;
+    free(cfg->chat_template);
+    free(cfg->bos_token);
+    free(cfg->eos_token);
+    free(cfg->unk_token);
+    free(cfg->pad_token);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+okv_status okv_chat_template_from_config(const char *tokenizer_config_json, okv_chat_config *cfg,
+                                         okv_chat_template **tmpl, okv_error *err) {
+    *tmpl = NULL;
+    okv_status st = okv_chat_config_parse(tokenizer_config_json, cfg, err);
+    if (st) return st;
+    st = okv_chat_template_parse(cfg->chat_template, tmpl, err);
+    if (st) {
+        okv_fail_prefix(err, "tokenizer_config.json chat_template: ");
+        okv_chat_config_free(cfg);
+    }
+    return st;
+}
