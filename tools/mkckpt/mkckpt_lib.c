@@ -541,11 +541,30 @@ static okv_status mk_write_weights(const okv_mkckpt_spec *s, const mk_plan *p, c
     return st;
 }
 
+/* mkdir -p: creates dir and any missing parents. */
+static okv_status mk_mkdirs(const char *dir, okv_error *err) {
+    char *p = okv_strdup(dir);
+    if (!p) return okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", dir);
+    okv_status st = OKV_OK;
+    for (char *q = p + 1; !st; q++) {
+        if (*q != '/' && *q) continue;
+        char saved = *q;
+        *q = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            st = okv_fail(err, OKV_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+        *q = saved;
+        if (!saved) break;
+    }
+    free(p);
+    return st;
+}
+
 okv_status okv_mkckpt_write(const okv_mkckpt_spec *s, const char *dir, okv_error *err) {
     okv_status st = okv_mkckpt_check(s, err);
     if (st) return st;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return okv_fail(err, OKV_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (!*dir) return okv_fail(err, OKV_ERR_INVALID, "empty output directory");
+    st = mk_mkdirs(dir, err);
+    if (st) return st;
     mk_plan plan = {0};
     if (!mk_plan_build(s, &plan) || !mk_fill(s, &plan)) {
         mk_plan_free(&plan);

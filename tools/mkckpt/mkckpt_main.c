@@ -2,7 +2,9 @@
  * okv_mkckpt_spec (defaults from --arch) and calls okv_mkckpt_write.
  *
  *   okv-mkckpt --out DIR [--arch llama|qwen3|qwen2|gemma3] [--shards 2] ... */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,15 +39,19 @@ static void usage(FILE *f) {
 /* Parses a whole-string integer/float option value or exits with a message. */
 static long parse_long(const char *opt, const char *v) {
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || *end) { fprintf(stderr, "okv-mkckpt: %s expects an integer, got '%s'\n", opt, v); exit(2); }
+    if (!*v || *end || errno || x < INT_MIN || x > INT_MAX) {
+        fprintf(stderr, "okv-mkckpt: --%s expects an integer, got '%s'\n", opt, v);
+        exit(2);
+    }
     return x;
 }
 
 static double parse_double(const char *opt, const char *v) {
     char *end;
     double x = strtod(v, &end);
-    if (!*v || *end) { fprintf(stderr, "okv-mkckpt: %s expects a number, got '%s'\n", opt, v); exit(2); }
+    if (!*v || *end) { fprintf(stderr, "okv-mkckpt: --%s expects a number, got '%s'\n", opt, v); exit(2); }
     return x;
 }
 
@@ -81,9 +87,9 @@ int main(int argc, char **argv) {
     okv_mkckpt_spec spec;
     okv_mkckpt_default_spec(&spec, arch);
     const char *out = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "option";
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, "", opts, &li)) != -1) {
+        const char *name = li >= 0 ? opts[li].name : "option";
         switch (c) {
         case O_OUT: out = optarg; break;
         case O_ARCH: break; /* handled above */
@@ -111,7 +117,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             break;
-        case O_SEED: spec.seed = (uint64_t)parse_long(name, optarg); break;
+        case O_SEED: spec.seed = (uint64_t)parse_long(name, optarg); break; /* int range is plenty */
         case O_WINDOW: spec.window = (int)parse_long(name, optarg); break;
         case O_PATTERN: spec.sliding_pattern = (int)parse_long(name, optarg); break;
         case O_MWL: spec.max_window_layers = (int)parse_long(name, optarg); break;

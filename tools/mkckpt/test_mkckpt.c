@@ -337,7 +337,7 @@ static void test_regenerate(void) {
     okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
     s.layers = 2;
     okv_error err;
-    char *dir = okv_path_join(g_tmp, "regen");
+    char *dir = okv_path_join(g_tmp, "nested/dirs/regen"); /* parents are created */
     CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
     s.shards = 2;
     CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
