@@ -63,7 +63,8 @@ typedef struct okv_step_plan {
 
 typedef enum okv_policy_kind { OKV_POLICY_FLAT = 0, OKV_POLICY_RING = 1 } okv_policy_kind;
 
-/* Layout policy of one cache: how positions map to slots. */
+/* Layout policy of one cache: how positions map to slots. A cache with a
+ * window (> 0) is always a ring; flat caches see their full history. */
 typedef struct okv_policy {
     okv_policy_kind kind;
     int32_t window;     /* ring only */
@@ -126,7 +127,10 @@ typedef struct okv_kv_options {
     int32_t max_capacity;      /* 0 = layout's max_ctx_len */
     int32_t initial_capacity;  /* 0 = min(256, capacity) */
     const int32_t *windows_override; /* NULL = layout's windows; else repeats */
-    int n_windows_override;          /* over caches; 0 entry = flat */
+    int n_windows_override;          /* over caches ({512, 256} alternates);
+                                      * 0 entry = flat, W > 0 = ring of
+                                      * W + chunk - 1 slots (W < chunk is fine),
+                                      * negative = error */
     size_t max_pool_bytes;     /* 0 = no limit; creating or growing pools past
                                 * it fails with OKV_ERR_NOMEM, like malloc */
 } okv_kv_options;
