@@ -621,6 +621,18 @@ static void st_assign_shards(const okv_st_write_tensor *tensors, int n, int n_sh
     }
 }
 
+/* Writes a JSON string literal (escaped by cJSON). */
+static bool st_put_json_string(FILE *f, const char *str) {
+    cJSON *node = cJSON_CreateString(str);
+    char *text = node ? cJSON_PrintUnformatted(node) : NULL;
+    bool ok = text && fputs(text, f) >= 0;
+    free(text);
+    cJSON_Delete(node);
+    return ok;
+}
+
+/* The index as HF writes it (json.dumps(indent=2, sort_keys=True)):
+ * {"metadata": {"total_size": N}, "weight_map": {name: shard, ...}}. */
 static okv_status st_write_index(const char *dir, const okv_st_write_tensor *tensors, int n,
                                  const int *shard, int n_shards, okv_error *err) {
     char *path = okv_path_join(dir, OKV_ST_INDEX_NAME);
@@ -629,27 +641,22 @@ static okv_status st_write_index(const char *dir, const okv_st_write_tensor *ten
     uint64_t total = 0;
     for (int i = 0; i < n; i++) { order[i] = &tensors[i]; total += okv_st_write_tensor_bytes(&tensors[i]); }
     qsort(order, (size_t)n, sizeof *order, st_name_idx_cmp);
-    cJSON *root = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(root, "metadata");
-    cJSON_AddNumberToObject(meta, "total_size", (double)total);
-    cJSON *wm = cJSON_AddObjectToObject(root, "weight_map");
-    for (int i = 0; i < n; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard[order[i] - tensors] + 1, n_shards);
-        cJSON_AddStringToObject(wm, order[i]->name, name);
-    }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    free(order);
     okv_status st = OKV_OK;
-    FILE *f = text ? fopen(path, "wb") : NULL;
-    if (!text) st = okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", path);
-    else if (!f) st = okv_fail(err, OKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    FILE *f = fopen(path, "wb");
+    if (!f) st = okv_fail(err, OKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     else {
-        bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+        bool ok = fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+                          (unsigned long long)total) >= 0;
+        for (int i = 0; i < n && ok; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard[order[i] - tensors] + 1, n_shards);
+            ok = fputs(i ? ",\n    " : "\n    ", f) >= 0 && st_put_json_string(f, order[i]->name) &&
+                 fputs(": ", f) >= 0 && st_put_json_string(f, name);
+        }
+        ok = ok && fputs("\n  }\n}\n", f) >= 0;
         if (fclose(f) != 0 || !ok) st = okv_fail(err, OKV_ERR_IO, "%s: write failed", path);
     }
-    free(text);
+    free(order);
     free(path);
     return st;
 }
