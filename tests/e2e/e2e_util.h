@@ -17,9 +17,9 @@
 
 #define FIXTURES "../shared/fixtures/models/"
 
-static char e2e_tmpdir[256];
+static inline char e2e_tmpdir[256];
 
-static const char *e2e_tmp(void) {
+static inline const char *e2e_tmp(void) {
     if (!e2e_tmpdir[0]) {
         snprintf(e2e_tmpdir, sizeof e2e_tmpdir, "/tmp/okv-e2e-XXXXXX");
         if (!mkdtemp(e2e_tmpdir)) { perror("mkdtemp"); exit(1); }
@@ -27,21 +27,21 @@ static const char *e2e_tmp(void) {
     return e2e_tmpdir;
 }
 
-static void e2e_cleanup(void) {
+static inline void e2e_cleanup(void) {
     if (!e2e_tmpdir[0]) return;
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", e2e_tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", e2e_tmpdir);
 }
 
-static char *e2e_path(const char *name) {
+static inline char *e2e_path(const char *name) {
     char *p = malloc(512);
     snprintf(p, 512, "%s/%s", e2e_tmp(), name);
     return p;
 }
 
 /* Exports dir to <tmp>/<name> (caller frees the returned path); NULL on failure (reported). */
-static char *e2e_export(const char *dir, const char *name, okv_dtype dtype, int chunk) {
+static inline char *e2e_export(const char *dir, const char *name, okv_dtype dtype, int chunk) {
     okv_export_options o;
     okv_export_options_default(&o);
     o.dtype = dtype;
@@ -55,7 +55,7 @@ static char *e2e_export(const char *dir, const char *name, okv_dtype dtype, int 
 }
 
 /* Reference tokens from reference.json; returns count. */
-static int e2e_ref_tokens(const char *model_dir, int32_t **ids) {
+static inline int e2e_ref_tokens(const char *model_dir, int32_t **ids) {
     char path[512];
     snprintf(path, sizeof path, "%s/reference.json", model_dir);
     cJSON *j;
@@ -69,7 +69,7 @@ static int e2e_ref_tokens(const char *model_dir, int32_t **ids) {
     return n;
 }
 
-static float *e2e_ref_logits(const char *model_dir, size_t n) {
+static inline float *e2e_ref_logits(const char *model_dir, size_t n) {
     char path[512];
     snprintf(path, sizeof path, "%s/logits.f32", model_dir);
     char *data;
@@ -88,7 +88,7 @@ typedef struct e2e_run_opts {
     okv_runner_options runner;
 } e2e_run_opts;
 
-static void e2e_opts_default(e2e_run_opts *o) {
+static inline void e2e_opts_default(e2e_run_opts *o) {
     memset(o, 0, sizeof *o);
     okv_cache_options_default(&o->cache);
     okv_runner_options_default(&o->runner);
@@ -96,7 +96,7 @@ static void e2e_opts_default(e2e_run_opts *o) {
 }
 
 /* Runs ids through program p with fresh caches; returns [n, vocab] logits. */
-static float *e2e_run(const okv_program *p, const int32_t *ids, int n, const e2e_run_opts *o) {
+static inline float *e2e_run(const okv_program *p, const int32_t *ids, int n, const e2e_run_opts *o) {
     okv_program_info info;
     okv_program_get_info(p, &info);
     okv_error err = {0};
@@ -121,7 +121,7 @@ static float *e2e_run(const okv_program *p, const int32_t *ids, int n, const e2e
     return logits;
 }
 
-static double e2e_max_diff(const float *a, const float *b, size_t n) {
+static inline double e2e_max_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
@@ -130,21 +130,21 @@ static double e2e_max_diff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-static int e2e_argmax(const float *x, int n) {
+static inline int e2e_argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
     return b;
 }
 
 /* Number of rows whose argmax differs. */
-static int e2e_argmax_mismatches(const float *a, const float *b, int rows, int V) {
+static inline int e2e_argmax_mismatches(const float *a, const float *b, int rows, int V) {
     int bad = 0;
     for (int r = 0; r < rows; r++) bad += e2e_argmax(a + (size_t)r * V, V) != e2e_argmax(b + (size_t)r * V, V);
     return bad;
 }
 
 /* Smallest per-row cosine similarity. */
-static double e2e_min_cosine(const float *a, const float *b, int rows, int V) {
+static inline double e2e_min_cosine(const float *a, const float *b, int rows, int V) {
     double worst = 1.0;
     for (int r = 0; r < rows; r++) {
         double ab = 0, aa = 0, bb = 0;
