@@ -445,7 +445,6 @@ static jnode *parse_primary(parser *p) {
             n = new_node(p, JN_TUPLE_LIT, t);
         } else {
             n = parse_tuple(p, true);
-            if (n->kind == JN_TUPLE_LIT && n->line == t->line && n->col == t->col) { /* keep */ }
             expect_op(p, ")");
         }
     } else if (is_op(t, "[")) {
@@ -526,6 +525,8 @@ static jnode *parse_postfix(parser *p, jnode *n) {
         if (is_op(t, ".") || is_op(t, "[")) n = parse_subscript(p, n);
         else if (is_op(t, "(")) {
             jnode *c = new_node(p, JN_CALL, t);
+            c->line = n->line;
+            c->col = n->col;
             c->a = n;
             parse_call_args(p, c);
             n = c;
@@ -827,7 +828,7 @@ static jnode *parse_if(parser *p, const tok *t) {
     tok *e = cur(p);
     if (is_name(e, "elif")) {
         p->pos++;
-        jnode *sub = parse_if(p, e); /* consumes through endif */
+        jnode *sub = parse_if(p, &p->toks[p->pos - 2]); /* consumes through endif */
         nodes_push(p, &n->else_body, sub);
         return n;
     }
@@ -901,17 +902,19 @@ static jnode *parse_macro(parser *p, const tok *t) {
     return n;
 }
 
+/* Statements are positioned at their '{%'; tag-name errors at the name. */
 static jnode *parse_statement(parser *p) {
+    tok *begin = &p->toks[p->pos - 1];
     tok *t = cur(p);
     const char *name = expect_name(p);
     p->pos++;
-    if (!strcmp(name, "for")) return parse_for(p, t);
-    if (!strcmp(name, "if")) return parse_if(p, t);
-    if (!strcmp(name, "set")) return parse_set(p, t);
-    if (!strcmp(name, "macro")) return parse_macro(p, t);
+    if (!strcmp(name, "for")) return parse_for(p, begin);
+    if (!strcmp(name, "if")) return parse_if(p, begin);
+    if (!strcmp(name, "set")) return parse_set(p, begin);
+    if (!strcmp(name, "macro")) return parse_macro(p, begin);
     if (!strcmp(name, "break") || !strcmp(name, "continue")) {
-        if (p->loop_depth == 0) fail_tok(p, t, "'%s' outside of a loop", name);
-        jnode *n = new_node(p, name[0] == 'b' ? JN_BREAK : JN_CONTINUE, t);
+        if (p->loop_depth == 0) fail_tok(p, begin, "'%s' outside of a loop", name);
+        jnode *n = new_node(p, name[0] == 'b' ? JN_BREAK : JN_CONTINUE, begin);
         expect_block_end(p, name);
         return n;
     }
