@@ -17,7 +17,7 @@
 
 #define FIXTURES "../shared/fixtures/models/"
 
-static inline char e2e_tmpdir[256];
+static char e2e_tmpdir[256];
 
 static inline const char *e2e_tmp(void) {
     if (!e2e_tmpdir[0]) {

@@ -1,0 +1,140 @@
+/* Export refuses what it cannot honour, naming the field and value, and
+ * leaves no output file behind; the program loader rejects truncated and
+ * corrupted files with a precise error instead of crashing. Checkpoints are
+ * the fixtures with an edited config.json (weights symlinked). */
+#include <sys/stat.h>
+
+#include "e2e_util.h"
+
+/* Makes <tmp>/<name>/ with the fixture's safetensors symlinked and its
+ * config.json text passed through edit(from -> to). Returns the dir. */
+static char *edited_checkpoint(const char *fixture, const char *name, const char *from, const char *to) {
+    char src[512], *dir = e2e_path(name), path[640];
+    mkdir(dir, 0755);
+    snprintf(src, sizeof src, "%s/" FIXTURES "%s/model.safetensors", getcwd(path, sizeof path), fixture);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (symlink(src, path) != 0) perror("symlink");
+    snprintf(src, sizeof src, FIXTURES "%s/config.json", fixture);
+    char *text;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(src, &text, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    char *at = strstr(text, from);
+    CHECKF(at != NULL, "%s: '%s' not in config", fixture, from);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (at) {
+        fwrite(text, 1, (size_t)(at - text), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+    }
+    fclose(f);
+    free(text);
+    return dir;
+}
+
+/* Export of dir must fail with status st and a message containing needle,
+ * and leave no file at the output path. */
+static void expect_export_error(const char *dir, int chunk, okv_status want, const char *needle) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.prefill_chunk_size = chunk;
+    char *out = e2e_path("should-not-exist.okv");
+    okv_error err = {0};
+    okv_status st = okv_export(dir, out, &o, &err);
+    CHECKF(st == want, "%s: status %d, want %d (%s)", dir, st, want, err.message);
+    CHECKF(strstr(err.message, needle) != NULL, "%s: message '%s' lacks '%s'", dir, err.message, needle);
+    CHECKF(!okv_file_exists(out), "%s: failed export left %s behind", dir, out);
+    free(out);
+}
+
+static void test_config_refusals(void) {
+    char *d;
+    d = edited_checkpoint("llama32-tiny", "yarn", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "rope_type \"yarn\"");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "gelu", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu2\"");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "hidden_act \"relu2\"");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "arch", "LlamaForCausalLM", "MambaForCausalLM");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "MambaForCausalLM");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "shape", "\"intermediate_size\": 128", "\"intermediate_size\": 96");
+    expect_export_error(d, 0, OKV_ERR_FORMAT, "mlp.gate_proj.weight");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "untied", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
+    expect_export_error(d, 0, OKV_ERR_FORMAT, "lm_head.weight");
+    free(d);
+    d = edited_checkpoint("gemma3-tiny", "layertype", "\"sliding_window_pattern\": 6",
+                          "\"sliding_window_pattern\": 6, \"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
+                          "\"chunked_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"]");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "layer_types[2] = \"chunked_attention\"");
+    free(d);
+    d = edited_checkpoint("gemma4-tiny", "moe", "\"enable_moe_block\": false", "\"enable_moe_block\": true");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "enable_moe_block");
+    free(d);
+    d = edited_checkpoint("gemma3-tiny", "bidi", "\"use_cache\": true", "\"use_cache\": true, \"use_bidirectional_attention\": true");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "use_bidirectional_attention");
+    free(d);
+}
+
+static void test_chunk_bounds(void) {
+    /* Gemma-3 window 8: a chunk above the window names that bound */
+    expect_export_error(FIXTURES "gemma3-tiny", 9, OKV_ERR_INVALID, "smallest sliding window (8)");
+    expect_export_error(FIXTURES "gemma3-tiny", -1, OKV_ERR_INVALID, "outside [1, 8]");
+    /* flat model: the bound is the context length (default 2048) */
+    expect_export_error(FIXTURES "llama32-tiny", 4096, OKV_ERR_INVALID, "max context length");
+}
+
+/* Truncations and corruptions of a valid program file. */
+static void test_corrupt_program(void) {
+    char *path = e2e_export(FIXTURES "llama32-tiny", "valid.okv", OKV_F32, 0);
+    if (!path) return;
+    char *data;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(path, &data, &len, &err)) { CHECK(0); return; }
+    char *bad = e2e_path("bad.okv");
+    size_t cuts[] = {0, 7, 47, 48, 100, len / 2, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        FILE *f = fopen(bad, "wb");
+        fwrite(data, 1, cuts[i], f);
+        fclose(f);
+        okv_program *p = NULL;
+        okv_status st = okv_program_open(bad, &p, &err);
+        CHECKF(st == OKV_ERR_FORMAT, "truncated at %zu: status %d (%s)", cuts[i], st, err.message);
+        CHECKF(strstr(err.message, "bad.okv") != NULL, "message names the file: %s", err.message);
+        okv_program_free(p);
+    }
+    /* flip one byte in the JSON header: the checksum catches it */
+    for (size_t off = 60; off < 2000; off += 97) {
+        data[off] ^= 0x20;
+        FILE *f = fopen(bad, "wb");
+        fwrite(data, 1, len, f);
+        fclose(f);
+        data[off] ^= 0x20;
+        okv_program *p = NULL;
+        okv_status st = okv_program_open(bad, &p, &err);
+        CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, "checksum"), "flip at %zu: %s", off, err.message);
+        okv_program_free(p);
+    }
+    /* bad magic */
+    data[0] = 'X';
+    FILE *f = fopen(bad, "wb");
+    fwrite(data, 1, len, f);
+    fclose(f);
+    okv_program *p = NULL;
+    CHECK(okv_program_open(bad, &p, &err) == OKV_ERR_FORMAT && strstr(err.message, "magic"));
+    free(data);
+    free(bad);
+    free(path);
+}
+
+int main(void) {
+    test_config_refusals();
+    test_chunk_bounds();
+    test_corrupt_program();
+    e2e_cleanup();
+    return okv_test_finish();
+}
