@@ -6,11 +6,13 @@
  * weight = exp(logit - max logit) of the temperature-scaled logit, so the
  * most likely candidate weighs exactly 1 and probabilities are weight / sum.
  * The list starts as either the top-k survivors (found with a k-entry heap,
- * no sort of the vocabulary) or the whole vocabulary. Top-p sorts only a
- * superset of the nucleus, found by thresholding the weights; min-p is a
+ * no sort of the vocabulary) or the whole vocabulary. Top-p thresholds the
+ * weights to a superset of the nucleus and then finds the nucleus with a
+ * quickselect (nothing is fully sorted); min-p is a
  * plain threshold (p < min_p * p_max  <=>  weight < min_p). All buffers are
  * sized to the vocabulary once, at create time; sample() never allocates. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "offkv_sample.h"
@@ -34,9 +36,9 @@ struct okv_sampler {
     float *heap;        /* [vocab] min-heap for top-k */
 };
 
-/* Candidate lists at most this long are sorted directly for top-p; longer
- * ones are first cut down to a superset of the nucleus. */
-#define OKV_TOP_P_SORT_DIRECTLY 1024
+/* Top-p first cuts candidate lists longer than this down to a superset of
+ * the nucleus (a cheap threshold pass) before selecting the nucleus. */
+#define OKV_TOP_P_SHRINK_ABOVE 1024
 
 okv_sampler_params okv_sampler_params_default(void) {
     okv_sampler_params p;
@@ -130,35 +132,43 @@ static float penalise(float logit, float penalty) {
     return logit > 0 ? logit / penalty : logit * penalty;
 }
 
-/* work = logits / temperature (temperature 1 for greedy), with the
- * repetition penalty applied to the seen ids before the division. */
-static void prepare_logits(okv_sampler *s, const float *logits, float temperature) {
-    int32_t n = s->vocab;
-    float *w = s->work;
-    if (temperature == 1.0f) {
-        memcpy(w, logits, (size_t)n * sizeof *w);
-    } else {
-        for (int32_t i = 0; i < n; i++) w[i] = logits[i] / temperature;
-    }
-    float penalty = s->p.repetition_penalty;
-    if (penalty == 1.0f) return;
-    for (int32_t j = 0; j < s->n_seen; j++) {
-        int32_t id = s->seen_ids[j];
-        w[id] = penalise(logits[id], penalty) / temperature;
-    }
-}
-
-/* Index of the largest value, lowest index on ties; -1 if none is > -inf. */
-static int32_t argmax(const float *x, int32_t n) {
+/* Greedy: the argmax of the penalised logits, lowest id on ties; -1 if no
+ * logit is above -inf. One read-only pass: seen ids are penalised on the
+ * fly instead of copying the row. */
+static int32_t argmax_penalised(const okv_sampler *s, const float *logits) {
+    bool penalty_on = s->p.repetition_penalty != 1.0f && s->n_seen > 0;
     int32_t best = -1;
     float best_v = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
-        if (x[i] > best_v) {
-            best_v = x[i];
+    for (int32_t i = 0; i < s->vocab; i++) {
+        float v = logits[i];
+        if (penalty_on && s->seen[i]) v = penalise(v, s->p.repetition_penalty);
+        if (v > best_v) {
+            best_v = v;
             best = i;
         }
     }
     return best;
+}
+
+/* work = penalised logits / temperature, in that order (HF applies the
+ * penalty processor before the temperature warper). Returns the largest
+ * value (NaN ignored; -inf if there is none). */
+static float prepare_logits(okv_sampler *s, const float *logits) {
+    int32_t n = s->vocab;
+    float t = s->p.temperature, penalty = s->p.repetition_penalty;
+    float *w = s->work;
+    if (t == 1.0f) memcpy(w, logits, (size_t)n * sizeof *w);
+    else for (int32_t i = 0; i < n; i++) w[i] = logits[i] / t;
+    if (penalty != 1.0f) {
+        for (int32_t j = 0; j < s->n_seen; j++) {
+            int32_t id = s->seen_ids[j];
+            w[id] = penalise(logits[id], penalty) / t;
+        }
+    }
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (w[i] > m) m = w[i];
+    return m;
 }
 
 static void heap_sift_up(float *h, int32_t i) {
@@ -201,43 +211,92 @@ static float kth_largest(const float *x, int32_t n, int32_t k, float *heap) {
     return size < k ? -INFINITY : heap[0];
 }
 
-/* Fills cand with the ids whose scaled logit is >= threshold (and > -inf),
- * weighted exp(l - max). Ids whose weight underflows to 0 cannot be drawn
- * and are left out. Returns the count; *total gets the sum of weights. */
-static int32_t collect_candidates(okv_sampler *s, float threshold, double *total) {
+/* Fills cand with the ids whose scaled logit is >= floor, weighted
+ * exp(l - lmax) (1 for every +inf logit when lmax is +inf). Ids whose weight
+ * underflows to 0 cannot be drawn and are left out. Returns the count;
+ * *total gets the sum of the weights. */
+static int32_t collect_candidates(okv_sampler *s, float lmax, float floor, double *total) {
     const float *x = s->work;
     okv_cand *c = s->cand;
+    bool inf_max = isinf(lmax);
+    double sum = 0;
     int32_t n = 0;
-    float lmax = -INFINITY;
     for (int32_t i = 0; i < s->vocab; i++) {
-        if (x[i] >= threshold && x[i] > -INFINITY) {
+        if (!(x[i] >= floor)) continue;
+        float w = inf_max ? 1.0f : expf(x[i] - lmax);
+        if (w > 0) {
             c[n].id = i;
-            c[n].w = x[i];   /* the logit for now; weight below */
-            if (x[i] > lmax) lmax = x[i];
+            c[n].w = w;
+            sum += w;
             n++;
         }
     }
-    double sum = 0;
-    int32_t kept = 0;
-    for (int32_t j = 0; j < n; j++) {
-        /* l == lmax gives exactly 1, also when lmax is +inf */
-        float w = c[j].w == lmax ? 1.0f : expf(c[j].w - lmax);
-        if (w > 0) {
-            c[kept].id = c[j].id;
-            c[kept].w = w;
-            sum += w;
-            kept++;
-        }
-    }
     *total = sum;
-    return kept;
+    return n;
 }
 
-/* Descending weight, then ascending id: the order top-p walks. */
-static int compare_cand_desc(const void *a, const void *b) {
-    const okv_cand *x = a, *y = b;
-    if (x->w != y->w) return x->w > y->w ? -1 : 1;
-    return (x->id > y->id) - (x->id < y->id);
+/* The order top-p walks: descending weight, then ascending id. Strict
+ * (no two candidates are equal), so the nucleus is uniquely defined. */
+static bool goes_before(okv_cand a, okv_cand b) {
+    return a.w > b.w || (a.w == b.w && a.id < b.id);
+}
+
+static void swap_cand(okv_cand *c, int32_t i, int32_t j) {
+    okv_cand t = c[i];
+    c[i] = c[j];
+    c[j] = t;
+}
+
+static void insertion_sort(okv_cand *c, int32_t n) {
+    for (int32_t i = 1; i < n; i++) {
+        okv_cand x = c[i];
+        int32_t j = i;
+        for (; j > 0 && goes_before(x, c[j - 1]); j--) c[j] = c[j - 1];
+        c[j] = x;
+    }
+}
+
+/* Partitions c[lo..hi) around the median of its first, middle and last
+ * candidates: returns p with c[lo..p) before c[p] and c(p..hi) after it. */
+static int32_t partition(okv_cand *c, int32_t lo, int32_t hi) {
+    int32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (goes_before(c[mid], c[lo])) swap_cand(c, mid, lo);
+    if (goes_before(c[last], c[lo])) swap_cand(c, last, lo);
+    if (goes_before(c[last], c[mid])) swap_cand(c, last, mid);
+    swap_cand(c, mid, last);   /* the median is the pivot, parked at the end */
+    okv_cand pivot = c[last];
+    int32_t p = lo;
+    for (int32_t i = lo; i < last; i++)
+        if (goes_before(c[i], pivot)) swap_cand(c, i, p++);
+    swap_cand(c, p, last);
+    return p;
+}
+
+/* Moves the nucleus to c[0..k) and returns k: in walking order, a candidate
+ * is kept iff the weight before it is < need (the first always is). A
+ * quickselect, not a sort: each round partitions the undecided range
+ * [lo, hi) and either drops everything from the pivot on (the mass before
+ * the pivot already reaches need) or keeps everything up to and including
+ * it. Expected O(n) even when the nucleus holds most of the vocabulary.
+ * Everything in c[0..lo) is kept and weighs `before`. */
+static int32_t select_nucleus(okv_cand *c, int32_t n, double need, double *kept_mass) {
+    int32_t lo = 0, hi = n;
+    double before = 0;
+    while (hi - lo > 16) {
+        int32_t p = partition(c, lo, hi);
+        double left = 0;
+        for (int32_t i = lo; i < p; i++) left += c[i].w;
+        if (p > 0 && before + left >= need) {
+            hi = p;                       /* the pivot and all after it go */
+        } else {
+            before += left + c[p].w;      /* all before the pivot and it stay */
+            lo = p + 1;
+        }
+    }
+    insertion_sort(c + lo, hi - lo);
+    while (lo < hi && (lo == 0 || before < need)) before += c[lo++].w;
+    *kept_mass = before;
+    return lo;
 }
 
 /* Moves the candidates with weight >= t to the front; returns their count. */
@@ -257,9 +316,11 @@ static double mass_at_least(const okv_cand *c, int32_t n, double t) {
 
 /* Cuts a long candidate list down to the candidates of weight >= t for a t
  * whose set still holds top_p of the mass: that set is a prefix of the
- * descending order, so it contains the whole nucleus. Tries t = total/256,
- * /16 each round (at most 256, 4096, ... candidates) down to the t at which
- * the dropped tokens provably weigh at most (1 - top_p) of the mass. */
+ * walking order, so it contains the whole nucleus. LLM distributions are
+ * peaked, so usually the first or second t leaves a few hundred candidates.
+ * Tries t = total/256, /16 each round (at most 256, 4096, ... candidates)
+ * down to the t at which the dropped tokens provably weigh at most
+ * (1 - top_p) of the mass. */
 static int32_t shrink_to_nucleus_superset(okv_cand *c, int32_t n, double total, double top_p) {
     double need = top_p * total;
     double t_floor = (1.0 - top_p) * total / (double)n;
@@ -270,21 +331,11 @@ static int32_t shrink_to_nucleus_superset(okv_cand *c, int32_t n, double total, 
     }
 }
 
-/* HF TopPLogitsWarper: in descending order, keep a token iff the mass
- * strictly before it is < top_p (the first token always stays). Leaves the
- * survivors sorted, most likely first. */
+/* HF TopPLogitsWarper: in descending probability order, keep a token iff
+ * the probability before it is < top_p (so the first always stays). */
 static int32_t apply_top_p(okv_cand *c, int32_t n, double *total, double top_p) {
-    if (n > OKV_TOP_P_SORT_DIRECTLY) n = shrink_to_nucleus_superset(c, n, *total, top_p);
-    qsort(c, (size_t)n, sizeof *c, compare_cand_desc);
-    double need = top_p * *total;
-    double before = 0;
-    int32_t kept = 0;
-    while (kept < n && (kept == 0 || before < need)) {
-        before += c[kept].w;
-        kept++;
-    }
-    *total = before;
-    return kept;
+    if (n > OKV_TOP_P_SHRINK_ABOVE) n = shrink_to_nucleus_superset(c, n, *total, top_p);
+    return select_nucleus(c, n, top_p * *total, total);
 }
 
 /* HF MinPLogitsWarper: drop p < min_p * p_max. The most likely candidate
@@ -317,21 +368,37 @@ static bool is_greedy(const okv_sampler_params *p) {
     return !p->do_sample || p->temperature == 0.0f;
 }
 
+/* Weights below e^-104 are 0 in float: logits that far below the maximum
+ * are never candidates. */
+#define OKV_EXP_UNDERFLOW 104.0f
+
+/* The lowest scaled logit that can still be drawn: everything below it is
+ * cut by underflow, by top-k, or (when min-p is the only filter after
+ * top-k) by min-p, whose rule p < min_p * p_max is l < lmax + ln(min_p).
+ * That last bound is loosened a little so float rounding can only let
+ * extra tokens through, which apply_min_p then removes exactly. */
+static float candidate_floor(okv_sampler *s, float lmax) {
+    const okv_sampler_params *p = &s->p;
+    float floor = lmax - OKV_EXP_UNDERFLOW;
+    if (p->top_k > 0 && p->top_k < s->vocab) {
+        float kth = kth_largest(s->work, s->vocab, p->top_k, s->heap);
+        if (kth > floor) floor = kth;
+    }
+    if (p->min_p > 0.0f && p->top_p >= 1.0f) {
+        float min_p_floor = lmax + logf(p->min_p) - 1e-3f;
+        if (min_p_floor > floor) floor = min_p_floor;
+    }
+    return floor;
+}
+
 int32_t okv_sampler_sample(okv_sampler *s, const float *logits) {
     const okv_sampler_params *p = &s->p;
-    if (is_greedy(p)) {
-        prepare_logits(s, logits, 1.0f);
-        return argmax(s->work, s->vocab);
-    }
-    prepare_logits(s, logits, p->temperature);
+    if (is_greedy(p)) return argmax_penalised(s, logits);
 
-    float threshold = -INFINITY;
-    if (p->top_k > 0 && p->top_k < s->vocab)
-        threshold = kth_largest(s->work, s->vocab, p->top_k, s->heap);
+    float lmax = prepare_logits(s, logits);
+    if (!(lmax > -INFINITY)) return -1;
     double total;
-    int32_t n = collect_candidates(s, threshold, &total);
-    if (n == 0) return -1;
-
+    int32_t n = collect_candidates(s, lmax, candidate_floor(s, lmax), &total);
     if (p->top_p < 1.0f) n = apply_top_p(s->cand, n, &total, p->top_p);
     if (p->min_p > 0.0f) n = apply_min_p(s->cand, n, &total, p->min_p);
     return draw(&s->rng, s->cand, n, total);
