@@ -15,11 +15,14 @@
  * max m, running sum l, rescaled accumulator), over blocks of KB keys. When
  * there are too few (kv head, row block) tasks to keep the threads busy — a
  * decode step on an MQA model — the key range is split too and the partial
- * (m, l, acc) of the splits are merged at the end. Only the inner loops
- * (row conversion, dot, axpy) differ per ISA; see okv_attn_ops. */
+ * (m, l, acc) of the splits are merged at the end. f32 pools are read in
+ * place; f16/bf16 blocks are converted once per task into a scratch block.
+ * Only the inner loops (conversion, scores, exp, weighted sum) differ per
+ * ISA; see okv_attn_ops. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "okv_kernels_internal.h"
 
@@ -119,7 +122,7 @@ typedef struct attn_job {
     int32_t *run_off;   /* [n_runs + 1] first logical key index of each run */
     int32_t *qlo, *qhi; /* [T] visible logical key range of each query row */
     int Tb, n_qblocks, n_splits, split_len, R_max;
-    float *scratch;     /* per thread: acc, m, l, kbuf, vbuf, scores */
+    float *scratch;     /* per thread: acc, m, l, kbuf, vbuf, scores, q */
     size_t scratch_per_thread;
     float *part;        /* n_splits > 1: per task acc [R_max*D], m, l [R_max] */
     size_t part_per_task;
@@ -142,12 +145,26 @@ static void visible_range(const attn_job *j, int32_t p, int32_t *lo, int32_t *hi
     }
 }
 
-/* Pointer to logical key idx of kv head kvh in pool (K or V). *run is a
- * cursor that only moves forward within one task. */
-static const void *key_row(const attn_job *j, const void *pool, int idx, int kvh, int *run) {
+/* Where logical key idx lives: its run (cursor *run, which only moves
+ * forward within a task) and the element offset of its kv head kvh. */
+static size_t key_offset(const attn_job *j, int idx, int kvh, int *run) {
     while (idx >= j->run_off[*run + 1]) (*run)++;
     size_t slot = (size_t)(j->a->runs[*run].slot + (idx - j->run_off[*run]));
-    return (const char *)pool + ((slot * j->Hkv + kvh) * j->D) * j->esz;
+    return (slot * j->Hkv + kvh) * j->D;
+}
+
+/* A block of n keys starting at idx as f32 rows: straight from the pool
+ * when it is f32 (rows Hkv*D apart), else converted into buf (rows D apart). */
+static const float *key_block(const attn_job *j, const void *pool, size_t off, int n, float *buf, size_t *ld) {
+    const okv_attn_args *a = j->a;
+    size_t pool_ld = (size_t)j->Hkv * j->D;
+    if (a->kv.dtype == OKV_F32) {
+        *ld = pool_ld;
+        return (const float *)pool + off;
+    }
+    *ld = j->D;
+    j->ops->load_rows(buf, (const char *)pool + off * j->esz, pool_ld, a->kv.dtype, n, j->D);
+    return buf;
 }
 
 static void attn_task(void *ctx, int task, int thread) {
@@ -164,13 +181,19 @@ static void attn_task(void *ctx, int task, int thread) {
     float *acc = j->scratch + j->scratch_per_thread * thread;
     float *m = acc + (size_t)j->R_max * D, *l = m + j->R_max;
     float *kbuf = l + j->R_max, *vbuf = kbuf + (size_t)KB * D, *S = vbuf + (size_t)KB * D;
+    float *qbuf = S + (size_t)j->R_max * KB;
     if (j->n_splits > 1) { /* partials go where the merge will find them */
         acc = j->part + j->part_per_task * task;
         m = acc + (size_t)j->R_max * D;
         l = m + j->R_max;
     }
-    for (int r = 0; r < R; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
-    for (size_t i = 0; i < (size_t)R * D; i++) acc[i] = 0.0f;
+    for (int r = 0; r < R; r++) {
+        int t = t0 + r / G, h = kvh * G + r % G;
+        memcpy(qbuf + (size_t)r * D, a->q + ((size_t)t * a->n_heads + h) * D, sizeof(float) * D);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    memset(acc, 0, sizeof(float) * (size_t)R * D);
 
     /* keys any row of the block may see, within this split */
     int32_t L = INT32_MAX, H = 0;
@@ -183,38 +206,31 @@ static void attn_task(void *ctx, int task, int thread) {
     if (L < k0) L = k0;
     if (H > k1) H = k1;
 
-    int krun = 0, vrun = 0;
-    for (int32_t kb = L; kb < H; kb += KB) {
+    int run = 0;
+    for (int32_t kb = L; kb < H;) {
+        size_t off = key_offset(j, kb, kvh, &run);
         int nb = H - kb < KB ? H - kb : KB;
-        for (int i = 0; i < nb; i++)
-            ops->load_row(kbuf + (size_t)i * D, key_row(j, a->kv.k, kb + i, kvh, &krun), a->kv.dtype, D);
-        for (int i = 0; i < nb; i++)
-            ops->load_row(vbuf + (size_t)i * D, key_row(j, a->kv.v, kb + i, kvh, &vrun), a->kv.dtype, D);
+        if (nb > j->run_off[run + 1] - kb) nb = j->run_off[run + 1] - kb; /* stay inside the run */
+        size_t ldk, ldv;
+        const float *K = key_block(j, a->kv.k, off, nb, kbuf, &ldk);
+        const float *V = key_block(j, a->kv.v, off, nb, vbuf, &ldv);
+        ops->scores(S, KB, qbuf, R, K, ldk, nb, D, a->scale);
         for (int r = 0; r < R; r++) {
-            int t = t0 + r / G, h = kvh * G + r % G;
-            const float *q = a->q + ((size_t)t * a->n_heads + h) * D;
+            int t = t0 + r / G;
             float *s = S + (size_t)r * KB, mx = -INFINITY;
             for (int i = 0; i < nb; i++) {
-                int32_t idx = kb + i;
-                s[i] = idx >= j->qlo[t] && idx < j->qhi[t] ? ops->dot(q, kbuf + (size_t)i * D, D) * a->scale
-                                                           : -INFINITY;
+                if (kb + i < j->qlo[t] || kb + i >= j->qhi[t]) s[i] = -INFINITY; /* the band mask */
                 if (s[i] > mx) mx = s[i];
             }
             if (mx == -INFINITY) continue;
             /* online softmax: rescale the running sums to the new max */
             float m_new = mx > m[r] ? mx : m[r];
             float c = expf(m[r] - m_new);
-            float *ar = acc + (size_t)r * D;
-            l[r] *= c;
-            for (int i = 0; i < nb; i++) {
-                if (s[i] == -INFINITY) continue;
-                float pw = expf(s[i] - m_new);
-                l[r] += pw;
-                ops->scale_axpy(ar, c, pw, vbuf + (size_t)i * D, D);
-                c = 1.0f;
-            }
+            l[r] = l[r] * c + ops->exp_sum(s, nb, m_new);
+            ops->accumulate(acc + (size_t)r * D, c, s, V, ldv, nb, D);
             m[r] = m_new;
         }
+        kb += nb;
     }
     if (j->n_splits > 1) return;
     for (int r = 0; r < R; r++) {
@@ -281,7 +297,7 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     if (j.split_len == 0) j.split_len = 1;
     int n_tasks = base_tasks * j.n_splits;
 
-    j.scratch_per_thread = (size_t)j.R_max * j.D + 2 * (size_t)j.R_max + 2 * (size_t)KB * j.D + (size_t)j.R_max * KB;
+    j.scratch_per_thread = 2 * (size_t)j.R_max * j.D + 2 * (size_t)j.R_max + 2 * (size_t)KB * j.D + (size_t)j.R_max * KB;
     j.part_per_task = (size_t)j.R_max * j.D + 2 * (size_t)j.R_max;
     j.run_off = malloc(((size_t)a->n_runs + 1) * sizeof *j.run_off);
     j.qlo = malloc((size_t)a->T * sizeof *j.qlo);

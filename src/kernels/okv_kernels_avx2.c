@@ -212,43 +212,121 @@ TGT void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, ok
 
 /* ---- attention inner loops ------------------------------------------------------ */
 
-static TGT void load_row_avx2(float *dst, const void *src, okv_dtype dt, int n) {
-    int i = 0;
-    switch (dt) {
-    case OKV_F32: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_F32, (size_t)i)); break;
-    case OKV_F16: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_F16, (size_t)i)); break;
-    case OKV_BF16: for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src, OKV_BF16, (size_t)i)); break;
+static TGT void load_rows_avx2(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D) {
+    for (int i = 0; i < n; i++) {
+        const char *row = (const char *)src + i * ld * (dt == OKV_F32 ? 4 : 2);
+        float *out = dst + (size_t)i * D;
+        int d = 0;
+        if (dt == OKV_F16)
+            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_F16, (size_t)d));
+        else if (dt == OKV_BF16)
+            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_BF16, (size_t)d));
+        else
+            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_F32, (size_t)d));
+        for (; d < D; d++) out[d] = okv_k_load(row, dt, (size_t)d);
     }
-    for (; i < n; i++) dst[i] = okv_k_load(src, dt, (size_t)i);
 }
 
-static TGT float dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+/* Sum of the 8 lanes of a, b, c, d as 4 floats [sa, sb, sc, sd]. */
+INLINE_TGT __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Scores in tiles of 1 query x 4 keys: each q vector is loaded once per 4
+ * keys, and the 4 sums are reduced together. */
+static TGT void scores_avx2(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
+                            float scale) {
+    int D8 = D & ~7;
+    for (int r = 0; r < R; r++) {
+        const float *qr = q + (size_t)r * D;
+        float *s = S + (size_t)r * ldS;
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            const float *k0 = k + i * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int d = 0; d < D8; d += 8) {
+                __m256 qv = _mm256_loadu_ps(qr + d);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+            }
+            float out[4];
+            _mm_storeu_ps(out, hsum8x4(a0, a1, a2, a3));
+            for (int d = D8; d < D; d++) {
+                out[0] += qr[d] * k0[d];
+                out[1] += qr[d] * k1[d];
+                out[2] += qr[d] * k2[d];
+                out[3] += qr[d] * k3[d];
+            }
+            for (int x = 0; x < 4; x++) s[i + x] = out[x] * scale;
+        }
+        for (; i < n; i++) {
+            const float *ki = k + i * ldk;
+            __m256 a0 = _mm256_setzero_ps();
+            for (int d = 0; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(ki + d), a0);
+            float sum = hsum8(a0);
+            for (int d = D8; d < D; d++) sum += qr[d] * ki[d];
+            s[i] = sum * scale;
+        }
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
+}
+
+static TGT float exp_sum_avx2(float *p, int n, float m) {
+    __m256 mv = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(p + i);
+        __m256 e = _mm256_andnot_ps(_mm256_cmp_ps(x, ninf, _CMP_EQ_OQ), exp8(_mm256_sub_ps(x, mv)));
+        _mm256_storeu_ps(p + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float s = hsum8(sum);
+    for (; i < n; i++) {
+        p[i] = p[i] == -INFINITY ? 0.0f : expf(p[i] - m);
+        s += p[i];
+    }
     return s;
 }
 
-static TGT void scale_axpy_avx2(float *y, float c, float a, const float *x, int n) {
-    __m256 av = _mm256_set1_ps(a), cv = _mm256_set1_ps(c);
-    int i = 0;
-    if (c == 1.0f)
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-    else
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
-                                                    _mm256_mul_ps(cv, _mm256_loadu_ps(y + i))));
-    for (; i < n; i++) y[i] = (c == 1.0f ? y[i] : y[i] * c) + a * x[i];
+/* acc = acc*c + p @ V in chunks of 32 channels held in 4 registers while
+ * the keys stream by. */
+static TGT void accumulate_avx2(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D) {
+    __m256 cv = _mm256_set1_ps(c);
+    int d = 0;
+    for (; d + 32 <= D; d += 32) {
+        __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d));
+        __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 8));
+        __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 16));
+        __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 24));
+        for (int i = 0; i < n; i++) {
+            __m256 pv = _mm256_broadcast_ss(p + i);
+            const float *vi = v + i * ldv + d;
+            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi), a0);
+            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8), a1);
+            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 16), a2);
+            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 24), a3);
+        }
+        _mm256_storeu_ps(acc + d, a0);
+        _mm256_storeu_ps(acc + d + 8, a1);
+        _mm256_storeu_ps(acc + d + 16, a2);
+        _mm256_storeu_ps(acc + d + 24, a3);
+    }
+    for (; d + 8 <= D; d += 8) {
+        __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d));
+        for (int i = 0; i < n; i++) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i), _mm256_loadu_ps(v + i * ldv + d), a0);
+        _mm256_storeu_ps(acc + d, a0);
+    }
+    for (; d < D; d++) {
+        float s = acc[d] * c;
+        for (int i = 0; i < n; i++) s += p[i] * v[i * ldv + d];
+        acc[d] = s;
+    }
 }
 
-static const okv_attn_ops attn_ops_avx2 = {load_row_avx2, dot_avx2, scale_axpy_avx2};
+static const okv_attn_ops attn_ops_avx2 = {load_rows_avx2, scores_avx2, exp_sum_avx2, accumulate_avx2};
 
 void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a) {
     okv_attend_fast(tp, a, &attn_ops_avx2);

@@ -43,14 +43,18 @@ static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
     return 0.0f;
 }
 
-/* The inner loops of the fast attention, per ISA. */
+/* The inner loops of the fast attention, per ISA. Blocks are n keys of
+ * one kv head; rows of K/V blocks and of queries are D floats, `ld` apart. */
 typedef struct okv_attn_ops {
-    /* dst[0..n) = src[0..n) converted from dt to f32 */
-    void (*load_row)(float *dst, const void *src, okv_dtype dt, int n);
-    /* returns sum a[i]*b[i] */
-    float (*dot)(const float *a, const float *b, int n);
-    /* y[i] = y[i]*c + a*x[i]  (c rescales the running sum; c == 1 is common) */
-    void (*scale_axpy)(float *y, float c, float a, const float *x, int n);
+    /* dst[i*D + d] = element d of row i (rows ld elements apart in src),
+     * converted from dt to f32, for i < n */
+    void (*load_rows)(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D);
+    /* S[r*ldS + i] = scale * (q_r . k_i) for r < R, i < n; q rows D apart */
+    void (*scores)(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D, float scale);
+    /* p[i] = exp(p[i] - m), with exp(-inf) = 0; returns the sum of p */
+    float (*exp_sum)(float *p, int n, float m);
+    /* acc[d] = acc[d]*c + sum_i p[i] * v_i[d]  (c rescales the running sum) */
+    void (*accumulate)(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D);
 } okv_attn_ops;
 
 /* The fast attention algorithm (okv_attend.c) with the given inner loops. */

@@ -88,24 +88,41 @@ void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_a
 
 /* ---- attention inner loops ----------------------------------------------------- */
 
-static void load_row_plain(float *dst, const void *src, okv_dtype dt, int n) {
-    for (int i = 0; i < n; i++) dst[i] = okv_k_load(src, dt, (size_t)i);
+static void load_rows_plain(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D) {
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < D; d++) dst[(size_t)i * D + d] = okv_k_load(src, dt, i * ld + d);
 }
 
-static float dot_plain(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+static void scores_plain(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
+                         float scale) {
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < n; i++) {
+            const float *qr = q + (size_t)r * D, *ki = k + i * ldk;
+            float s = 0.0f;
+            for (int d = 0; d < D; d++) s += qr[d] * ki[d];
+            S[(size_t)r * ldS + i] = s * scale;
+        }
 }
 
-static void scale_axpy_plain(float *y, float c, float a, const float *x, int n) {
-    if (c == 1.0f)
-        for (int i = 0; i < n; i++) y[i] += a * x[i];
-    else
-        for (int i = 0; i < n; i++) y[i] = y[i] * c + a * x[i];
+static float exp_sum_plain(float *p, int n, float m) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        p[i] = p[i] == -INFINITY ? 0.0f : expf(p[i] - m);
+        sum += p[i];
+    }
+    return sum;
 }
 
-const okv_attn_ops okv_attn_ops_plain = {load_row_plain, dot_plain, scale_axpy_plain};
+static void accumulate_plain(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D) {
+    if (c != 1.0f)
+        for (int d = 0; d < D; d++) acc[d] *= c;
+    for (int i = 0; i < n; i++) {
+        if (p[i] == 0.0f) continue;
+        for (int d = 0; d < D; d++) acc[d] += p[i] * v[i * ldv + d];
+    }
+}
+
+const okv_attn_ops okv_attn_ops_plain = {load_rows_plain, scores_plain, exp_sum_plain, accumulate_plain};
 
 void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a) {
     okv_attend_fast(tp, a, &okv_attn_ops_plain);

@@ -1,0 +1,256 @@
+/* bench_kernels.c — how fast the kernels are on this machine, measured
+ * against what the machine can do.
+ *
+ *   1. memory read bandwidth: sum over a 1 GiB buffer, 1 and 2 threads
+ *   2. decode GEMV (T = 1) for 2048x8192 and 8192x2048 weights in f32/bf16/f16:
+ *      GB/s of weights streamed and the fraction of measured bandwidth
+ *   3. prefill matmul (T = 128): GFLOP/s
+ *   4. attention decode over 4k keys
+ *   5. thread pool dispatch latency
+ *
+ * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] (default:
+ * all sections). Best of N repetitions everywhere; weights
+ * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "okv_common.h"
+#include "okv_kernels.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* ---- 1. memory bandwidth ---------------------------------------------------------- */
+
+typedef struct sum_job {
+    const float *buf;
+    size_t n;
+    int parts;
+    float result[64];
+} sum_job;
+
+__attribute__((target("avx2"))) static float sum_range(const float *p, size_t n) {
+    __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        a = _mm256_add_ps(a, _mm256_load_ps(p + i));
+        b = _mm256_add_ps(b, _mm256_load_ps(p + i + 8));
+        c = _mm256_add_ps(c, _mm256_load_ps(p + i + 16));
+        d = _mm256_add_ps(d, _mm256_load_ps(p + i + 24));
+    }
+    float out[8];
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+static void sum_task(void *ctx, int task, int thread) {
+    sum_job *j = ctx;
+    size_t per = j->n / j->parts;
+    j->result[task] = sum_range(j->buf + per * task, per);
+}
+
+static double measure_bandwidth(okv_threadpool *tp, const float *buf, size_t n, int reps) {
+    sum_job j = {buf, n, okv_threadpool_size(tp), {0}};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        okv_threadpool_run(tp, j.parts, sum_task, &j);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)n * 4 / best / 1e9;
+}
+
+/* ---- 2./3. matmul ------------------------------------------------------------------ */
+
+typedef struct wset {
+    void *copies[8];
+    int n_copies;
+    okv_dtype dt;
+    int N, K;
+} wset;
+
+/* Enough copies of a random N x K weight that they don't fit in L3 together. */
+static wset make_wset(okv_dtype dt, int N, int K) {
+    wset w = {{0}, 0, dt, N, K};
+    size_t n = (size_t)N * K, bytes = n * okv_dtype_size(dt);
+    w.n_copies = (int)((128u << 20) / bytes) + 1;
+    if (w.n_copies > 8) w.n_copies = 8;
+    float *tmp = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) tmp[i] = frand() * 0.05f;
+    for (int c = 0; c < w.n_copies; c++) {
+        w.copies[c] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        okv_convert(w.copies[c], dt, tmp, OKV_F32, n);
+    }
+    free(tmp);
+    return w;
+}
+
+static void free_wset(wset *w) {
+    for (int c = 0; c < w->n_copies; c++) free(w->copies[c]);
+}
+
+/* Best seconds per call of y = x @ W^T over reps calls (rotating copies). */
+static double time_matmul(const okv_kernels *k, okv_threadpool *tp, const wset *w, int T, int reps) {
+    float *x = malloc(sizeof(float) * (size_t)T * w->K), *y = malloc(sizeof(float) * (size_t)T * w->N);
+    for (size_t i = 0; i < (size_t)T * w->K; i++) x[i] = frand();
+    k->matmul(tp, y, x, T, w->K, w->copies[0], w->dt, w->N, NULL); /* warm-up */
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const void *W = w->copies[(r + 1) % w->n_copies];
+        double t0 = now();
+        k->matmul(tp, y, x, T, w->K, W, w->dt, w->N, NULL);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    free(x);
+    free(y);
+    return best;
+}
+
+/* ---- 4. attention --------------------------------------------------------------------- */
+
+static double time_attend(const okv_kernels *k, okv_threadpool *tp, int Hq, int Hkv, int D, okv_dtype dt,
+                          int n_keys, int reps) {
+    size_t row = (size_t)Hkv * D, esz = okv_dtype_size(dt);
+    void *kp = malloc(n_keys * row * esz), *vp = malloc(n_keys * row * esz);
+    float *tmp = malloc(sizeof(float) * n_keys * row);
+    for (size_t i = 0; i < n_keys * row; i++) tmp[i] = frand();
+    okv_convert(kp, dt, tmp, OKV_F32, n_keys * row);
+    okv_convert(vp, dt, tmp, OKV_F32, n_keys * row);
+    float *q = malloc(sizeof(float) * Hq * D), *out = malloc(sizeof(float) * Hq * D);
+    for (int i = 0; i < Hq * D; i++) q[i] = frand();
+    int32_t pos = n_keys - 1;
+    okv_run run = {0, n_keys, 0};
+    okv_attn_args a = {q, 1, Hq, &pos, {kp, vp, kp, vp, dt, Hkv, D}, &run, 1, 0, 1.0f / sqrtf((float)D), out};
+    k->attend(tp, &a);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        k->attend(tp, &a);
+        double d = now() - t0;
+        if (d < best) best = d;
+    }
+    free(kp);
+    free(vp);
+    free(tmp);
+    free(q);
+    free(out);
+    return best;
+}
+
+static int want(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+static void noop_task(void *ctx, int task, int thread) { (void)ctx; (void)task; (void)thread; }
+
+int main(int argc, char **argv) {
+    int quick = 0, only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else only = 1;
+    }
+#define SECTION(name) (!only || want(argc, argv, name))
+    okv_threadpool *tps[2] = {okv_threadpool_create(1), okv_threadpool_create(2)};
+    const okv_kernels *tabs[2] = {okv_kernels_select(OKV_ISA_PLAIN), okv_kernels_select(OKV_ISA_AUTO)};
+    int n_tabs = tabs[0] == tabs[1] ? 1 : 2;
+    printf("cpu features: %s\n", okv_cpu_features());
+
+    /* 1 */
+    size_t n = (quick ? 256u << 20 : 1u << 30) / 4;
+    float *buf = aligned_alloc(64, n * 4);
+    for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
+    double bw[2] = {25, 35}; /* typical values here if the section is skipped */
+    for (int t = 0; t < 2 && SECTION("bw"); t++) {
+        bw[t] = measure_bandwidth(tps[t], buf, n, quick ? 3 : 7);
+        printf("memory read bandwidth, %d thread%s: %.1f GB/s (sum over %zu MiB, best of %d)\n", t + 1,
+               t ? "s" : "", bw[t], n * 4 >> 20, quick ? 3 : 7);
+    }
+    free(buf);
+
+    /* 2 */
+    static const int shapes[2][2] = {{2048, 8192}, {8192, 2048}}; /* N x K */
+    static const okv_dtype dts[3] = {OKV_F32, OKV_BF16, OKV_F16};
+    if (SECTION("gemv")) {
+    printf("\nGEMV T=1 (weights streamed from DRAM)\n");
+    printf("%-10s %-5s %-6s %3s %9s %9s %8s\n", "W (NxK)", "dtype", "isa", "thr", "ms", "GB/s", "of bw");
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 3; d++) {
+            wset w = make_wset(dts[d], shapes[s][0], shapes[s][1]);
+            double bytes = (double)w.N * w.K * okv_dtype_size(w.dt);
+            for (int ti = 0; ti < n_tabs; ti++)
+                for (int t = 0; t < 2; t++) {
+                    double sec = time_matmul(tabs[ti], tps[t], &w, 1, ti == 0 && quick ? 2 : 10);
+                    printf("%4dx%-5d %-5s %-6s %3d %9.3f %9.1f %7.0f%%\n", w.N, w.K, okv_dtype_name(w.dt),
+                           tabs[ti]->name, t + 1, sec * 1e3, bytes / sec / 1e9, 100 * bytes / sec / 1e9 / bw[t]);
+                }
+            free_wset(&w);
+        }
+
+    }
+
+    /* 3 */
+    if (SECTION("prefill")) {
+    printf("\nprefill matmul T=128\n");
+    printf("%-10s %-5s %-6s %3s %9s %9s\n", "W (NxK)", "dtype", "isa", "thr", "ms", "GFLOP/s");
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 3; d++) {
+            wset w = make_wset(dts[d], shapes[s][0], shapes[s][1]);
+            for (int ti = 0; ti < n_tabs; ti++)
+                for (int t = 0; t < 2; t++) {
+                    if (ti == 0 && (quick || t == 0 || s == 1)) continue; /* plain is slow: one sample */
+                    double sec = time_matmul(tabs[ti], tps[t], &w, 128, ti == 0 ? 1 : 3);
+                    printf("%4dx%-5d %-5s %-6s %3d %9.2f %9.1f\n", w.N, w.K, okv_dtype_name(w.dt), tabs[ti]->name,
+                           t + 1, sec * 1e3, 2.0 * 128 * w.N * w.K / sec / 1e9);
+                }
+            free_wset(&w);
+        }
+
+    }
+
+    /* 4 */
+    if (SECTION("attn")) {
+    printf("\nattention decode, 4096 keys\n");
+    printf("%-22s %-5s %-6s %3s %9s %9s\n", "heads q/kv x dim", "kv", "isa", "thr", "us", "KV GB/s");
+    static const int cfg[3][3] = {{32, 8, 64}, {8, 1, 256}, {16, 8, 128}};
+    for (int c = 0; c < 3; c++)
+        for (int d = 0; d < 3; d++)
+            for (int ti = 0; ti < n_tabs; ti++)
+                for (int t = 0; t < 2; t++) {
+                    double sec = time_attend(tabs[ti], tps[t], cfg[c][0], cfg[c][1], cfg[c][2], dts[d], 4096, 20);
+                    double bytes = 2.0 * 4096 * cfg[c][1] * cfg[c][2] * okv_dtype_size(dts[d]);
+                    printf("%3d/%-2d x %-12d %-5s %-6s %3d %9.1f %9.1f\n", cfg[c][0], cfg[c][1], cfg[c][2],
+                           okv_dtype_name(dts[d]), tabs[ti]->name, t + 1, sec * 1e6, bytes / sec / 1e9);
+                }
+
+    }
+
+    /* 5 */
+    if (SECTION("pool")) {
+    int loops = 20000;
+    double t0 = now();
+    for (int i = 0; i < loops; i++) okv_threadpool_run(tps[1], 2, noop_task, NULL);
+    printf("\nthread pool: %.2f us per 2-task loop on 2 threads\n", (now() - t0) / loops * 1e6);
+    }
+
+    okv_threadpool_free(tps[0]);
+    okv_threadpool_free(tps[1]);
+    return 0;
+}

@@ -1,0 +1,273 @@
+/* Tests okv_kv_write and attention: the reference against a naive double
+ * implementation written here (which reads the pool through slot = f(pos),
+ * not through runs), and the fast kernels of every table (1 and 2 threads)
+ * against the reference on the same stored data. Scenarios: flat spans, ring
+ * spans that wrap (2 runs), windows shorter than the span, GQA ratios 1..8
+ * and MQA, head_dim 16..512 (and odd ones), T = 1 and T > 1, positions not
+ * starting at 0, storage f32/f16/bf16, tens of thousands of keys. */
+#include <stdint.h>
+
+#include "okv_common.h"
+#include "okv_kernels.h"
+#include "okv_test.h"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static float stored(const void *pool, okv_dtype dt, size_t i) {
+    switch (dt) {
+    case OKV_F32: return ((const float *)pool)[i];
+    case OKV_F16: return okv_f16_to_f32(((const uint16_t *)pool)[i]);
+    case OKV_BF16: return okv_bf16_to_f32(((const uint16_t *)pool)[i]);
+    }
+    return NAN;
+}
+
+/* Runs covering positions [from, to) of a cache with `ring` slots (0 = flat,
+ * slot = position). Returns the number of runs (1, or 2 if the ring wraps). */
+static int make_runs(int32_t from, int32_t to, int32_t ring, okv_run *runs) {
+    if (!ring) { runs[0] = (okv_run){from, to - from, from}; return 1; }
+    int32_t first = from % ring, n1 = to - from < ring - first ? to - from : ring - first;
+    runs[0] = (okv_run){first, n1, from};
+    if (n1 == to - from) return 1;
+    runs[1] = (okv_run){0, to - from - n1, from + n1};
+    return 2;
+}
+
+static int32_t slot_of(int32_t pos, int32_t ring) { return ring ? pos % ring : pos; }
+
+/* ---- kv_write ------------------------------------------------------------------ */
+
+static void test_kv_write(void) {
+    enum { S = 11, Hkv = 2, D = 12, T = 7 };
+    for (int d = 0; d < 3; d++) {
+        okv_dtype dt = (okv_dtype)d;
+        size_t row = Hkv * D, esz = okv_dtype_size(dt);
+        unsigned char *k = malloc(S * row * esz), *v = malloc(S * row * esz);
+        memset(k, 0xA5, S * row * esz);
+        memset(v, 0x5A, S * row * esz);
+        okv_kv_view kv = {k, v, k, v, dt, Hkv, D};
+        float kin[T * Hkv * D], vin[T * Hkv * D];
+        fill(kin, T * row, 3.0f);
+        fill(vin, T * row, 3.0f);
+        okv_run runs[2];
+        int n = make_runs(8, 8 + T, S, runs); /* positions 8..14 -> slots 8,9,10,0,1,2,3 */
+        CHECK(n == 2 && runs[0].slot == 8 && runs[0].n == 3 && runs[1].slot == 0 && runs[1].n == 4);
+        okv_kv_write(&kv, runs, n, kin, vin);
+        int bad = 0, touched = 0;
+        for (int t = 0; t < T; t++) {
+            size_t slot = (size_t)slot_of(8 + t, S);
+            for (size_t e = 0; e < row; e++) {
+                float wk = kin[t * row + e], wv = vin[t * row + e];
+                if (dt == OKV_F16) { wk = okv_f16_to_f32(okv_f32_to_f16(wk)); wv = okv_f16_to_f32(okv_f32_to_f16(wv)); }
+                if (dt == OKV_BF16) { wk = okv_bf16_to_f32(okv_f32_to_bf16(wk)); wv = okv_bf16_to_f32(okv_f32_to_bf16(wv)); }
+                bad += stored(k, dt, slot * row + e) != wk || stored(v, dt, slot * row + e) != wv;
+            }
+        }
+        for (size_t b = 4 * row * esz; b < 8 * row * esz; b++) touched += k[b] != 0xA5 || v[b] != 0x5A;
+        CHECKF(bad == 0, "kv_write %s: %d elements wrong", okv_dtype_name(dt), bad);
+        CHECKF(touched == 0, "kv_write %s wrote %d bytes outside its runs", okv_dtype_name(dt), touched);
+        free(k);
+        free(v);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------ */
+
+typedef struct scenario {
+    const char *what;
+    int Hq, Hkv, D;
+    okv_dtype dt;
+    int T;
+    int32_t p0;      /* first query position */
+    int32_t base;    /* first cached position read */
+    int32_t window;  /* 0 = full */
+    int32_t ring;    /* slots of a ring cache; 0 = flat */
+    float q_scale;   /* larger = peakier softmax */
+} scenario;
+
+/* Naive double attention straight from the definition, reading the pool by
+ * slot_of(position). */
+static void naive_attend(const scenario *s, const float *q, const okv_kv_view *kv, const int32_t *pos, float scale,
+                         double *out) {
+    int G = s->Hq / s->Hkv, end = s->p0 + s->T;
+    size_t row = (size_t)s->Hkv * s->D;
+    double *w = malloc(sizeof(double) * (size_t)(end - s->base));
+    for (int t = 0; t < s->T; t++)
+        for (int h = 0; h < s->Hq; h++) {
+            const float *qh = q + ((size_t)t * s->Hq + h) * s->D;
+            int kvh = h / G;
+            double mx = -INFINITY, sum = 0;
+            for (int32_t j = s->base; j < end; j++) {
+                bool vis = j <= pos[t] && (s->window == 0 || pos[t] - j < s->window);
+                double d = 0;
+                size_t at = (size_t)slot_of(j, s->ring) * row + (size_t)kvh * s->D;
+                for (int e = 0; e < s->D && vis; e++) d += (double)qh[e] * stored(kv->k, kv->dtype, at + e);
+                w[j - s->base] = vis ? d * scale : -INFINITY;
+                if (w[j - s->base] > mx) mx = w[j - s->base];
+            }
+            for (int32_t j = s->base; j < end; j++) sum += w[j - s->base] = exp(w[j - s->base] - mx);
+            for (int e = 0; e < s->D; e++) {
+                double acc = 0;
+                for (int32_t j = s->base; j < end; j++)
+                    acc += w[j - s->base] *
+                           stored(kv->v, kv->dtype, (size_t)slot_of(j, s->ring) * row + (size_t)kvh * s->D + e);
+                out[((size_t)t * s->Hq + h) * s->D + e] = acc / sum;
+            }
+        }
+    free(w);
+}
+
+static double max_diff_f(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+static void run_scenario(const scenario *s, const okv_kernels **tables, int n_tables, okv_threadpool *tp2,
+                         bool with_naive) {
+    int32_t end = s->p0 + s->T, n_keys = end - s->base;
+    int32_t slots = s->ring ? s->ring : end;
+    size_t row = (size_t)s->Hkv * s->D, esz = okv_dtype_size(s->dt);
+    void *kp = calloc((size_t)slots * row, esz), *vp = calloc((size_t)slots * row, esz);
+    okv_kv_view kv = {kp, vp, kp, vp, s->dt, s->Hkv, s->D};
+    /* store random k/v for every position of the span, the way steps would */
+    float *kin = malloc(sizeof(float) * n_keys * row), *vin = malloc(sizeof(float) * n_keys * row);
+    fill(kin, (size_t)n_keys * row, 1.0f);
+    fill(vin, (size_t)n_keys * row, 1.0f);
+    okv_run runs[3];
+    int n_runs = make_runs(s->base, end, s->ring, runs);
+    okv_kv_write(&kv, runs, n_runs, kin, vin);
+
+    size_t nq = (size_t)s->T * s->Hq * s->D;
+    float *q = malloc(sizeof(float) * nq), *ref = malloc(sizeof(float) * nq), *fast = malloc(sizeof(float) * nq);
+    int32_t *pos = malloc(sizeof(int32_t) * s->T);
+    fill(q, nq, s->q_scale);
+    for (int t = 0; t < s->T; t++) pos[t] = s->p0 + t;
+    okv_attn_args a = {q, s->T, s->Hq, pos, kv, runs, n_runs, s->window, 1.0f / sqrtf((float)s->D), ref};
+    okv_attend_reference(&a);
+
+    if (with_naive) {
+        double *want = malloc(sizeof(double) * nq), m = 0;
+        naive_attend(s, q, &kv, pos, a.scale, want);
+        for (size_t i = 0; i < nq; i++) {
+            double d = fabs(ref[i] - want[i]);
+            if (!(d <= m)) m = isnan(d) ? INFINITY : d;
+        }
+        CHECKF(m <= 2e-6, "%s: reference vs naive max diff %g", s->what, m);
+        free(want);
+    }
+    for (int ti = 0; ti < n_tables; ti++)
+        for (int th = 0; th < 2; th++) {
+            a.out = fast;
+            memset(fast, 0xff, sizeof(float) * nq); /* NaN: every output must be written */
+            tables[ti]->attend(th ? tp2 : NULL, &a);
+            double m = max_diff_f(fast, ref, nq);
+            CHECKF(m <= 1e-5, "%s: %s attend (%d threads) vs reference max diff %g", s->what, tables[ti]->name,
+                   th + 1, m);
+        }
+    free(kp);
+    free(vp);
+    free(kin);
+    free(vin);
+    free(q);
+    free(ref);
+    free(fast);
+    free(pos);
+}
+
+/* A split key span: the reference and the fast kernel must agree when one
+ * run is split into several (including an empty one). */
+static void test_split_runs(const okv_kernels **tables, int n_tables) {
+    enum { Hq = 4, Hkv = 2, D = 32, T = 3, N = 40 };
+    size_t row = Hkv * D;
+    float *k = malloc(sizeof(float) * N * row), *v = malloc(sizeof(float) * N * row);
+    fill(k, N * row, 1.0f);
+    fill(v, N * row, 1.0f);
+    float q[T * Hq * D], one[T * Hq * D], many[T * Hq * D], fast[T * Hq * D];
+    fill(q, T * Hq * D, 2.0f);
+    int32_t pos[T] = {37, 38, 39};
+    okv_kv_view kv = {k, v, k, v, OKV_F32, Hkv, D};
+    okv_run whole[1] = {{0, N, 0}};
+    okv_run parts[4] = {{0, 10, 0}, {10, 0, 10}, {10, 25, 10}, {35, 5, 35}};
+    okv_attn_args a = {q, T, Hq, pos, kv, whole, 1, 0, 0.2f, one};
+    okv_attend_reference(&a);
+    a.runs = parts;
+    a.n_runs = 4;
+    a.out = many;
+    okv_attend_reference(&a);
+    CHECK(max_diff_f(one, many, T * Hq * D) == 0.0);
+    for (int ti = 0; ti < n_tables; ti++) {
+        a.out = fast;
+        tables[ti]->attend(NULL, &a);
+        CHECKF(max_diff_f(fast, one, T * Hq * D) <= 1e-5, "%s attend over split runs", tables[ti]->name);
+    }
+    free(k);
+    free(v);
+}
+
+static void test_attention(void) {
+    const okv_kernels *tables[2] = {okv_kernels_select(OKV_ISA_PLAIN), okv_kernels_select(OKV_ISA_AUTO)};
+    int n_tables = tables[1] == tables[0] ? 1 : 2;
+    okv_threadpool *tp2 = okv_threadpool_create(2);
+    static const scenario cases[] = {
+        /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
+        {"flat decode first token",      4, 4, 64, OKV_F32,  1,  0,    0,  0,  0, 1},
+        {"flat decode",                  8, 2, 64, OKV_F32,  1, 57,    0,  0,  0, 1},
+        {"flat prefill from 0",          8, 4, 32, OKV_F32, 17,  0,    0,  0,  0, 2},
+        {"flat chunk at 37",             8, 2, 64, OKV_F16,  5, 37,    0,  0,  0, 1},
+        {"flat chunk peaky",             4, 1, 64, OKV_BF16, 9, 20,    0,  0,  0, 6},
+        {"flat window < span",           6, 3, 16, OKV_F32, 11, 30,    0,  5,  0, 1},
+        {"flat window 1",                4, 2, 16, OKV_F32,  4,  9,    0,  1,  0, 1},
+        {"ring wrap decode",             8, 4, 64, OKV_F32,  1, 100,  85, 16, 23, 1},
+        {"ring wrap prefill",            8, 4, 64, OKV_F16,  8, 100,  85, 16, 23, 1},
+        {"ring wrap bf16",               8, 1, 128, OKV_BF16, 8, 300, 285, 16, 23, 1},
+        {"ring no wrap",                 4, 2, 32, OKV_F32,  8, 14,    0, 16, 23, 1},
+        {"ring exact fill",              4, 2, 32, OKV_F16,  8, 15,    0, 16, 23, 1},
+        {"gqa 1",                        4, 4, 80, OKV_F32,  3, 40,    0,  0,  0, 1},
+        {"gqa 2",                        8, 4, 80, OKV_F16,  3, 40,    0,  0,  0, 1},
+        {"gqa 4",                       16, 4, 48, OKV_BF16, 3, 40,    0,  0,  0, 1},
+        {"gqa 8",                       16, 2, 48, OKV_F32,  3, 40,    0,  0,  0, 1},
+        {"mqa",                          8, 1, 64, OKV_F16,  6, 40,    0,  0,  0, 1},
+        {"head_dim 16",                  2, 1, 16, OKV_F32,  2, 10,    0,  0,  0, 1},
+        {"head_dim 20 (tail)",           2, 1, 20, OKV_F16,  2, 10,    0,  0,  0, 1},
+        {"head_dim 256",                 4, 2, 256, OKV_BF16, 2, 30,   0,  0,  0, 1},
+        {"head_dim 512",                 4, 1, 512, OKV_F32,  2, 30,   0,  0,  0, 1},
+        {"head_dim 512 ring",            8, 1, 512, OKV_BF16, 4, 600, 591, 10, 13, 1},
+        {"long prefill",                 4, 2, 16, OKV_F32, 200, 50,   0,  0,  0, 1},
+        {"long prefill window",          4, 1, 32, OKV_F16, 130, 0,    0, 64,  0, 1},
+        {"mqa long decode (splits)",     4, 1, 64, OKV_F16,  1, 20000, 0,  0,  0, 1},
+        {"mqa decode window (splits)",   4, 1, 64, OKV_BF16, 1, 9000,  0, 700, 0, 1},
+        {"mqa chunk long (splits)",      8, 1, 32, OKV_F32,  3, 3000,  0,  0,  0, 2},
+        {"ring long window decode",      8, 2, 64, OKV_F16,  1, 50000, 45905, 4096, 4127, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        scenario s = cases[i];
+        run_scenario(&s, tables, n_tables, tp2, true);
+    }
+    /* every storage dtype on one shape, fast vs reference on the same data */
+    for (int d = 0; d < 3; d++) {
+        scenario s = {"dtype sweep", 8, 2, 128, (okv_dtype)d, 7, 70, 0, 0, 0, 1};
+        run_scenario(&s, tables, n_tables, tp2, true);
+    }
+    test_split_runs(tables, n_tables);
+    okv_threadpool_free(tp2);
+}
+
+int main(void) {
+    test_kv_write();
+    test_attention();
+    return okv_test_finish();
+}
