@@ -52,14 +52,17 @@ typedef struct okv_chat_config {
 } okv_chat_config;
 
 /* Extracts the template and the special-token strings (each a string or a
- * {"content": ...} object) from tokenizer_config.json text. A missing
- * chat_template is OKV_ERR_NOT_FOUND. */
+ * {"content": ...} object) from tokenizer_config.json text. A config without
+ * a usable template (none, or a list with no "default" entry) still succeeds,
+ * with chat_template NULL; malformed JSON or a chat_template of another type
+ * is an error. */
 okv_status okv_chat_config_parse(const char *tokenizer_config_json, okv_chat_config *out,
                                  okv_error *err);
 void okv_chat_config_free(okv_chat_config *cfg);
 
 /* Convenience: okv_chat_config_parse, then okv_chat_template_parse of its
- * template. On success the caller owns both *cfg and *tmpl. */
+ * template (OKV_ERR_NOT_FOUND when there is none). On success the caller
+ * owns both *cfg and *tmpl; on failure neither needs freeing. */
 okv_status okv_chat_template_from_config(const char *tokenizer_config_json,
                                          okv_chat_config *cfg, okv_chat_template **tmpl,
                                          okv_error *err);

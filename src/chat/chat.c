@@ -144,11 +144,6 @@ okv_status okv_chat_config_parse(const char *tokenizer_config_json, okv_chat_con
                 break;
             }
         }
-        if (!out->chat_template) {
-            cJSON_Delete(cfg);
-            return okv_fail(err, OKV_ERR_NOT_FOUND,
-                            "tokenizer_config.json: field 'chat_template' is a list with no entry named \"default\"");
-        }
     } else if (ct && !cJSON_IsNull(ct)) {
         cJSON_Delete(cfg);
         return okv_fail(err, OKV_ERR_FORMAT, "tokenizer_config.json: field 'chat_template' must be a string or a list");
@@ -158,10 +153,6 @@ okv_status okv_chat_config_parse(const char *tokenizer_config_json, okv_chat_con
     out->unk_token = token_string(cfg, "unk_token");
     out->pad_token = token_string(cfg, "pad_token");
     cJSON_Delete(cfg);
-    if (!out->chat_template) {
-        okv_chat_config_free(out);
-        return okv_fail(err, OKV_ERR_NOT_FOUND, "tokenizer_config.json: no field 'chat_template'");
-    }
     return OKV_OK;
 }
 
@@ -180,6 +171,11 @@ okv_status okv_chat_template_from_config(const char *tokenizer_config_json, okv_
     *tmpl = NULL;
     okv_status st = okv_chat_config_parse(tokenizer_config_json, cfg, err);
     if (st) return st;
+    if (!cfg->chat_template) {
+        okv_chat_config_free(cfg);
+        return okv_fail(err, OKV_ERR_NOT_FOUND,
+                        "tokenizer_config.json: no usable 'chat_template' (missing, or a list with no entry named \"default\")");
+    }
     st = okv_chat_template_parse(cfg->chat_template, tmpl, err);
     if (st) {
         okv_fail_prefix(err, "tokenizer_config.json chat_template: ");

@@ -282,11 +282,16 @@ static void test_config(void) {
     CHECK(cfg.eos_token && !strcmp(cfg.eos_token, "</s>"));
     CHECK(cfg.pad_token == NULL && cfg.unk_token == NULL);
     okv_chat_config_free(&cfg);
-    CHECK(okv_chat_config_parse("{\"bos_token\": \"<s>\"}", &cfg, &err) == OKV_ERR_NOT_FOUND);
-    CHECK(strstr(err.message, "chat_template") != NULL);
-    CHECK(okv_chat_config_parse("{\"chat_template\": [{\"name\": \"x\", \"template\": \"T\"}]}", &cfg, &err) == OKV_ERR_NOT_FOUND);
+    /* no template: the tokens still come through */
+    CHECK_OK(okv_chat_config_parse("{\"bos_token\": \"<s>\"}", &cfg, &err), &err);
+    CHECK(cfg.chat_template == NULL && cfg.bos_token && !strcmp(cfg.bos_token, "<s>"));
+    okv_chat_config_free(&cfg);
     CHECK(okv_chat_config_parse("not json", &cfg, &err) != OKV_OK);
+    CHECK(okv_chat_config_parse("{\"chat_template\": 3}", &cfg, &err) == OKV_ERR_FORMAT);
     okv_chat_template *t = NULL;
+    CHECK(okv_chat_template_from_config("{\"chat_template\": [{\"name\": \"x\", \"template\": \"T\"}]}", &cfg, &t, &err) ==
+          OKV_ERR_NOT_FOUND);
+    CHECK(t == NULL && strstr(err.message, "chat_template") != NULL);
     CHECK(okv_chat_template_from_config("{\"chat_template\": \"{% if %}\"}", &cfg, &t, &err) == OKV_ERR_FORMAT);
     CHECK(t == NULL && strstr(err.message, "tokenizer_config.json chat_template") != NULL);
 }
