@@ -145,30 +145,148 @@ static void initial_symbols(const okv_tok *tok, const char *s, size_t n, word *w
     if (unk >= 0) word_add(w, unk);
 }
 
-okv_status tok_bpe_word(const okv_tok *tok, const char *s, size_t n, int32_t **ids, size_t *n_ids,
-                        size_t *cap, okv_error *err) {
+#define CACHE_MAX_WORD 64     /* longer words are not cached */
+#define CACHE_MAX_ENTRIES 65536
+
+static uint64_t word_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h | 1; /* never 0 (the empty mark) */
+}
+
+/* Slot of word s in the cache: its entry, or the empty slot for it. */
+static size_t cache_slot(const tok_bpe_scratch *b, const char *s, size_t n, uint64_t h) {
+    size_t j = h & (b->c_cap - 1);
+    while (b->c_hash[j]) {
+        if (b->c_hash[j] == h && b->c_klen[j] == n && memcmp(b->c_keys.data + b->c_koff[j], s, n) == 0) break;
+        j = (j + 1) & (b->c_cap - 1);
+    }
+    return j;
+}
+
+static bool cache_init(tok_bpe_scratch *b) {
+    if (b->c_cap) return true;
+    size_t cap = 4096;
+    b->c_hash = calloc(cap, sizeof *b->c_hash);
+    b->c_koff = malloc(cap * sizeof *b->c_koff);
+    b->c_klen = malloc(cap * sizeof *b->c_klen);
+    b->c_voff = malloc(cap * sizeof *b->c_voff);
+    b->c_vlen = malloc(cap * sizeof *b->c_vlen);
+    if (!b->c_hash || !b->c_koff || !b->c_klen || !b->c_voff || !b->c_vlen) return false;
+    b->c_cap = cap;
+    return true;
+}
+
+static bool cache_grow(tok_bpe_scratch *b) {
+    tok_bpe_scratch nb = {0};
+    size_t cap = b->c_cap * 2;
+    nb.c_hash = calloc(cap, sizeof *nb.c_hash);
+    nb.c_koff = malloc(cap * sizeof *nb.c_koff);
+    nb.c_klen = malloc(cap * sizeof *nb.c_klen);
+    nb.c_voff = malloc(cap * sizeof *nb.c_voff);
+    nb.c_vlen = malloc(cap * sizeof *nb.c_vlen);
+    bool ok = nb.c_hash && nb.c_koff && nb.c_klen && nb.c_voff && nb.c_vlen;
+    for (size_t i = 0; ok && i < b->c_cap; i++) {
+        if (!b->c_hash[i]) continue;
+        size_t j = b->c_hash[i] & (cap - 1);
+        while (nb.c_hash[j]) j = (j + 1) & (cap - 1);
+        nb.c_hash[j] = b->c_hash[i];
+        nb.c_koff[j] = b->c_koff[i];
+        nb.c_klen[j] = b->c_klen[i];
+        nb.c_voff[j] = b->c_voff[i];
+        nb.c_vlen[j] = b->c_vlen[i];
+    }
+    if (ok) {
+        free(b->c_hash); free(b->c_koff); free(b->c_klen); free(b->c_voff); free(b->c_vlen);
+        b->c_hash = nb.c_hash; b->c_koff = nb.c_koff; b->c_klen = nb.c_klen;
+        b->c_voff = nb.c_voff; b->c_vlen = nb.c_vlen;
+        b->c_cap = cap;
+    } else {
+        free(nb.c_hash); free(nb.c_koff); free(nb.c_klen); free(nb.c_voff); free(nb.c_vlen);
+    }
+    return ok;
+}
+
+/* Remembers ids[0..n) for word s; failure only means no caching. */
+static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, size_t slot, const int32_t *ids,
+                      size_t m) {
+    if (b->c_n >= CACHE_MAX_ENTRIES) return;
+    if (b->c_nvals + m > b->c_capvals) {
+        size_t cap = b->c_capvals ? b->c_capvals * 2 : 4096;
+        while (cap < b->c_nvals + m) cap *= 2;
+        int32_t *v = realloc(b->c_vals, cap * sizeof *v);
+        if (!v) return;
+        b->c_vals = v;
+        b->c_capvals = cap;
+    }
+    size_t koff = b->c_keys.len;
+    tok_buf_put(&b->c_keys, s, n);
+    if (b->c_keys.oom) return;
+    memcpy(b->c_vals + b->c_nvals, ids, m * sizeof *ids);
+    b->c_hash[slot] = h;
+    b->c_koff[slot] = (uint32_t)koff;
+    b->c_klen[slot] = (uint32_t)n;
+    b->c_voff[slot] = (uint32_t)b->c_nvals;
+    b->c_vlen[slot] = (uint32_t)m;
+    b->c_nvals += m;
+    b->c_n++;
+    if (b->c_n * 2 > b->c_cap) cache_grow(b);
+}
+
+static bool ids_reserve(int32_t **ids, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t nc = *cap ? *cap * 2 : 64;
+    while (nc < need) nc *= 2;
+    int32_t *p = realloc(*ids, nc * sizeof *p);
+    if (!p) return false;
+    *ids = p;
+    *cap = nc;
+    return true;
+}
+
+okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, size_t n, int32_t **ids,
+                        size_t *n_ids, size_t *cap, okv_error *err) {
+    uint64_t h = 0;
+    size_t slot = 0;
+    bool cacheable = n <= CACHE_MAX_WORD && cache_init(b);
+    if (cacheable) {
+        h = word_hash(s, n);
+        slot = cache_slot(b, s, n, h);
+        if (b->c_hash[slot]) {
+            size_t m = b->c_vlen[slot];
+            if (!ids_reserve(ids, cap, *n_ids + m)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
+            memcpy(*ids + *n_ids, b->c_vals + b->c_voff[slot], m * sizeof **ids);
+            *n_ids += m;
+            return OKV_OK;
+        }
+    }
     int32_t whole = tok->ignore_merges ? tok_map_get(&tok->vocab, s, n) : -1;
-    word w = {0};
-    tok_buf key = {0};
+    word w = {b->syms, 0, b->syms_cap, b->heap, 0, b->heap_cap, false};
     if (whole >= 0) word_add(&w, whole);
     else {
-        initial_symbols(tok, s, n, &w, &key);
+        initial_symbols(tok, s, n, &w, &b->key);
         merge_all(tok, &w);
     }
-    okv_status st = OKV_OK;
-    if (w.oom || key.oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
-    for (int32_t i = w.n ? 0 : -1; !st && i >= 0; i = w.s[i].next) {
-        if (*n_ids == *cap) {
-            size_t nc = *cap ? *cap * 2 : 64;
-            int32_t *p = realloc(*ids, nc * sizeof *p);
-            if (!p) { st = okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE"); break; }
-            *ids = p;
-            *cap = nc;
-        }
+    b->syms = w.s;
+    b->syms_cap = w.cap;
+    b->heap = w.h;
+    b->heap_cap = w.hcap;
+    if (w.oom || b->key.oom) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
+    size_t start = *n_ids;
+    for (int32_t i = w.n ? 0 : -1; i >= 0; i = w.s[i].next) {
+        if (!ids_reserve(ids, cap, *n_ids + 1)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
         (*ids)[(*n_ids)++] = w.s[i].id;
     }
-    free(w.s);
-    free(w.h);
-    tok_buf_free(&key);
-    return st;
+    if (cacheable) cache_put(b, s, n, h, slot, *ids + start, *n_ids - start);
+    return OKV_OK;
+}
+
+void tok_bpe_scratch_free(tok_bpe_scratch *b) {
+    free(b->syms);
+    free(b->heap);
+    tok_buf_free(&b->key);
+    free(b->c_hash); free(b->c_koff); free(b->c_klen); free(b->c_voff); free(b->c_vlen);
+    tok_buf_free(&b->c_keys);
+    free(b->c_vals);
+    memset(b, 0, sizeof *b);
 }

@@ -217,6 +217,7 @@ typedef struct enc_ctx {
     tok_scratch sc;
     tok_spans spans;
     tok_buf tmp;
+    tok_bpe_scratch bpe;
     okv_error *err;
 } enc_ctx;
 
@@ -350,8 +351,10 @@ static bool seg_push(segments *g, size_t a, size_t b, int32_t id) {
 
 /* Longest added token starting at s[i], or -1; *end gets its end. */
 static int32_t trie_longest(const tok_trie *t, const char *s, size_t n, size_t i, size_t *end) {
-    int32_t best = -1, node = 0;
-    for (size_t k = i; k < n; k++) {
+    int32_t best = -1, node = t->root[(unsigned char)s[i]];
+    if (node < 0) return -1;
+    if (t->nodes[node].added >= 0) { best = t->nodes[node].added; *end = i + 1; }
+    for (size_t k = i + 1; k < n; k++) {
         unsigned char c = (unsigned char)s[k];
         int32_t ch = t->nodes[node].first_child;
         while (ch >= 0 && t->nodes[ch].byte != c) ch = t->nodes[ch].next_sibling;
@@ -446,7 +449,7 @@ static okv_status encode_text(enc_ctx *c, const char *s, size_t n, bool first, i
         words = &pre;
     }
     for (size_t i = 0; !st && i < words->n; i++)
-        st = tok_bpe_word(c->tok, words->text.data + words->v[i].off, words->v[i].len, &out->v, &out->n, &out->cap,
+        st = tok_bpe_word(c->tok, &c->bpe, words->text.data + words->v[i].off, words->v[i].len, &out->v, &out->n, &out->cap,
                           c->err);
     pieces_free(&in);
     pieces_free(&pre);
@@ -500,6 +503,7 @@ okv_status okv_tok_encode(const okv_tok *tok, const char *text, size_t len, bool
     free(g.v);
     free(c.spans.v);
     tok_buf_free(&c.tmp);
+    tok_bpe_scratch_free(&c.bpe);
     tok_scratch_free(&c.sc);
 
     ids_vec res = {0};

@@ -176,6 +176,7 @@ typedef struct tok_trie_node {
 typedef struct tok_trie {
     tok_trie_node *nodes;
     size_t n, cap;
+    int32_t root[256]; /* child of the root for each first byte, -1 if none */
 } tok_trie;
 
 /* GPT-2 bytes_to_unicode and its inverse (code points < 256 + 68). */
@@ -233,9 +234,26 @@ void tok_norm_free(tok_norm *nm);
 void tok_pre_free(tok_pre *p);
 void tok_dec_free(tok_dec *d);
 
-/* BPE of one pre-token (word) s[0..n); appends ids to out. */
-okv_status tok_bpe_word(const okv_tok *tok, const char *s, size_t n, int32_t **ids, size_t *n_ids,
-                        size_t *cap, okv_error *err);
+/* Per-encode-call BPE state: reusable symbol/heap arrays and a cache of
+ * short words already encoded in this call (text repeats words a lot). */
+typedef struct tok_bpe_scratch {
+    void *syms, *heap;
+    size_t syms_cap, heap_cap;
+    tok_buf key;
+    /* cache: open addressing over (key bytes -> ids), both in arenas */
+    uint64_t *c_hash; /* 0 = empty */
+    uint32_t *c_koff, *c_klen, *c_voff, *c_vlen;
+    size_t c_cap, c_n;
+    tok_buf c_keys;
+    int32_t *c_vals;
+    size_t c_nvals, c_capvals;
+} tok_bpe_scratch;
+
+void tok_bpe_scratch_free(tok_bpe_scratch *b);
+
+/* BPE of one pre-token (word) s[0..n); appends ids to *ids. */
+okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, size_t n, int32_t **ids,
+                        size_t *n_ids, size_t *cap, okv_error *err);
 
 /* Decodes ids; at_start tells whether ids[0] starts the whole text (the
  * Metaspace/Strip decoders remove a leading space only there). */

@@ -110,7 +110,7 @@ static okv_status load_prepend_scheme(loader *L, const cJSON *j, tok_prepend_sch
         else return okv_fail(L->err, OKV_ERR_FORMAT, "%s: %s prepend_scheme must be \"first\", \"always\" or \"never\"", L->what, kind);
         return OKV_OK;
     }
-    bool aps; /* legacy form */
+    bool aps = true; /* legacy form */
     okv_status st = opt_bool(L, j, "add_prefix_space", true, &aps, kind);
     *out = aps ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
     return st;
@@ -340,13 +340,16 @@ static okv_status load_vocab(loader *L, const cJSON *vocab, int32_t *max_id) {
     if (!cJSON_IsObject(vocab)) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: model.vocab must be an object", L->what);
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        int32_t id;
-        char where[64];
-        snprintf(where, sizeof where, "model.vocab entry %.30s", it->string ? it->string : "?");
-        okv_status st = json_id(L, it, &id, where);
-        if (!st) st = check_utf8(L, it->string, strlen(it->string), where);
+        int32_t id = 0;
+        const char *key = it->string ? it->string : "";
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= TOK_MAX_ID ||
+            it->valuedouble != (double)(int32_t)it->valuedouble)
+            return okv_fail(L->err, OKV_ERR_FORMAT, "%s: model.vocab[\"%.40s\"]: id must be an integer in [0, %d)",
+                            L->what, key, TOK_MAX_ID);
+        id = (int32_t)it->valuedouble;
+        okv_status st = check_utf8(L, key, strlen(key), "a model.vocab key");
         if (st) return st;
-        if (!tok_map_put(&tok->vocab, it->string, strlen(it->string), id)) return nomem(L);
+        if (!tok_map_put(&tok->vocab, key, strlen(key), id)) return nomem(L);
         if (id > *max_id) *max_id = id;
     }
     return OKV_OK;
@@ -530,6 +533,13 @@ static okv_status build_tries(loader *L) {
     }
     tok_buf_free(&nb);
     tok_scratch_free(&sc);
+    tok_trie *tries[2] = {&tok->trie_raw, &tok->trie_norm};
+    for (int t = 0; t < 2; t++) {
+        for (int c = 0; c < 256; c++) tries[t]->root[c] = -1;
+        if (!tries[t]->n) continue;
+        for (int32_t k = tries[t]->nodes[0].first_child; k >= 0; k = tries[t]->nodes[k].next_sibling)
+            tries[t]->root[tries[t]->nodes[k].byte] = k;
+    }
     return st;
 }
 
