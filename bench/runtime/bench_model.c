@@ -1,0 +1,135 @@
+/* bench_model — prefill and decode speed of a program, with decode put in
+ * terms of memory bandwidth (decode is memory-bound: every token streams
+ * all weights once).
+ *
+ *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16]
+ *
+ * Prints prefill tok/s, decode tok/s, the weight bytes a decode step reads,
+ * the GB/s that implies, and the machine's measured read bandwidth (best of
+ * several passes over a 1 GiB buffer with the same thread count). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "offkv.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct bw_arg { const uint64_t *p; size_t n; uint64_t sum; } bw_arg;
+
+static void *bw_read(void *arg) {
+    bw_arg *a = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) { s0 += a->p[i]; s1 += a->p[i + 1]; s2 += a->p[i + 2]; s3 += a->p[i + 3]; }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+/* Best-of-5 read bandwidth in GB/s over a 1 GiB buffer, split over threads. */
+static double measure_bandwidth(int threads) {
+    size_t bytes = (size_t)1 << 30, n = bytes / 8;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        pthread_t th[64];
+        bw_arg args[64];
+        double t0 = now();
+        for (int t = 0; t < threads; t++) {
+            args[t] = (bw_arg){buf + n / threads * t, n / threads, 0};
+            pthread_create(&th[t], NULL, bw_read, &args[t]);
+        }
+        for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        double gbs = bytes / (now() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    return best;
+}
+
+/* Bytes one decode step reads from weights: every tensor except the
+ * embedding tables (one row each) and bundled blobs. */
+static double decode_weight_bytes(const okv_program *p) {
+    char *json;
+    okv_error err;
+    if (okv_program_describe(p, true, &json, &err)) return 0;
+    double total = 0;
+    const char *at = json;
+    while ((at = strstr(at, "\"name\":"))) {
+        char name[256] = "";
+        sscanf(at, "\"name\":\t\"%255[^\"]", name);
+        if (!name[0]) sscanf(at, "\"name\": \"%255[^\"]", name);
+        const char *nb = strstr(at, "\"nbytes\":");
+        if (!nb) break;
+        double bytes = atof(nb + 9);
+        bool embed_only = strstr(name, "embed_tokens") && !strstr(name, "lm_head");
+        bool blob = strstr(name, ".json") || strstr(name, ".jinja");
+        if (!blob && !embed_only) total += bytes;
+        at = nb;
+    }
+    free(json);
+    return total;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D]\n"); return 2; }
+    int prompt = 128, decode = 64, threads = 0;
+    okv_cache_options co;
+    okv_cache_options_default(&co);
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-storage-dtype")) okv_dtype_parse(argv[i + 1], &co.storage_dtype);
+    }
+    okv_error err = {0};
+    okv_program *p;
+    if (okv_program_open(argv[1], &p, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
+    okv_program_info info;
+    okv_program_get_info(p, &info);
+    okv_runner_options ro;
+    okv_runner_options_default(&ro);
+    ro.n_threads = threads;
+    okv_runner *r;
+    if (okv_cache_install("bench", p, &co, &err) || okv_runner_create(p, "bench", &ro, &r, &err)) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    int total = prompt + decode;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)total), *pos = malloc(sizeof(int32_t) * (size_t)total);
+    for (int i = 0; i < total; i++) { ids[i] = (i * 7919 + 13) % info.vocab_size; pos[i] = i; }
+    float *logits = malloc(sizeof(float) * (size_t)info.vocab_size);
+    double t0 = now();
+    for (int t = 0; t < prompt; t += info.prefill_chunk_size) {
+        int T = prompt - t < info.prefill_chunk_size ? prompt - t : info.prefill_chunk_size;
+        if (okv_runner_step(r, ids + t, pos + t, T, OKV_LOGITS_LAST, logits, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
+    }
+    double t1 = now();
+    for (int t = prompt; t < total; t++)
+        if (okv_runner_step(r, ids + t, pos + t, 1, OKV_LOGITS_LAST, logits, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
+    double t2 = now();
+    double wbytes = decode_weight_bytes(p);
+    double dec_tps = decode / (t2 - t1);
+    int bw_threads = threads > 0 ? threads : 2;
+    double bw = measure_bandwidth(bw_threads);
+    char line[256] = "";
+    okv_cache_describe("bench", line, sizeof line, &err);
+    printf("program: %s (%s, %d layers, vocab %d)\n", argv[1], info.architecture, info.n_layers, info.vocab_size);
+    printf("kv: %s\n", line);
+    printf("prefill: %d tokens in %.2f s = %.1f tok/s\n", prompt, t1 - t0, prompt / (t1 - t0));
+    printf("decode:  %d tokens in %.2f s = %.2f tok/s (%.1f ms/token)\n", decode, t2 - t1, dec_tps, 1000 / dec_tps);
+    printf("decode weight traffic: %.2f GB/token -> %.1f GB/s; measured read bandwidth (%d threads) %.1f GB/s -> %.0f%%\n",
+           wbytes / 1e9, wbytes * dec_tps / 1e9, bw_threads, bw, 100 * wbytes * dec_tps / 1e9 / bw);
+    okv_runner_free(r);
+    okv_cache_remove("bench", &err);
+    okv_program_free(p);
+    free(ids); free(pos); free(logits);
+    return 0;
+}
