@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include <utf8proc.h>
 
 /* ---- arena ------------------------------------------------------------ */
 
@@ -286,19 +287,41 @@ void py_float_repr(double d, char *out, size_t cap) {
     snprintf(out, cap, "%s", res);
 }
 
+/* Python's str.isprintable for one code point (space is printable). */
+static bool py_printable(int32_t cp) {
+    if (cp == ' ') return true;
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* Python repr(str): quotes chosen like CPython, \n \r \t \\ and the quote
+ * escaped, other non-printable code points as \xhh, \uhhhh or \Uhhhhhhhh. */
 static void repr_string(jarena *a, jfail *f, jbuf *b, const char *s, size_t n) {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
     jb_putc(a, f, b, q);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        if (c == '\\' || c == (unsigned char)q) { esc[0] = '\\'; esc[1] = (char)c; jb_put(a, f, b, esc, 2); }
-        else if (c == '\n') jb_puts(a, f, b, "\\n");
-        else if (c == '\r') jb_puts(a, f, b, "\\r");
-        else if (c == '\t') jb_puts(a, f, b, "\\t");
-        else if (c < 0x20 || c == 0x7f) { snprintf(esc, sizeof esc, "\\x%02x", c); jb_puts(a, f, b, esc); }
-        else jb_putc(a, f, b, (char)c);
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k <= 0) { cp = 0xFFFD; k = 1; }
+        char esc[16];
+        if (cp == '\\' || cp == q) { esc[0] = '\\'; esc[1] = (char)cp; jb_put(a, f, b, esc, 2); }
+        else if (cp == '\n') jb_puts(a, f, b, "\\n");
+        else if (cp == '\r') jb_puts(a, f, b, "\\r");
+        else if (cp == '\t') jb_puts(a, f, b, "\\t");
+        else if (!py_printable(cp)) {
+            if (cp < 0x100) snprintf(esc, sizeof esc, "\\x%02x", (unsigned)cp);
+            else if (cp < 0x10000) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+            else snprintf(esc, sizeof esc, "\\U%08x", (unsigned)cp);
+            jb_puts(a, f, b, esc);
+        } else jb_put(a, f, b, s + i, (size_t)k);
+        i += (size_t)k;
     }
     jb_putc(a, f, b, q);
 }

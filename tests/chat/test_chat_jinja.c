@@ -122,6 +122,15 @@ static const ok_case OK_CASES[] = {
     {"{% if false %}a{% elif 0 %}b{% elif 'x' %}c{% else %}d{% endif %}",
      NULL,
      "c"},
+    {"{{ ['\\u2003', '\\x01', '\xc3""\xa9""', '\\U0001F999'] }}",
+     NULL,
+     "['\\u2003', '\\x01', '\xc3""\xa9""', '\xf0""\x9f""\xa6""\x99""']"},
+    {"{{ 'a,b,c'.split(',', 1) }}|{{ '  x  '.rstrip() }}|{{ 'Hello'.lower() }}|{{ 'ab'.replace('', '-') }}|{{ 'x' * 3 }}|{{ [1] + [2] }}",
+     NULL,
+     "['a', 'b,c']|  x|hello|-a-b-|xxx|[1, 2]"},
+    {"{% for i in range(2) %}{% for j in range(2) %}{{ loop.index0 }}{{ i }}{% endfor %}{{ loop.index }};{% endfor %}",
+     NULL,
+     "00101;01112;"},
 };
 
 typedef struct err_case {
