@@ -6,11 +6,12 @@
  * weight = exp(logit - max logit) of the temperature-scaled logit, so the
  * most likely candidate weighs exactly 1 and probabilities are weight / sum.
  * The list starts as either the top-k survivors (found with a k-entry heap,
- * no sort of the vocabulary) or the whole vocabulary. Top-p thresholds the
- * weights to a superset of the nucleus and then finds the nucleus with a
- * quickselect (nothing is fully sorted); min-p is a
- * plain threshold (p < min_p * p_max  <=>  weight < min_p). All buffers are
- * sized to the vocabulary once, at create time; sample() never allocates. */
+ * no sort of the vocabulary) or the whole vocabulary, minus the tokens no
+ * filter could keep (found before any exp is taken). Top-p thresholds the
+ * weights down to a superset of the nucleus and then finds the nucleus with
+ * a quickselect, so nothing is fully sorted; min-p is a plain threshold
+ * (p < min_p * p_max  <=>  weight < min_p). All buffers are sized once, at
+ * create time; sample() never allocates. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ struct okv_sampler {
     int32_t n_seen;
     float *work;        /* [vocab] penalised (and temperature-scaled) logits */
     okv_cand *cand;     /* [vocab] candidates still in the running */
-    float *heap;        /* [vocab] min-heap for top-k */
+    float *heap;        /* [min(top_k, vocab)] min-heap for top-k */
 };
 
 /* Top-p first cuts candidate lists longer than this down to a superset of
@@ -83,7 +84,8 @@ okv_status okv_sampler_create(int32_t vocab, const okv_sampler_params *params,
     s->seen_ids = malloc((size_t)vocab * sizeof *s->seen_ids);
     s->work = malloc((size_t)vocab * sizeof *s->work);
     s->cand = malloc((size_t)vocab * sizeof *s->cand);
-    s->heap = malloc((size_t)vocab * sizeof *s->heap);
+    size_t heap_len = params->top_k > 0 && params->top_k < vocab ? (size_t)params->top_k : 1;
+    s->heap = malloc(heap_len * sizeof *s->heap);
     if (!s->seen || !s->seen_ids || !s->work || !s->cand || !s->heap) {
         okv_sampler_free(s);
         return okv_fail(err, OKV_ERR_NOMEM, "sampler: out of memory for vocab %d", (int)vocab);
@@ -211,18 +213,18 @@ static float kth_largest(const float *x, int32_t n, int32_t k, float *heap) {
     return size < k ? -INFINITY : heap[0];
 }
 
-/* Fills cand with the ids whose scaled logit is >= floor, weighted
+/* Fills cand with the ids whose scaled logit is >= lowest, weighted
  * exp(l - lmax) (1 for every +inf logit when lmax is +inf). Ids whose weight
  * underflows to 0 cannot be drawn and are left out. Returns the count;
  * *total gets the sum of the weights. */
-static int32_t collect_candidates(okv_sampler *s, float lmax, float floor, double *total) {
+static int32_t collect_candidates(okv_sampler *s, float lmax, float lowest, double *total) {
     const float *x = s->work;
     okv_cand *c = s->cand;
     bool inf_max = isinf(lmax);
     double sum = 0;
     int32_t n = 0;
     for (int32_t i = 0; i < s->vocab; i++) {
-        if (!(x[i] >= floor)) continue;
+        if (!(x[i] >= lowest)) continue;
         float w = inf_max ? 1.0f : expf(x[i] - lmax);
         if (w > 0) {
             c[n].id = i;
@@ -375,20 +377,20 @@ static bool is_greedy(const okv_sampler_params *p) {
 /* The lowest scaled logit that can still be drawn: everything below it is
  * cut by underflow, by top-k, or (when min-p is the only filter after
  * top-k) by min-p, whose rule p < min_p * p_max is l < lmax + ln(min_p).
- * That last bound is loosened a little so float rounding can only let
- * extra tokens through, which apply_min_p then removes exactly. */
-static float candidate_floor(okv_sampler *s, float lmax) {
+ * That last bound is loosened by a few float ulps of lmax so rounding can
+ * only let extra tokens through, which apply_min_p then removes exactly. */
+static float lowest_drawable_logit(okv_sampler *s, float lmax) {
     const okv_sampler_params *p = &s->p;
-    float floor = lmax - OKV_EXP_UNDERFLOW;
+    float lowest = lmax - OKV_EXP_UNDERFLOW;
     if (p->top_k > 0 && p->top_k < s->vocab) {
         float kth = kth_largest(s->work, s->vocab, p->top_k, s->heap);
-        if (kth > floor) floor = kth;
+        if (kth > lowest) lowest = kth;
     }
     if (p->min_p > 0.0f && p->top_p >= 1.0f) {
-        float min_p_floor = lmax + logf(p->min_p) - 1e-3f;
-        if (min_p_floor > floor) floor = min_p_floor;
+        float min_p_lowest = lmax + logf(p->min_p) - (1e-3f + fabsf(lmax) * 1e-6f);
+        if (min_p_lowest > lowest) lowest = min_p_lowest;
     }
-    return floor;
+    return lowest;
 }
 
 int32_t okv_sampler_sample(okv_sampler *s, const float *logits) {
@@ -398,7 +400,7 @@ int32_t okv_sampler_sample(okv_sampler *s, const float *logits) {
     float lmax = prepare_logits(s, logits);
     if (!(lmax > -INFINITY)) return -1;
     double total;
-    int32_t n = collect_candidates(s, lmax, candidate_floor(s, lmax), &total);
+    int32_t n = collect_candidates(s, lmax, lowest_drawable_logit(s, lmax), &total);
     if (p->top_p < 1.0f) n = apply_top_p(s->cand, n, &total, p->top_p);
     if (p->min_p > 0.0f) n = apply_min_p(s->cand, n, &total, p->min_p);
     return draw(&s->rng, s->cand, n, total);
