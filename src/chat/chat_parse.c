@@ -329,9 +329,9 @@ static _Noreturn void fail_tok(parser *p, const tok *t, const char *fmt, const c
 
 static void expect_op(parser *p, const char *op) {
     if (!is_op(cur(p), op)) {
-        char msg[64];
-        snprintf(msg, sizeof msg, "expected '%s', got %%s", op);
-        fail_tok(p, cur(p), msg, tok_desc(p, cur(p)));
+        char msg[128];
+        snprintf(msg, sizeof msg, "expected '%s', got %s", op, tok_desc(p, cur(p)));
+        fail_tok(p, cur(p), "%s", msg);
     }
     p->pos++;
 }
@@ -747,9 +747,9 @@ static jnode *parse_expression(parser *p) {
 
 static void expect_block_end(parser *p, const char *tag) {
     if (cur(p)->t != T_BLOCK_END) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "expected end of '%s' tag ('%%}'), got %%s", tag);
-        fail_tok(p, cur(p), msg, tok_desc(p, cur(p)));
+        char msg[160];
+        snprintf(msg, sizeof msg, "expected end of '%s' tag ('%%}'), got %s", tag, tok_desc(p, cur(p)));
+        fail_tok(p, cur(p), "%s", msg);
     }
     p->pos++;
 }
