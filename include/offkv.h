@@ -108,6 +108,8 @@ void okv_runner_options_default(okv_runner_options *o);
 okv_status okv_runner_create(const okv_program *p, const char *cache_key, const okv_runner_options *o,
                              okv_runner **out, okv_error *err);
 void okv_runner_free(okv_runner *r);
+/* The program a runner executes. */
+const okv_program *okv_runner_program(const okv_runner *r);
 /* One step: T tokens at absolute positions (for one sequence exactly
  * length..length+T-1, T <= prefill_chunk_size). Writes logits for all T
  * rows, the last row only, or none, as [rows, vocab] float32. A failed step

@@ -39,7 +39,7 @@ typedef struct export_job {
     okv_hf_graph hg;
     okv_st_set *st;
     const okv_st_tensor **src;   /* [hg.n_tensors], NULL for computed */
-    blob blobs[3];
+    blob blobs[4];
     int n_blobs;
 } export_job;
 
@@ -136,11 +136,16 @@ static okv_status add_blob_file(export_job *j, const char *dir, const char *file
     return st;
 }
 
-static okv_status collect_tokenizer(export_job *j, const char *dir, okv_error *err) {
+/* Bundles the text side of the checkpoint: tokenizer, chat template (in
+ * tokenizer_config.json or the newer chat_template.jinja) and the sampling
+ * defaults of generation_config.json. */
+static okv_status collect_text_files(export_job *j, const char *dir, okv_error *err) {
     okv_status st = add_blob_file(j, dir, "tokenizer.json", err);
+    bool have_tokenizer = j->n_blobs > 0;
     if (!st) st = add_blob_file(j, dir, "tokenizer_config.json", err);
     if (!st) st = add_blob_file(j, dir, "chat_template.jinja", err);
-    if (!st && j->n_blobs == 0)
+    if (!st) st = add_blob_file(j, dir, "generation_config.json", err);
+    if (!st && !have_tokenizer)
         notice(j, "%s has no tokenizer.json: the program is exported without a tokenizer; text commands will need --tokenizer",
                dir);
     return st;
@@ -218,7 +223,7 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
     if (!st) st = bind_sources(&j, err);
     if (!st) report_unused(&j);
-    if (!st) st = collect_tokenizer(&j, hf_dir, err);
+    if (!st) st = collect_text_files(&j, hf_dir, err);
     if (!st) st = write_program(&j, hf_dir, out_path, err);
     job_free(&j);
     return st;

@@ -173,7 +173,7 @@ cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     cJSON *extra = m->extra_json ? cJSON_Parse(m->extra_json) : NULL;
     if (extra) cJSON_AddItemToObject(doc, "config", extra);
     cJSON *tok = cJSON_AddObjectToObject(doc, "tokenizer");
-    static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
+    static const char *const blobs[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"};
     for (size_t i = 0; i < sizeof blobs / sizeof blobs[0]; i++) {
         int t = okv_format_find_tensor(pf, blobs[i]);
         cJSON_AddNumberToObject(tok, blobs[i], t >= 0 ? (double)pf->tensors[t].nbytes : 0);

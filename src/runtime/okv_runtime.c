@@ -215,6 +215,8 @@ void okv_runner_free(okv_runner *r) {
     free(r);
 }
 
+const okv_program *okv_runner_program(const okv_runner *r) { return r->p; }
+
 /* ---- runner: executing a step ------------------------------------------------------- */
 
 typedef struct step_ctx {

@@ -1,0 +1,65 @@
+/* offkv_gen.h — text generation: the glue between a program's runner, its
+ * tokenizer, chat template and the sampler.
+ *
+ *   okv_gen_prompt   conversation (system + user text) -> prompt ids, through
+ *                    the model's own chat template or raw (--chat none)
+ *   okv_generate     prefill the prompt in chunks, then sample token by token,
+ *                    streaming text (never a broken UTF-8 sequence, never a
+ *                    stop string) to a callback until EOS, a stop string, the
+ *                    token limit or a full context. */
+#ifndef OFFKV_GEN_H
+#define OFFKV_GEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "offkv.h"
+#include "offkv_chat.h"
+#include "offkv_sample.h"
+#include "offkv_tok.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum okv_chat_mode { OKV_CHAT_AUTO = 0, OKV_CHAT_NONE = 1, OKV_CHAT_TEMPLATE = 2 } okv_chat_mode;
+
+typedef struct okv_gen_prompt_args {
+    okv_chat_mode mode;          /* AUTO: template if there is one, else raw */
+    const char *system;          /* may be NULL */
+    const char *user;            /* the prompt text */
+    const char *extra_vars_json; /* template kwargs object, e.g. {"enable_thinking": false} */
+    const char *tokenizer_config_json; /* NUL-terminated, or NULL */
+    const char *template_override;     /* a template source (chat_template.jinja), or NULL */
+    int32_t bos_id;              /* -1 if none; guards against a double BOS */
+} okv_gen_prompt_args;
+
+/* Builds the prompt ids (caller frees *ids). A rendered prompt is encoded
+ * without adding special tokens (templates write BOS themselves); a raw one
+ * with them. A leading duplicated BOS is collapsed to one. *used_template
+ * tells which path was taken (may be NULL). */
+okv_status okv_gen_prompt(const okv_tok *tok, const okv_gen_prompt_args *a, int32_t **ids, size_t *n,
+                          bool *used_template, okv_error *err);
+
+typedef struct okv_gen_options {
+    int max_new_tokens;
+    okv_sampler_params sampling;
+    const char *const *stops;    /* stop strings */
+    int n_stops;
+    const int32_t *eos_ids;      /* generation stops on any of them (not printed) */
+    int n_eos;
+    int context_limit;           /* positions available (cache capacity) */
+    /* receives streamed text; may be NULL */
+    void (*on_text)(void *ctx, const char *text, size_t len);
+    void *ctx;
+} okv_gen_options;
+
+/* Runs prompt[0..n) at positions start_pos.. through r, then generates.
+ * Generated ids are stored in out_ids (capacity max_new_tokens, may be NULL). */
+okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
+                        const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,204 @@
+/* cmd_run.c — `offkv run`: text in, streamed text out.
+ *
+ *   offkv run PROGRAM.okv --prompt TEXT [--system TEXT] [--chat auto|none] [--chat-arg KEY=JSON]...
+ *       [--temperature F] [--top-k N] [--top-p F] [--min-p F] [--repetition-penalty F] [--seed N]
+ *       [--greedy] [--stop STRING]... [--max-new-tokens N] [--tokenizer FILE] [cache options]
+ *
+ * Sampling defaults come from the program's bundled generation_config.json
+ * (as HF's generate() would use them); any flag overrides them. The stats
+ * line goes to stderr at the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "offkv_gen.h"
+
+#define MAX_STOPS 16
+#define MAX_CHAT_ARGS 16
+
+typedef struct run_args {
+    const char *program, *prompt, *system, *tokenizer;
+    okv_chat_mode chat;
+    const char *chat_args[MAX_CHAT_ARGS];
+    int n_chat_args;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+    int max_new;
+    /* sampling overrides: NaN / -1 = not given */
+    double temperature, top_p, min_p, penalty;
+    long long top_k, seed;
+    bool greedy;
+    okv_cli_run_opts run;
+} run_args;
+
+static bool parse_double(const char *s, double *out) {
+    char *end;
+    *out = strtod(s, &end);
+    return end != s && !*end;
+}
+
+static int parse_run_args(int argc, char **argv, run_args *a) {
+    memset(a, 0, sizeof *a);
+    a->max_new = 256;
+    a->temperature = a->top_p = a->min_p = a->penalty = -1;
+    a->top_k = a->seed = -1;
+    okv_cli_run_opts_init(&a->run);
+    for (int i = 1; i < argc; i++) {
+        int r = okv_cli_run_opt(argc, argv, &i, &a->run);
+        if (r < 0) return 2;
+        if (r) continue;
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true;
+        if (!strcmp(o, "--greedy")) { a->greedy = true; continue; }
+        if (o[0] != '-') { if (a->program) return okv_cli_usage_error("run: unexpected argument '%s'", o); a->program = o; continue; }
+        if (!v) return okv_cli_usage_error("%s needs a value", o);
+        i++;
+        if (!strcmp(o, "--prompt")) a->prompt = v;
+        else if (!strcmp(o, "--system")) a->system = v;
+        else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
+        else if (!strcmp(o, "--chat")) {
+            if (!strcmp(v, "auto")) a->chat = OKV_CHAT_AUTO;
+            else if (!strcmp(v, "none")) a->chat = OKV_CHAT_NONE;
+            else if (!strcmp(v, "template")) a->chat = OKV_CHAT_TEMPLATE;
+            else return okv_cli_usage_error("--chat: '%s' is not auto, none or template", v);
+        } else if (!strcmp(o, "--chat-arg")) {
+            if (a->n_chat_args == MAX_CHAT_ARGS || !strchr(v, '=')) return okv_cli_usage_error("--chat-arg: '%s' must be KEY=JSON", v);
+            a->chat_args[a->n_chat_args++] = v;
+        } else if (!strcmp(o, "--stop")) {
+            if (a->n_stops == MAX_STOPS || !*v) return okv_cli_usage_error("--stop: '%s' (non-empty, at most 16)", v);
+            a->stops[a->n_stops++] = v;
+        } else if (!strcmp(o, "--max-new-tokens")) ok = okv_cli_parse_int(v, 0, 1 << 30, &a->max_new);
+        else if (!strcmp(o, "--temperature")) ok = parse_double(v, &a->temperature);
+        else if (!strcmp(o, "--top-p")) ok = parse_double(v, &a->top_p);
+        else if (!strcmp(o, "--min-p")) ok = parse_double(v, &a->min_p);
+        else if (!strcmp(o, "--repetition-penalty")) ok = parse_double(v, &a->penalty);
+        else if (!strcmp(o, "--top-k")) { int k; ok = okv_cli_parse_int(v, 0, 1 << 30, &k); a->top_k = k; }
+        else if (!strcmp(o, "--seed")) { char *end; a->seed = strtoll(v, &end, 10); ok = end != v && !*end && a->seed >= 0; }
+        else return okv_cli_usage_error("run: unknown option '%s'", o);
+        if (!ok) return okv_cli_usage_error("invalid value for option: '%s'", v);
+    }
+    if (!a->program || !a->prompt) return okv_cli_usage_error("usage: offkv run PROGRAM.okv --prompt TEXT [options]%s", "");
+    return 0;
+}
+
+/* {"k1": v1, ...} from KEY=JSON pairs; a value that is not JSON is taken as a string. */
+static char *chat_vars_json(const run_args *a) {
+    if (!a->n_chat_args) return NULL;
+    cJSON *obj = cJSON_CreateObject();
+    for (int i = 0; i < a->n_chat_args; i++) {
+        const char *eq = strchr(a->chat_args[i], '=');
+        char *key = strndup(a->chat_args[i], (size_t)(eq - a->chat_args[i]));
+        cJSON *val = cJSON_Parse(eq + 1);
+        cJSON_AddItemToObject(obj, key, val ? val : cJSON_CreateString(eq + 1));
+        free(key);
+    }
+    char *s = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    return s;
+}
+
+/* generation_config.json values, then the command line on top. */
+static okv_sampler_params sampling_params(const okv_program *p, const run_args *a) {
+    okv_sampler_params sp = okv_sampler_params_default();
+    size_t len;
+    const char *gc = okv_program_blob(p, "generation_config.json", &len);
+    cJSON *j = gc ? cJSON_ParseWithLength(gc, len) : NULL;
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "do_sample")) && cJSON_IsBool(v)) sp.do_sample = cJSON_IsTrue(v);
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_k")) && cJSON_IsNumber(v)) sp.top_k = (int32_t)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "min_p")) && cJSON_IsNumber(v)) sp.min_p = (float)v->valuedouble;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "repetition_penalty")) && cJSON_IsNumber(v)) sp.repetition_penalty = (float)v->valuedouble;
+    cJSON_Delete(j);
+    if (a->temperature >= 0) { sp.temperature = (float)a->temperature; sp.do_sample = a->temperature > 0; }
+    if (a->top_p >= 0) sp.top_p = (float)a->top_p;
+    if (a->min_p >= 0) sp.min_p = (float)a->min_p;
+    if (a->penalty >= 0) sp.repetition_penalty = (float)a->penalty;
+    if (a->top_k >= 0) sp.top_k = (int32_t)a->top_k;
+    if (a->seed >= 0) sp.seed = (uint64_t)a->seed;
+    if (a->greedy) sp.do_sample = false;
+    return sp;
+}
+
+/* The tokenizer bundled in the program, or --tokenizer. */
+static okv_status load_tokenizer(const okv_program *p, const char *override, okv_tok **tok, okv_error *err) {
+    if (override) return okv_tok_load_file(override, tok, err);
+    size_t len;
+    const char *json = okv_program_blob(p, "tokenizer.json", &len);
+    if (!json) {
+        err->status = OKV_ERR_NOT_FOUND;
+        snprintf(err->message, sizeof err->message, "the program has no bundled tokenizer: pass --tokenizer tokenizer.json");
+        return err->status;
+    }
+    return okv_tok_load_json(json, len, tok, err);
+}
+
+static char *blob_string(const okv_program *p, const char *name) {
+    size_t len;
+    const char *b = okv_program_blob(p, name, &len);
+    return b ? strndup(b, len) : NULL;
+}
+
+/* EOS ids: the program's list plus the tokenizer config's eos_token. */
+static int collect_eos(const okv_cli_session *s, const okv_tok *tok, const char *tok_config, int32_t *eos, int cap) {
+    int n = 0;
+    for (int i = 0; i < s->info.n_eos && n < cap; i++) eos[n++] = s->info.eos_ids[i];
+    okv_chat_config cfg = {0};
+    okv_error err;
+    if (tok_config && !okv_chat_config_parse(tok_config, &cfg, &err) && cfg.eos_token && n < cap) {
+        int32_t id = okv_tok_token_to_id(tok, cfg.eos_token);
+        if (id >= 0) eos[n++] = id;
+    }
+    okv_chat_config_free(&cfg);
+    return n;
+}
+
+static void print_text(void *ctx, const char *text, size_t len) {
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+int okv_cli_run(int argc, char **argv) {
+    run_args a;
+    int rc = parse_run_args(argc, argv, &a);
+    if (rc) return rc;
+    okv_cli_session s;
+    if (okv_cli_session_open(a.program, &a.run, &s, true)) return 1;
+    okv_error err = {0};
+    okv_tok *tok = NULL;
+    char *tok_config = blob_string(s.program, "tokenizer_config.json");
+    char *tmpl = blob_string(s.program, "chat_template.jinja");
+    char *vars = chat_vars_json(&a);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool templated = false;
+    okv_status st = load_tokenizer(s.program, a.tokenizer, &tok, &err);
+    if (!st) {
+        okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id};
+        st = okv_gen_prompt(tok, &pa, &ids, &n, &templated, &err);
+    }
+    if (!st && a.chat == OKV_CHAT_AUTO && !templated) fprintf(stderr, "offkv: note: no chat template; prompt used as is\n");
+    if (!st) {
+        int32_t eos[32];
+        int capacity = a.run.cache.max_capacity > 0 ? a.run.cache.max_capacity : s.info.max_ctx_len;
+        okv_gen_options go = {.max_new_tokens = a.max_new, .sampling = sampling_params(s.program, &a), .stops = a.stops,
+                              .n_stops = a.n_stops, .eos_ids = eos, .n_eos = collect_eos(&s, tok, tok_config, eos, 32),
+                              .context_limit = capacity, .on_text = print_text};
+        okv_gen_stats stats;
+        st = okv_sampler_params_check(&go.sampling, &err);
+        if (!st) st = okv_generate(s.runner, tok, ids, n, 0, &go, NULL, &stats, &err);
+        printf("\n");
+        char line[256];
+        okv_gen_stats_format(&stats, line, sizeof line);
+        if (!st) fprintf(stderr, "offkv: %s\n", line);
+    }
+    if (st) rc = okv_cli_die(&err);
+    free(ids); free(vars); free(tmpl); free(tok_config);
+    okv_tok_free(tok);
+    okv_cli_session_close(&s);
+    return rc;
+}
