@@ -1,0 +1,238 @@
+/* Text generation end to end on a generated Llama with the real Llama-3
+ * tokenizer (vocab 128256): prompt building (template, raw, single BOS),
+ * greedy generation equal to an independent argmax loop, streamed text
+ * equal to decode(ids), and each stop reason (stop string, EOS, token
+ * limit, full context); seeded sampling is reproducible. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mkckpt.h"
+#include "offkv_gen.h"
+#include "okv_common.h"
+#include "okv_test.h"
+
+#define TOKDIR "../shared/fixtures/tokenizers/llama3_1/"
+
+static char tmpdir[] = "/tmp/okv-gen-XXXXXX";
+
+typedef struct text_buf { char data[8192]; size_t len; int pieces; } text_buf;
+
+static void collect(void *ctx, const char *text, size_t len) {
+    text_buf *b = ctx;
+    if (b->len + len < sizeof b->data) { memcpy(b->data + b->len, text, len); b->len += len; b->data[b->len] = 0; }
+    b->pieces++;
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *data;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(from, &data, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    FILE *f = fopen(to, "wb");
+    fwrite(data, 1, len, f);
+    fclose(f);
+    free(data);
+}
+
+static char *make_program(void) {
+    okv_mkckpt_spec s;
+    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
+    s.vocab = 128256;
+    s.bos_id = 128000;
+    s.eos_id = 128009;
+    s.seed = 5;
+    char dir[256], path[300];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
+    okv_error err = {0};
+    CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    copy_file(TOKDIR "tokenizer.json", path);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    copy_file(TOKDIR "tokenizer_config.json", path);
+    char *out = malloc(300);
+    snprintf(out, 300, "%s/model.okv", tmpdir);
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.prefill_chunk_size = 16;
+    CHECK_OK(okv_export(dir, out, &o, &err), &err);
+    return out;
+}
+
+typedef struct env {
+    okv_program *p;
+    okv_runner *r;
+    okv_tok *tok;
+    char *tok_config;
+} env;
+
+static void reset_cache(env *e) {
+    okv_error err;
+    okv_cache_clear("gen", &err);
+}
+
+static void test_prompt(env *e) {
+    okv_error err = {0};
+    int32_t *ids;
+    size_t n;
+    bool templated;
+    okv_gen_prompt_args a = {OKV_CHAT_AUTO, "You are terse.", "Hello", NULL, e->tok_config, NULL, 128000};
+    CHECK_OK(okv_gen_prompt(e->tok, &a, &ids, &n, &templated, &err), &err);
+    CHECK(templated);
+    CHECK(n > 10 && ids[0] == 128000 && ids[1] != 128000);
+    /* the rendered prompt ends with the assistant header */
+    char *text;
+    size_t len;
+    CHECK_OK(okv_tok_decode(e->tok, ids, n, false, &text, &len, &err), &err);
+    CHECKF(strstr(text, "<|start_header_id|>system<|end_header_id|>") && strstr(text, "You are terse.") &&
+           len > 40 && !strcmp(text + len - strlen("<|start_header_id|>assistant<|end_header_id|>\n\n"),
+                               "<|start_header_id|>assistant<|end_header_id|>\n\n"), "rendered: %s", text);
+    free(text);
+    free(ids);
+    /* raw: the post-processor adds BOS once, even when the text starts with one */
+    okv_gen_prompt_args raw = {OKV_CHAT_NONE, NULL, "<|begin_of_text|>Once upon a time", NULL, e->tok_config, NULL, 128000};
+    CHECK_OK(okv_gen_prompt(e->tok, &raw, &ids, &n, &templated, &err), &err);
+    CHECK(!templated && n > 2 && ids[0] == 128000 && ids[1] != 128000);
+    free(ids);
+    /* template requested but absent */
+    okv_gen_prompt_args none = {OKV_CHAT_TEMPLATE, NULL, "x", NULL, NULL, NULL, 128000};
+    CHECK(okv_gen_prompt(e->tok, &none, &ids, &n, &templated, &err) == OKV_ERR_NOT_FOUND);
+}
+
+/* Independent greedy loop over the runner. */
+static void greedy_reference(env *e, const int32_t *prompt, int n, int steps, int32_t *out) {
+    okv_error err = {0};
+    float *logits = malloc(sizeof(float) * 128256);
+    int32_t pos[64];
+    for (int i = 0; i < n; i++) pos[i] = i;
+    for (int t = 0; t < n; t += 16) {
+        int T = n - t < 16 ? n - t : 16;
+        CHECK_OK(okv_runner_step(e->r, prompt + t, pos + t, T, OKV_LOGITS_LAST, logits, &err), &err);
+    }
+    for (int k = 0; k < steps; k++) {
+        int best = 0;
+        for (int v = 1; v < 128256; v++) if (logits[v] > logits[best]) best = v;
+        out[k] = best;
+        int32_t p = n + k;
+        CHECK_OK(okv_runner_step(e->r, &out[k], &p, 1, OKV_LOGITS_LAST, logits, &err), &err);
+    }
+    free(logits);
+}
+
+static okv_gen_options greedy_options(int max_new, text_buf *buf) {
+    okv_gen_options o = {0};
+    o.max_new_tokens = max_new;
+    o.sampling = okv_sampler_params_default();
+    o.context_limit = 2048;
+    o.on_text = collect;
+    o.ctx = buf;
+    return o;
+}
+
+static void test_generation(env *e) {
+    okv_error err = {0};
+    int32_t *prompt;
+    size_t n;
+    CHECK_OK(okv_tok_encode(e->tok, "The quick brown fox", 19, true, &prompt, &n, &err), &err);
+    int32_t want[24], got[24];
+    greedy_reference(e, prompt, (int)n, 24, want);
+    reset_cache(e);
+
+    text_buf buf = {0};
+    okv_gen_options o = greedy_options(24, &buf);
+    okv_gen_stats st;
+    CHECK_OK(okv_generate(e->r, e->tok, prompt, n, 0, &o, got, &st, &err), &err);
+    CHECK(st.generated_tokens == 24 && st.stop == OKV_STOP_MAX_TOKENS && st.prompt_tokens == (int64_t)n);
+    CHECK(memcmp(got, want, sizeof want) == 0);
+    char *text;
+    size_t len;
+    CHECK_OK(okv_tok_decode(e->tok, want, 24, false, &text, &len, &err), &err);
+    CHECKF(buf.len == len && !memcmp(buf.data, text, len), "streamed '%s' vs decoded '%s'", buf.data, text);
+
+    /* a stop string taken from the middle of that text: output ends right before it */
+    if (len > 12) {
+        char stop[8];
+        memcpy(stop, text + 6, 4);
+        stop[4] = 0;
+        const char *stops[1] = {stop};
+        const char *first = strstr(text, stop);
+        reset_cache(e);
+        text_buf b2 = {0};
+        o = greedy_options(24, &b2);
+        o.stops = stops;
+        o.n_stops = 1;
+        CHECK_OK(okv_generate(e->r, e->tok, prompt, n, 0, &o, got, &st, &err), &err);
+        CHECK(st.stop == OKV_STOP_STRING);
+        CHECKF(b2.len == (size_t)(first - text) && !memcmp(b2.data, text, b2.len), "stop '%s': got '%s'", stop, b2.data);
+    }
+    /* EOS: generation stops before the EOS token and does not print it */
+    reset_cache(e);
+    text_buf b3 = {0};
+    o = greedy_options(24, &b3);
+    o.eos_ids = &want[5];
+    o.n_eos = 1;
+    CHECK_OK(okv_generate(e->r, e->tok, prompt, n, 0, &o, got, &st, &err), &err);
+    int first_eos = 0;
+    while (want[first_eos] != want[5]) first_eos++;
+    CHECK(st.stop == OKV_STOP_EOS && st.generated_tokens == first_eos);
+    /* full context */
+    reset_cache(e);
+    text_buf b4 = {0};
+    o = greedy_options(24, &b4);
+    o.context_limit = (int)n + 3;
+    CHECK_OK(okv_generate(e->r, e->tok, prompt, n, 0, &o, got, &st, &err), &err);
+    CHECK(st.stop == OKV_STOP_CONTEXT && st.generated_tokens == 4);
+    free(text);
+
+    /* seeded sampling: same seed, same tokens; the prompt must fit */
+    int32_t a[16], b[16];
+    for (int rep = 0; rep < 2; rep++) {
+        reset_cache(e);
+        text_buf bb = {0};
+        o = greedy_options(16, &bb);
+        o.sampling.do_sample = true;
+        o.sampling.temperature = 1.5f;
+        o.sampling.top_k = 0;
+        o.sampling.seed = 99;
+        CHECK_OK(okv_generate(e->r, e->tok, prompt, n, 0, &o, rep ? b : a, &st, &err), &err);
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, want, sizeof a) != 0);
+    reset_cache(e);
+    o.context_limit = 2;
+    CHECK(okv_generate(e->r, e->tok, prompt, n, 0, &o, got, &st, &err) == OKV_ERR_CAPACITY);
+    free(prompt);
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    char *path = make_program();
+    env e = {0};
+    okv_error err = {0};
+    CHECK_OK(okv_program_open(path, &e.p, &err), &err);
+    if (e.p) {
+        size_t len, cfg_len;
+        const char *cfg = okv_program_blob(e.p, "tokenizer_config.json", &cfg_len);
+        const char *tj = okv_program_blob(e.p, "tokenizer.json", &len);
+        CHECK(cfg && tj);
+        e.tok_config = cfg ? strndup(cfg, cfg_len) : NULL;
+        CHECK_OK(okv_tok_load_json(tj, len, &e.tok, &err), &err);
+        CHECK_OK(okv_cache_install("gen", e.p, NULL, &err), &err);
+        CHECK_OK(okv_runner_create(e.p, "gen", NULL, &e.r, &err), &err);
+        if (e.tok && e.r) {
+            test_prompt(&e);
+            test_generation(&e);
+        }
+        okv_runner_free(e.r);
+        okv_cache_remove("gen", &err);
+        okv_tok_free(e.tok);
+        free(e.tok_config);
+        okv_program_free(e.p);
+    }
+    free(path);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) return 1;
+    return okv_test_finish();
+}
