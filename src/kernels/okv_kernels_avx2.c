@@ -37,6 +37,8 @@ INLINE_TGT float hsum8(__m256 v) {
 
 /* ---- matmul ------------------------------------------------------------------ */
 
+enum { MM_K_CHUNK = 1024 }; /* 4 rows x 1024 f32 = 16 KiB of x: half of L1 */
+
 typedef struct matmul_job {
     float *y;
     const float *x;
@@ -47,10 +49,10 @@ typedef struct matmul_job {
     int block_rows;
 } matmul_job;
 
-/* y[t0..t0+rt, n0..n0+nt) = x rows . W rows over all of K (+ bias). With
- * constant dt/rt/nt after inlining, the loops unroll and acc lives in
- * registers. */
-INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, okv_dtype dt, int rt, int nt) {
+/* y[t0..t0+rt, n0..n0+nt) (+)= x rows . W rows over k in [k0, k1). The first
+ * chunk (k0 == 0) stores sum + bias, later chunks add to it. With constant
+ * dt/rt/nt after inlining, the loops unroll and acc lives in registers. */
+INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, int k0, int k1, okv_dtype dt, int rt, int nt) {
     const int K = j->K;
     const size_t esz = dt == OKV_F32 ? 4 : 2;
     const float *xr[4];
@@ -64,8 +66,8 @@ INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, okv_dtype dt, int r
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
         for (int n = 0; n < 4; n++) acc[r][n] = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= K; k += 8) {
+    int k = k0;
+    for (; k + 8 <= k1; k += 8) {
         __m256 w[4];
 #pragma GCC unroll 4
         for (int n = 0; n < 4; n++)
@@ -86,28 +88,35 @@ INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, okv_dtype dt, int r
         for (int n = 0; n < 4; n++) {
             if (n >= nt) continue;
             float s = hsum8(acc[r][n]);
-            for (int kk = k; kk < K; kk++) s += xr[r][kk] * okv_k_load(wr[n], dt, (size_t)kk);
-            if (j->bias) s += j->bias[n0 + n];
-            j->y[(size_t)(t0 + r) * j->N + n0 + n] = s;
+            for (int kk = k; kk < k1; kk++) s += xr[r][kk] * okv_k_load(wr[n], dt, (size_t)kk);
+            float *out = &j->y[(size_t)(t0 + r) * j->N + n0 + n];
+            if (k0 == 0) *out = s + (j->bias ? j->bias[n0 + n] : 0.0f);
+            else *out += s;
         }
     }
 }
 
-/* Output features [n0, n1) for all T rows, in tiles. */
+/* Output features [n0, n1) for all T rows, in tiles. For prefill, K is cut
+ * into chunks so the 4 x rows of a tile stay in L1 while the W block's
+ * chunk (in L2) is swept; a decode GEMV streams whole rows. */
 INLINE_TGT void mm_block(const matmul_job *j, int n0, int n1, okv_dtype dt) {
-    int t = 0;
-    for (; t + 4 <= j->T; t += 4) {
-        int n = n0;
-        for (; n + 3 <= n1; n += 3) mm_tile(j, t, n, dt, 4, 3);
-        if (n1 - n == 2) mm_tile(j, t, n, dt, 4, 2);
-        else if (n1 - n == 1) mm_tile(j, t, n, dt, 4, 1);
-    }
-    for (; t < j->T; t++) {
-        int n = n0;
-        for (; n + 4 <= n1; n += 4) mm_tile(j, t, n, dt, 1, 4);
-        if (n1 - n == 3) mm_tile(j, t, n, dt, 1, 3);
-        else if (n1 - n == 2) mm_tile(j, t, n, dt, 1, 2);
-        else if (n1 - n == 1) mm_tile(j, t, n, dt, 1, 1);
+    int kc = j->T >= 4 ? MM_K_CHUNK : j->K;
+    for (int k0 = 0; k0 < j->K; k0 += kc) {
+        int k1 = j->K - k0 <= kc ? j->K : k0 + kc;
+        int t = 0;
+        for (; t + 4 <= j->T; t += 4) {
+            int n = n0;
+            for (; n + 3 <= n1; n += 3) mm_tile(j, t, n, k0, k1, dt, 4, 3);
+            if (n1 - n == 2) mm_tile(j, t, n, k0, k1, dt, 4, 2);
+            else if (n1 - n == 1) mm_tile(j, t, n, k0, k1, dt, 4, 1);
+        }
+        for (; t < j->T; t++) {
+            int n = n0;
+            for (; n + 4 <= n1; n += 4) mm_tile(j, t, n, k0, k1, dt, 1, 4);
+            if (n1 - n == 3) mm_tile(j, t, n, k0, k1, dt, 1, 3);
+            else if (n1 - n == 2) mm_tile(j, t, n, k0, k1, dt, 1, 2);
+            else if (n1 - n == 1) mm_tile(j, t, n, k0, k1, dt, 1, 1);
+        }
     }
 }
 

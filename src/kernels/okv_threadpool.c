@@ -9,7 +9,9 @@
  * thread works too as thread 0. Before sleeping, a worker spins briefly on
  * the generation, because the next loop usually follows within microseconds;
  * the spin is short so idle workers don't steal a shared 2-core machine.
- * With one thread (or tp == NULL) everything runs inline. */
+ * With one thread (or tp == NULL) everything runs inline. Loops from
+ * different caller threads are serialised (run_mu); a task must not start a
+ * loop on its own pool (it would wait for itself). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 struct okv_threadpool {
     int n_threads;            /* including the caller (thread 0) */
     pthread_t *workers;       /* [n_threads - 1] */
+    pthread_mutex_t run_mu;   /* one loop at a time */
     pthread_mutex_t mu;
     pthread_cond_t wake;      /* a new loop was posted (or shutdown) */
     pthread_cond_t done;      /* the last worker finished the loop */
@@ -106,6 +109,7 @@ okv_threadpool *okv_threadpool_create(int n_threads) {
     if (n_threads == 1) return tp;
     tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
     if (!tp->workers) { free(tp); return NULL; }
+    pthread_mutex_init(&tp->run_mu, NULL);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
     pthread_cond_init(&tp->done, NULL);
@@ -132,6 +136,7 @@ void okv_threadpool_free(okv_threadpool *tp) {
         pthread_mutex_unlock(&tp->mu);
         for (int i = 1; i < tp->n_threads; i++) pthread_join(tp->workers[i - 1], NULL);
         pthread_mutex_destroy(&tp->mu);
+        pthread_mutex_destroy(&tp->run_mu);
         pthread_cond_destroy(&tp->wake);
         pthread_cond_destroy(&tp->done);
     }
@@ -147,6 +152,7 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    pthread_mutex_lock(&tp->run_mu);
     pthread_mutex_lock(&tp->mu);
     tp->fn = fn;
     tp->ctx = ctx;
@@ -160,12 +166,16 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
     run_tasks(tp, 0);
 
     /* spin a little for the workers, then sleep */
-    for (int i = 0; i < OKV_TP_SPIN; i++) {
-        if (atomic_load_explicit(&tp->busy_workers, memory_order_acquire) == 0) return;
-        cpu_relax();
+    bool finished = false;
+    for (int i = 0; i < OKV_TP_SPIN && !finished; i++) {
+        finished = atomic_load_explicit(&tp->busy_workers, memory_order_acquire) == 0;
+        if (!finished) cpu_relax();
     }
-    pthread_mutex_lock(&tp->mu);
-    while (atomic_load_explicit(&tp->busy_workers, memory_order_acquire) > 0)
-        pthread_cond_wait(&tp->done, &tp->mu);
-    pthread_mutex_unlock(&tp->mu);
+    if (!finished) {
+        pthread_mutex_lock(&tp->mu);
+        while (atomic_load_explicit(&tp->busy_workers, memory_order_acquire) > 0)
+            pthread_cond_wait(&tp->done, &tp->mu);
+        pthread_mutex_unlock(&tp->mu);
+    }
+    pthread_mutex_unlock(&tp->run_mu);
 }

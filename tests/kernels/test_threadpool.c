@@ -1,6 +1,7 @@
 /* Tests the thread pool: every task runs exactly once with a thread index in
  * range, for many tasks, fewer tasks than threads, repeated loops on one pool
  * and create/free cycles (run under ASan/valgrind to catch leaks and races). */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "okv_kernels.h"
@@ -91,9 +92,41 @@ static void test_create_free_cycles(void) {
     CHECK(ok);
 }
 
+/* Two caller threads share one pool: their loops must not mix. */
+typedef struct caller_arg {
+    okv_threadpool *tp;
+    int bad;
+} caller_arg;
+
+static void *caller_main(void *p) {
+    caller_arg *c = p;
+    for (int rep = 0; rep < 300; rep++) {
+        enum { n = 64 };
+        atomic_int hits[n];
+        for (int i = 0; i < n; i++) atomic_init(&hits[i], 0);
+        count_ctx ctx = {hits, 0, okv_threadpool_size(c->tp)};
+        okv_threadpool_run(c->tp, n, count_task, &ctx);
+        for (int i = 0; i < n; i++) c->bad += atomic_load(&hits[i]) != 1;
+    }
+    return NULL;
+}
+
+static void test_concurrent_callers(void) {
+    okv_threadpool *tp = okv_threadpool_create(2);
+    caller_arg a = {tp, 0}, b = {tp, 0};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, caller_main, &a);
+    pthread_create(&tb, NULL, caller_main, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECKF(a.bad + b.bad == 0, "%d tasks lost or repeated with two callers", a.bad + b.bad);
+    okv_threadpool_free(tp);
+}
+
 int main(void) {
     test_sizes();
     test_repeated();
     test_create_free_cycles();
+    test_concurrent_callers();
     return okv_test_finish();
 }
