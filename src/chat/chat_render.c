@@ -509,6 +509,7 @@ static const char *const TESTS[] = {
 bool jinja_test_known(const char *name) { return in_names(name, TESTS); }
 
 static bool compare_values(rctx *c, const jnode *n, int op, jv a, jv b);
+static jv arith(rctx *c, const jnode *n, int op, jv a, jv b);
 
 static bool apply_test(rctx *c, const jnode *n, const char *name, jv x, const jargs *a) {
     jv arg = a->npos > 0 ? a->pos[0] : jv_undef(NULL);
@@ -537,16 +538,14 @@ static bool apply_test(rctx *c, const jnode *n, const char *name, jv x, const ja
         if (x.t == JV_DICT || x.t == JV_NS) return x.u.d == arg.u.d;
         return jv_eq(x, arg);
     }
-    if (!strcmp(name, "odd") || !strcmp(name, "even")) {
-        int64_t v = need_int(c, n, x, "odd/even operand");
-        int64_t m = ((v % 2) + 2) % 2;
-        return name[0] == 'o' ? m == 1 : m == 0;
+    if (!strcmp(name, "odd") || !strcmp(name, "even")) { /* value % 2 == 1 / == 0 */
+        if (!jv_is_number(x)) fail(c, n, "%s test needs a number, not '%s'", name, jv_type_name(x));
+        jv m = arith(c, n, JOP_MOD, x, jv_int(2));
+        return jv_eq(m, jv_int(name[0] == 'o' ? 1 : 0));
     }
     if (!strcmp(name, "divisibleby")) {
         NEED_ARG();
-        int64_t v = need_int(c, n, x, "divisibleby operand"), d = need_int(c, n, arg, "divisibleby argument");
-        if (d == 0) fail(c, n, "integer division or modulo by zero");
-        return v % d == 0;
+        return jv_eq(arith(c, n, JOP_MOD, x, arg), jv_int(0)); /* value % num == 0 */
     }
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         jv s = to_str(c, x);
@@ -617,6 +616,8 @@ static bool contains(rctx *c, const jnode *n, jv hay, jv needle) {
         return false;
     case JV_DICT: {
         jv dummy;
+        if ((needle.t == JV_LIST && !needle.u.l->tuple) || needle.t == JV_DICT)
+            fail(c, n, "unhashable type: '%s'", jv_type_name(needle));
         return jdict_get(hay.u.d, needle, &dummy);
     }
     default:
@@ -700,6 +701,7 @@ static jv arith(rctx *c, const jnode *n, int op, jv a, jv b) {
                     if (__builtin_mul_overflow(acc, x, &acc)) fail(c, n, "integer overflow");
                 return jv_int(acc);
             }
+            if (fx == 0 && fy < 0) fail(c, n, "0.0 cannot be raised to a negative power");
             return jv_float(pow(fx, fy));
         }
     }
@@ -715,6 +717,11 @@ static jv arith(rctx *c, const jnode *n, int op, jv a, jv b) {
         for (size_t i = 0; i < a.u.l->n; i++) jlist_push(c->a, c->f, l, a.u.l->v[i]);
         for (size_t i = 0; i < b.u.l->n; i++) jlist_push(c->a, c->f, l, b.u.l->v[i]);
         return jv_list(l);
+    }
+    if (op == JOP_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL)) {
+        jv t = a; /* n * seq == seq * n */
+        a = b;
+        b = t;
     }
     if (op == JOP_MUL && ((a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL))) {
         int64_t k = b.t == JV_INT ? b.u.i : b.u.b;
@@ -819,6 +826,37 @@ static jv filter_tojson(rctx *c, const jnode *n, jv x, const jargs *a) {
     return jv_str(b.p, b.n);
 }
 
+/* Jinja's `title` filter (not str.title): split before runs of
+ * [-\s({[<]; each piece gets its first code point upper-cased and the rest
+ * lower-cased. */
+static jv jinja_title(rctx *c, jv s) {
+    jbuf b = {0};
+    jb_put(c->a, c->f, &b, "", 0);
+    bool in_sep = false, piece_start = true;
+    for (size_t i = 0; i < s.u.s.n;) {
+        int32_t cp;
+        size_t k = cp_at(s.u.s.p, s.u.s.n, i, &cp);
+        bool sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || py_space(cp);
+        if (sep != in_sep) piece_start = true;
+        in_sep = sep;
+        int32_t o = piece_start ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
+        piece_start = false;
+        utf8proc_uint8_t enc[4];
+        utf8proc_ssize_t en = utf8proc_encode_char(o, enc);
+        jb_put(c->a, c->f, &b, (const char *)enc, (size_t)en);
+        i += k;
+    }
+    return jv_str(b.p, b.n);
+}
+
+/* Python's re \w for one code point (letters, numbers, underscore). */
+static bool word_char(int32_t cp) {
+    if (cp == '_') return true;
+    utf8proc_category_t cat = utf8proc_category(cp);
+    return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+           (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+}
+
 static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const jargs *a) {
     jv arg0 = a->npos > 0 ? a->pos[0] : jv_undef(NULL);
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
@@ -845,7 +883,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
     if (!strcmp(name, "upper")) return str_case(c, to_str(c, x), 1);
     if (!strcmp(name, "lower")) return str_case(c, to_str(c, x), 0);
     if (!strcmp(name, "capitalize")) return str_case(c, to_str(c, x), 2);
-    if (!strcmp(name, "title")) return str_case(c, to_str(c, x), 3);
+    if (!strcmp(name, "title")) return jinja_title(c, to_str(c, x));
     if (!strcmp(name, "replace")) {
         static const char *const names[] = {"old", "new", "count"};
         jv s[3];
@@ -1020,6 +1058,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         jv s[2];
         bind_args(c, n, "int()", a, names, 2, s);
         jv dflt = given(s[0]) ? s[0] : jv_int(0);
+        if (x.t == JV_UNDEF) fail_undefined(c, n, x);
         if (x.t == JV_INT) return x;
         if (x.t == JV_BOOL) return jv_int(x.u.b);
         if (x.t == JV_FLOAT) return isfinite(x.u.f) ? jv_int((int64_t)x.u.f) : dflt;
@@ -1036,6 +1075,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
     }
     if (!strcmp(name, "float")) {
         jv dflt = a->npos > 0 ? arg0 : jv_float(0.0);
+        if (x.t == JV_UNDEF) fail_undefined(c, n, x);
         if (x.t == JV_FLOAT) return x;
         if (x.t == JV_INT || x.t == JV_BOOL) return jv_float(jv_as_double(x));
         if (x.t == JV_STR) {
@@ -1052,11 +1092,12 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         bind_args(c, n, "round()", a, names, 2, s);
         int64_t prec = given(s[0]) ? need_int(c, n, s[0], "precision") : 0;
         const char *method = given(s[1]) ? cstr(c, need_str(c, n, s[1], "method")) : "common";
-        double v = jv_is_number(x) ? jv_as_double(x) : 0;
         if (!jv_is_number(x)) fail(c, n, "round(): not a number: '%s'", jv_type_name(x));
+        if (x.t != JV_FLOAT && !strcmp(method, "common")) return jv_int(x.t == JV_INT ? x.u.i : x.u.b); /* round(int) is int */
+        double v = jv_as_double(x);
         double m = pow(10.0, (double)prec);
         double r;
-        if (!strcmp(method, "common")) r = round(v * m) / m;
+        if (!strcmp(method, "common")) r = nearbyint(v * m) / m; /* Python rounds half to even */
         else if (!strcmp(method, "ceil")) r = ceil(v * m) / m;
         else if (!strcmp(method, "floor")) r = floor(v * m) / m;
         else fail(c, n, "round(): method must be common, ceil or floor");
@@ -1082,6 +1123,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
             pad = jv_str(sp, (size_t)w);
         }
         bool first = given(s[1]) && jv_truthy(s[1]), blank = given(s[2]) && jv_truthy(s[2]);
+        if (x.t != JV_STR && x.t != JV_UNDEF) fail(c, n, "indent filter needs a string, not '%s'", jv_type_name(x));
         jv src = to_str(c, x);
         jbuf b = {0};
         jb_put(c->a, c->f, &b, "", 0);
@@ -1100,9 +1142,18 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         }
         return jv_str(b.p, b.n);
     }
-    if (!strcmp(name, "wordcount")) {
-        jv parts = str_split(c, n, to_str(c, x), NULL, -1);
-        return jv_int((int64_t)parts.u.l->n);
+    if (!strcmp(name, "wordcount")) { /* number of \w+ runs */
+        jv str = to_str(c, x);
+        int64_t words = 0;
+        bool in_word = false;
+        for (size_t i = 0; i < str.u.s.n;) {
+            int32_t cp;
+            i += cp_at(str.u.s.p, str.u.s.n, i, &cp);
+            bool w = word_char(cp);
+            if (w && !in_word) words++;
+            in_word = w;
+        }
+        return jv_int(words);
     }
     fail(c, n, "unknown filter '%s'", name);
 }
