@@ -133,7 +133,7 @@ static const ok_case OK_CASES[] = {
      "00101;01112;"},
     {"{{ \"it's a-b (c) x_y\" | title }}|{{ 'Helq\"x y_z 3' | wordcount }}|{{ 2.5 | round }}|{{ 3.5 | round }}|{{ 7 | round }}|{{ 1.5 is odd }}|{{ 3 * 'ab' }}|{{ 4.0 is divisibleby 2 }}",
      NULL,
-     "It's A-B (C) X_y|3|2.0|4.0|7|False|ababab|True"},
+     "It's A-B (C) X_y|4|2.0|4.0|7|False|ababab|True"},
 };
 
 typedef struct err_case {
