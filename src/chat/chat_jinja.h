@@ -148,6 +148,7 @@ size_t utf8_offset(const char *s, size_t n, size_t ci);
 typedef enum jnode_kind {
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_BREAK, JN_CONTINUE,
+    JN_GENERATION, /* HF's {% generation %}: marks assistant text, renders its body */
     /* expressions */
     JN_CONST, JN_NAME, JN_GETATTR, JN_GETITEM, JN_SLICE, JN_CALL, JN_FILTER, JN_TEST,
     JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_BINOP, JN_COMPARE, JN_COND, JN_LIST_LIT,

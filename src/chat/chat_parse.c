@@ -918,9 +918,18 @@ static jnode *parse_statement(parser *p) {
         expect_block_end(p, name);
         return n;
     }
+    if (!strcmp(name, "generation")) {
+        jnode *n = new_node(p, JN_GENERATION, begin);
+        expect_block_end(p, name);
+        static const char *const ends[] = {"endgeneration", NULL};
+        n->body = parse_body(p, ends, begin, "generation");
+        p->pos++;
+        expect_block_end(p, "endgeneration");
+        return n;
+    }
     static const char *const known_unsupported[] = {
         "call", "filter", "with", "include", "import", "from", "extends", "block", "raw",
-        "do", "autoescape", "trans", "generation", NULL};
+        "do", "autoescape", "trans", NULL};
     if (in_list(name, known_unsupported)) fail_tok(p, t, "unsupported tag '%s'", name);
     fail_tok(p, t, "unknown tag '%s'", name);
 }
@@ -956,7 +965,8 @@ static jnodes parse_body(parser *p, const char *const *ends, const tok *opener, 
             p->pos++;
             tok *nt = cur(p);
             if (nt->t == T_NAME && in_list(nt->s, ends)) break;
-            static const char *const closers[] = {"endfor", "endif", "elif", "else", "endset", "endmacro", NULL};
+            static const char *const closers[] = {"endfor", "endif", "elif", "else", "endset", "endmacro",
+                                                  "endgeneration", NULL};
             if (nt->t == T_NAME && in_list(nt->s, closers)) {
                 if (ends) {
                     char msg[160];

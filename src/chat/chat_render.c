@@ -1610,6 +1610,7 @@ static void render_stmt(rctx *c, const jnode *n) {
         scope_set(c, n->name, v);
         return;
     }
+    case JN_GENERATION: render_body(c, &n->body); return;
     case JN_BREAK: case JN_CONTINUE: c->ctl = n->kind; return;
     default: fail(c, n, "internal error: expression used as statement");
     }

@@ -134,6 +134,10 @@ static const ok_case OK_CASES[] = {
     {"{{ \"it's a-b (c) x_y\" | title }}|{{ 'Helq\"x y_z 3' | wordcount }}|{{ 2.5 | round }}|{{ 3.5 | round }}|{{ 7 | round }}|{{ 1.5 is odd }}|{{ 3 * 'ab' }}|{{ 4.0 is divisibleby 2 }}",
      NULL,
      "It's A-B (C) X_y|4|2.0|4.0|7|False|ababab|True"},
+    /* HF's AssistantTracker tag renders its body unchanged */
+    {"{% for m in ['a', 'b'] %}{% generation %}{{ m }}{% endgeneration %}\n{% endfor %}",
+     NULL,
+     "ab"},
 };
 
 typedef struct err_case {
