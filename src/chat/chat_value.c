@@ -5,6 +5,7 @@
  * converted here through cJSON. */
 #include "chat_jinja.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -474,32 +475,80 @@ bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort_ke
 
 /* ---- JSON in (through cJSON) ------------------------------------------ */
 
-static jv from_cjson(jarena *a, jfail *f, const cJSON *j, int depth) {
+/* cJSON keeps every number as a double, which loses what Python's json.loads
+ * keeps: whether it was written as an int ("1") or a float ("1.0", "1e3"),
+ * and ints beyond 2^53. So a pre-pass over the text records each number
+ * token, in document order, which is also the order a pre-order walk of the
+ * cJSON tree meets the number nodes. */
+typedef struct json_num { bool is_float; bool fits; int64_t i; } json_num;
+typedef struct json_nums { json_num *v; size_t n, next; } json_nums;
+
+static json_nums scan_numbers(jarena *a, jfail *f, const char *t) {
+    json_nums r = {NULL, 0, 0};
+    size_t cap = 0;
+    for (const char *p = t; *p;) {
+        if (*p == '"') { /* skip a string */
+            for (p++; *p && *p != '"'; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (*p) p++;
+            continue;
+        }
+        if (*p != '-' && !(*p >= '0' && *p <= '9')) { p++; continue; }
+        const char *start = p;
+        bool is_float = false;
+        if (*p == '-') p++;
+        while ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' || *p == 'E' || *p == '+' || *p == '-') {
+            if (*p == '.' || *p == 'e' || *p == 'E') is_float = true;
+            p++;
+        }
+        if (r.n == cap) {
+            cap = cap ? cap * 2 : 16;
+            json_num *v = ja_alloc(a, f, cap * sizeof *v);
+            if (r.n) memcpy(v, r.v, r.n * sizeof *v);
+            r.v = v;
+        }
+        json_num *num = &r.v[r.n++];
+        num->is_float = is_float;
+        num->fits = false;
+        if (!is_float) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(start, &end, 10);
+            num->fits = errno == 0 && end == p;
+            num->i = v;
+        }
+    }
+    return r;
+}
+
+static jv from_cjson(jarena *a, jfail *f, const cJSON *j, json_nums *nums, int depth) {
     if (depth > 200) jfail_at(f, OKV_ERR_INVALID, 0, 0, "input JSON nested deeper than 200");
     if (cJSON_IsNull(j)) return jv_none();
     if (cJSON_IsBool(j)) return jv_bool(cJSON_IsTrue(j));
     if (cJSON_IsNumber(j)) {
-        double d = j->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) return jv_int((int64_t)d);
-        return jv_float(d);
+        const json_num *num = nums->next < nums->n ? &nums->v[nums->next++] : NULL;
+        if (num && !num->is_float && num->fits) return jv_int(num->i);
+        return jv_float(j->valuedouble); /* a float, or an int too big for int64 */
     }
     if (cJSON_IsString(j)) return jv_cstr(a, f, j->valuestring);
     if (cJSON_IsArray(j)) {
         jlist *l = jlist_new(a, f);
-        for (const cJSON *c = j->child; c; c = c->next) jlist_push(a, f, l, from_cjson(a, f, c, depth + 1));
+        for (const cJSON *c = j->child; c; c = c->next) jlist_push(a, f, l, from_cjson(a, f, c, nums, depth + 1));
         return jv_list(l);
     }
     if (cJSON_IsObject(j)) {
         jdict *d = jdict_new(a, f);
-        for (const cJSON *c = j->child; c; c = c->next)
-            jdict_set(a, f, d, jv_cstr(a, f, c->string ? c->string : ""), from_cjson(a, f, c, depth + 1));
+        for (const cJSON *c = j->child; c; c = c->next) {
+            jv key = jv_cstr(a, f, c->string ? c->string : "");
+            jdict_set(a, f, d, key, from_cjson(a, f, c, nums, depth + 1));
+        }
         return jv_dict(d);
     }
     return jv_none();
 }
 
 bool jv_from_json_text(jarena *a, jfail *f, const char *text, jv *out, const char **why) {
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = cJSON_ParseWithOpts(text, NULL, true); /* no trailing garbage */
     if (!j) { *why = "malformed JSON"; return false; }
     /* Convert inside a nested failure frame so the cJSON tree is always freed. */
     jfail inner;
@@ -508,7 +557,8 @@ bool jv_from_json_text(jarena *a, jfail *f, const char *text, jv *out, const cha
         cJSON_Delete(j);
         longjmp(f->jb, 1);
     }
-    *out = from_cjson(a, &inner, j, 0);
+    json_nums nums = scan_numbers(a, &inner, text);
+    *out = from_cjson(a, &inner, j, &nums, 0);
     cJSON_Delete(j);
     return true;
 }

@@ -138,6 +138,10 @@ static const ok_case OK_CASES[] = {
     {"{% for m in ['a', 'b'] %}{% generation %}{{ m }}{% endgeneration %}\n{% endfor %}",
      NULL,
      "ab"},
+    /* JSON input keeps Python's int/float distinction (json.loads) */
+    {"{{ x }} {{ y }} {{ z }} {{ [x, y, w] | tojson }} {{ x is float }}{{ y is integer }}",
+     "{\"x\": 1.0, \"y\": -2, \"z\": 1e2, \"w\": 0.5}",
+     "1.0 -2 100.0 [1.0, -2, 0.5] TrueTrue"},
 };
 
 typedef struct err_case {
@@ -266,6 +270,11 @@ static void test_context(void) {
     CHECK(okv_chat_render(t, &args, &out, NULL, &err) == OKV_ERR_INVALID && out == NULL);
     args.messages_json = "[1, 2";
     CHECK(okv_chat_render(t, &args, &out, NULL, &err) == OKV_ERR_INVALID && strstr(err.message, "messages_json"));
+    args.messages_json = "[] 7";
+    CHECK(okv_chat_render(t, &args, &out, NULL, &err) == OKV_ERR_INVALID && strstr(err.message, "messages_json"));
+    args.messages_json = "[]";
+    args.extra_vars_json = "[1]";
+    CHECK(okv_chat_render(t, &args, &out, NULL, &err) == OKV_ERR_INVALID && strstr(err.message, "extra_vars_json"));
     okv_chat_template_free(t);
 }
 
