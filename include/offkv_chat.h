@@ -20,7 +20,9 @@ extern "C" {
 
 typedef struct okv_chat_template okv_chat_template;
 
-/* Parses a Jinja template (NUL-terminated source). */
+/* Parses a Jinja template (NUL-terminated source). A parsed template is
+ * never modified by rendering, so one template may be rendered from several
+ * threads at once. */
 okv_status okv_chat_template_parse(const char *src, okv_chat_template **out, okv_error *err);
 void okv_chat_template_free(okv_chat_template *tmpl);
 
@@ -30,7 +32,8 @@ typedef struct okv_chat_args {
     const char *tools_json;       /* JSON array of tools, or NULL (-> none) */
     bool add_generation_prompt;
     const char *extra_vars_json;  /* JSON object of extra kwargs, or NULL */
-    const char *bos_token;        /* NULL -> none, like a null in the config */
+    const char *bos_token;        /* NULL -> undefined in the template, like
+                                     HF's special_tokens_map omitting unset ones */
     const char *eos_token;
     const char *unk_token;
     const char *pad_token;

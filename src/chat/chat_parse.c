@@ -163,8 +163,9 @@ static void lex_string(parser *p, size_t *i) {
 static const char *const OPS2[] = {"//", "**", "==", "!=", ">=", "<="};
 static const char OPS1[] = "+-/*%~[](){}<>=.:|,;";
 
-/* Lexes the inside of a {{ }} or {% %} tag starting at i; returns the offset
- * after the closing tag and sets *trailing_ws_strip / *trim_nl. */
+/* Lexes the inside of a {{ }} or {% %} tag starting at i (just after the
+ * opener) into tokens, and returns the offset after the closing tag plus the
+ * whitespace that closing tag consumes ("-" all, plain block end one "\n"). */
 static size_t lex_tag_body(parser *p, size_t i, bool block, size_t tag_off) {
     char stack[256];
     int depth = 0;
