@@ -8,10 +8,12 @@
  * Fast: no mask is materialised. Runs arrive in position order, so the keys
  * form one logical index space whose positions increase; each query sees one
  * contiguous index range [lo, hi) computed from its position and the window.
- * Work is split into tasks of (kv head, block of query rows[, key split]):
+ * Work is split into tasks of (kv heads, block of query rows[, key split]):
  * the G query heads that share a kv head are processed together, so each K/V
  * row is converted from the storage dtype once per task and reused by G*rows
- * queries (GQA without repeating K/V). Softmax is online (flash style: running
+ * queries (GQA without repeating K/V). A prefill task takes one kv head; a
+ * decode task takes all of them, so it sweeps the pool (laid out [slot, kv
+ * head, dim]) contiguously instead of with a kv_heads-wide stride. Softmax is online (flash style: running
  * max m, running sum l, rescaled accumulator), over blocks of KB keys. When
  * there are too few (kv head, row block) tasks to keep the threads busy — a
  * decode step on an MQA model — the key range is split too and the partial
@@ -121,10 +123,11 @@ typedef struct attn_job {
     int n_keys;
     int32_t *run_off;   /* [n_runs + 1] first logical key index of each run */
     int32_t *qlo, *qhi; /* [T] visible logical key range of each query row */
-    int Tb, n_qblocks, n_splits, split_len, R_max;
-    float *scratch;     /* per thread: acc, m, l, kbuf, vbuf, scores, q */
+    int HG;             /* kv heads per task (1, or all of them for decode) */
+    int n_hgroups, Tb, n_qblocks, n_splits, split_len, R_max;
+    float *scratch;     /* per thread: kbuf, vbuf, scores, c, q, acc, m, l */
     size_t scratch_per_thread;
-    float *part;        /* n_splits > 1: per task acc [R_max*D], m, l [R_max] */
+    float *part;        /* n_splits > 1: per task acc, m, l (as in scratch) */
     size_t part_per_task;
 } attn_job;
 
@@ -145,16 +148,17 @@ static void visible_range(const attn_job *j, int32_t p, int32_t *lo, int32_t *hi
     }
 }
 
-/* Where logical key idx lives: its run (cursor *run, which only moves
- * forward within a task) and the element offset of its kv head kvh. */
+/* Element offset of logical key idx, kv head kvh, in a pool. *run is a
+ * cursor that only moves forward within a task. */
 static size_t key_offset(const attn_job *j, int idx, int kvh, int *run) {
     while (idx >= j->run_off[*run + 1]) (*run)++;
     size_t slot = (size_t)(j->a->runs[*run].slot + (idx - j->run_off[*run]));
     return (slot * j->Hkv + kvh) * j->D;
 }
 
-/* A block of n keys starting at idx as f32 rows: straight from the pool
- * when it is f32 (rows Hkv*D apart), else converted into buf (rows D apart). */
+/* n keys from pool offset off, kv heads [h0, h0 + HG), as f32 rows of HG*D:
+ * read in place when the pool is f32 (rows Hkv*D apart), else converted into
+ * buf (rows HG*D apart). With HG = Hkv the block is one contiguous read. */
 static const float *key_block(const attn_job *j, const void *pool, size_t off, int n, float *buf, size_t *ld) {
     const okv_attn_args *a = j->a;
     size_t pool_ld = (size_t)j->Hkv * j->D;
@@ -162,38 +166,55 @@ static const float *key_block(const attn_job *j, const void *pool, size_t off, i
         *ld = pool_ld;
         return (const float *)pool + off;
     }
-    *ld = j->D;
-    j->ops->load_rows(buf, (const char *)pool + off * j->esz, pool_ld, a->kv.dtype, n, j->D);
+    *ld = (size_t)j->HG * j->D;
+    j->ops->load_rows(buf, (const char *)pool + off * j->esz, pool_ld, a->kv.dtype, n, j->HG * j->D);
     return buf;
 }
+
+/* Per-task state: for member hh of the head group and query vector r, the
+ * running max m, sum l and accumulator acc (index hh*R_max + r). */
+typedef struct attn_state {
+    float *acc, *m, *l;
+} attn_state;
+
+static attn_state state_at(const attn_job *j, float *base) {
+    attn_state st;
+    size_t rows = (size_t)j->HG * j->R_max;
+    st.acc = base;
+    st.m = base + rows * j->D;
+    st.l = st.m + rows;
+    return st;
+}
+
+/* Query vector r of a row block (rows from t0) of kv head kvh: row and head. */
+static int row_of(const attn_job *j, int t0, int r) { return t0 + r / j->G; }
+static int head_of(const attn_job *j, int kvh, int r) { return kvh * j->G + r % j->G; }
 
 static void attn_task(void *ctx, int task, int thread) {
     const attn_job *j = ctx;
     const okv_attn_args *a = j->a;
     const okv_attn_ops *ops = j->ops;
-    const int D = j->D, G = j->G;
+    const int D = j->D, HG = j->HG;
     int split = task % j->n_splits;
     int qb = (task / j->n_splits) % j->n_qblocks;
-    int kvh = task / j->n_splits / j->n_qblocks;
+    int h0 = task / j->n_splits / j->n_qblocks * HG;
     int t0 = qb * j->Tb, t1 = t0 + j->Tb < a->T ? t0 + j->Tb : a->T;
-    int R = (t1 - t0) * G;
+    int R = (t1 - t0) * j->G;
 
-    float *acc = j->scratch + j->scratch_per_thread * thread;
-    float *m = acc + (size_t)j->R_max * D, *l = m + j->R_max;
-    float *kbuf = l + j->R_max, *vbuf = kbuf + (size_t)KB * D, *S = vbuf + (size_t)KB * D;
-    float *qbuf = S + (size_t)j->R_max * KB;
-    if (j->n_splits > 1) { /* partials go where the merge will find them */
-        acc = j->part + j->part_per_task * task;
-        m = acc + (size_t)j->R_max * D;
-        l = m + j->R_max;
-    }
-    for (int r = 0; r < R; r++) {
-        int t = t0 + r / G, h = kvh * G + r % G;
-        memcpy(qbuf + (size_t)r * D, a->q + ((size_t)t * a->n_heads + h) * D, sizeof(float) * D);
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    memset(acc, 0, sizeof(float) * (size_t)R * D);
+    float *kbuf = j->scratch + j->scratch_per_thread * thread;
+    float *vbuf = kbuf + (size_t)KB * HG * D, *S = vbuf + (size_t)KB * HG * D;
+    float *cbuf = S + (size_t)j->R_max * KB, *qbuf = cbuf + j->R_max;
+    attn_state st = state_at(j, qbuf + (size_t)HG * j->R_max * D);
+    if (j->n_splits > 1) st = state_at(j, j->part + j->part_per_task * task); /* for the merge */
+    for (int hh = 0; hh < HG; hh++)
+        for (int r = 0; r < R; r++) {
+            size_t x = (size_t)hh * j->R_max + r;
+            int t = row_of(j, t0, r), h = head_of(j, h0 + hh, r);
+            memcpy(qbuf + x * D, a->q + ((size_t)t * a->n_heads + h) * D, sizeof(float) * D);
+            memset(st.acc + x * D, 0, sizeof(float) * D);
+            st.m[x] = -INFINITY;
+            st.l[x] = 0.0f;
+        }
 
     /* keys any row of the block may see, within this split */
     int32_t L = INT32_MAX, H = 0;
@@ -208,66 +229,76 @@ static void attn_task(void *ctx, int task, int thread) {
 
     int run = 0;
     for (int32_t kb = L; kb < H;) {
-        size_t off = key_offset(j, kb, kvh, &run);
+        size_t off = key_offset(j, kb, h0, &run);
         int nb = H - kb < KB ? H - kb : KB;
         if (nb > j->run_off[run + 1] - kb) nb = j->run_off[run + 1] - kb; /* stay inside the run */
         size_t ldk, ldv;
         const float *K = key_block(j, a->kv.k, off, nb, kbuf, &ldk);
         const float *V = key_block(j, a->kv.v, off, nb, vbuf, &ldv);
-        ops->scores(S, KB, qbuf, R, K, ldk, nb, D, a->scale);
-        for (int r = 0; r < R; r++) {
-            int t = t0 + r / G;
-            float *s = S + (size_t)r * KB, mx = -INFINITY;
-            for (int i = 0; i < nb; i++) {
-                if (kb + i < j->qlo[t] || kb + i >= j->qhi[t]) s[i] = -INFINITY; /* the band mask */
-                if (s[i] > mx) mx = s[i];
+        for (int hh = 0; hh < HG; hh++) {
+            float *m = st.m + (size_t)hh * j->R_max, *l = st.l + (size_t)hh * j->R_max;
+            ops->scores(S, KB, qbuf + (size_t)hh * j->R_max * D, R, K + (size_t)hh * D, ldk, nb, D, a->scale);
+            for (int r = 0; r < R; r++) {
+                int t = row_of(j, t0, r);
+                float *s = S + (size_t)r * KB, mx = -INFINITY;
+                for (int i = 0; i < nb; i++) {
+                    if (kb + i < j->qlo[t] || kb + i >= j->qhi[t]) s[i] = -INFINITY; /* the band mask */
+                    if (s[i] > mx) mx = s[i];
+                }
+                if (mx == -INFINITY) { /* nothing visible in this block */
+                    cbuf[r] = 1.0f;
+                    for (int i = 0; i < nb; i++) s[i] = 0.0f;
+                    continue;
+                }
+                /* online softmax: rescale the running sums to the new max */
+                float m_new = mx > m[r] ? mx : m[r];
+                cbuf[r] = expf(m[r] - m_new);
+                l[r] = l[r] * cbuf[r] + ops->exp_sum(s, nb, m_new);
+                m[r] = m_new;
             }
-            if (mx == -INFINITY) continue;
-            /* online softmax: rescale the running sums to the new max */
-            float m_new = mx > m[r] ? mx : m[r];
-            float c = expf(m[r] - m_new);
-            l[r] = l[r] * c + ops->exp_sum(s, nb, m_new);
-            ops->accumulate(acc + (size_t)r * D, c, s, V, ldv, nb, D);
-            m[r] = m_new;
+            ops->accumulate(st.acc + (size_t)hh * j->R_max * D, cbuf, S, KB, R, V + (size_t)hh * D, ldv, nb, D);
         }
         kb += nb;
     }
     if (j->n_splits > 1) return;
-    for (int r = 0; r < R; r++) {
-        int t = t0 + r / G, h = kvh * G + r % G;
-        float *o = a->out + ((size_t)t * a->n_heads + h) * D;
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int d = 0; d < D; d++) o[d] = acc[(size_t)r * D + d] * inv;
-    }
+    for (int hh = 0; hh < HG; hh++)
+        for (int r = 0; r < R; r++) {
+            size_t x = (size_t)hh * j->R_max + r;
+            int t = row_of(j, t0, r), h = head_of(j, h0 + hh, r);
+            float *o = a->out + ((size_t)t * a->n_heads + h) * D;
+            float inv = st.l[x] > 0.0f ? 1.0f / st.l[x] : 0.0f;
+            for (int d = 0; d < D; d++) o[d] = st.acc[x * D + d] * inv;
+        }
 }
 
-/* Combines the key splits' (m, l, acc) of one (kv head, row block). */
-static void merge_splits(const attn_job *j, int kvh, int qb) {
+/* Combines the key splits' (m, l, acc) of one (head group, row block). */
+static void merge_splits(const attn_job *j, int hg, int qb) {
     const okv_attn_args *a = j->a;
-    const int D = j->D, G = j->G;
+    const int D = j->D;
     int t0 = qb * j->Tb, t1 = t0 + j->Tb < a->T ? t0 + j->Tb : a->T;
-    int base = (kvh * j->n_qblocks + qb) * j->n_splits;
-    for (int r = 0; r < (t1 - t0) * G; r++) {
-        int t = t0 + r / G, h = kvh * G + r % G;
-        float *o = a->out + ((size_t)t * a->n_heads + h) * D;
-        float M = -INFINITY;
-        for (int s = 0; s < j->n_splits; s++) {
-            const float *ms = j->part + j->part_per_task * (base + s) + (size_t)j->R_max * D;
-            if (ms[r] > M) M = ms[r];
+    int base = (hg * j->n_qblocks + qb) * j->n_splits;
+    for (int hh = 0; hh < j->HG; hh++)
+        for (int r = 0; r < (t1 - t0) * j->G; r++) {
+            size_t x = (size_t)hh * j->R_max + r;
+            int t = row_of(j, t0, r), h = head_of(j, hg * j->HG + hh, r);
+            float *o = a->out + ((size_t)t * a->n_heads + h) * D;
+            float M = -INFINITY;
+            for (int s = 0; s < j->n_splits; s++) {
+                attn_state st = state_at(j, j->part + j->part_per_task * (base + s));
+                if (st.m[x] > M) M = st.m[x];
+            }
+            for (int d = 0; d < D; d++) o[d] = 0.0f;
+            if (M == -INFINITY) continue;
+            float lsum = 0.0f;
+            for (int s = 0; s < j->n_splits; s++) {
+                attn_state st = state_at(j, j->part + j->part_per_task * (base + s));
+                if (st.m[x] == -INFINITY) continue;
+                float c = expf(st.m[x] - M);
+                lsum += st.l[x] * c;
+                for (int d = 0; d < D; d++) o[d] += st.acc[x * D + d] * c;
+            }
+            for (int d = 0; d < D; d++) o[d] /= lsum;
         }
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-        if (M == -INFINITY) continue;
-        float lsum = 0.0f;
-        for (int s = 0; s < j->n_splits; s++) {
-            const float *acc = j->part + j->part_per_task * (base + s);
-            const float *ms = acc + (size_t)j->R_max * D, *ls = ms + j->R_max;
-            if (ms[r] == -INFINITY) continue;
-            float c = expf(ms[r] - M);
-            lsum += ls[r] * c;
-            for (int d = 0; d < D; d++) o[d] += acc[(size_t)r * D + d] * c;
-        }
-        for (int d = 0; d < D; d++) o[d] /= lsum;
-    }
 }
 
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops) {
@@ -286,8 +317,12 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     if (j.Tb > a->T) j.Tb = a->T;
     j.n_qblocks = (a->T + j.Tb - 1) / j.Tb;
     j.R_max = j.Tb * j.G;
-    /* split the keys when (kv head, row block) tasks can't fill the threads */
-    int base_tasks = j.Hkv * j.n_qblocks;
+    /* decode-sized steps (one row block) take every kv head per task, so the
+     * cache is read in one contiguous sweep; threads then split the keys */
+    j.HG = j.n_qblocks == 1 ? j.Hkv : 1;
+    j.n_hgroups = j.Hkv / j.HG;
+    /* split the keys when (head group, row block) tasks can't fill the threads */
+    int base_tasks = j.n_hgroups * j.n_qblocks;
     j.n_splits = 1;
     if (n_threads > 1 && base_tasks < 4 * n_threads && j.n_keys >= 512) {
         j.n_splits = (4 * n_threads + base_tasks - 1) / base_tasks;
@@ -297,8 +332,10 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     if (j.split_len == 0) j.split_len = 1;
     int n_tasks = base_tasks * j.n_splits;
 
-    j.scratch_per_thread = 2 * (size_t)j.R_max * j.D + 2 * (size_t)j.R_max + 2 * (size_t)KB * j.D + (size_t)j.R_max * KB;
-    j.part_per_task = (size_t)j.R_max * j.D + 2 * (size_t)j.R_max;
+    size_t rows = (size_t)j.HG * j.R_max;
+    j.part_per_task = rows * j.D + 2 * rows;
+    j.scratch_per_thread = 2 * (size_t)KB * j.HG * j.D + (size_t)j.R_max * KB + j.R_max + rows * j.D +
+                           j.part_per_task;
     j.run_off = malloc(((size_t)a->n_runs + 1) * sizeof *j.run_off);
     j.qlo = malloc((size_t)a->T * sizeof *j.qlo);
     j.qhi = malloc((size_t)a->T * sizeof *j.qhi);
@@ -314,8 +351,8 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
 
     okv_threadpool_run(tp, n_tasks, attn_task, &j);
     if (j.n_splits > 1)
-        for (int kvh = 0; kvh < j.Hkv; kvh++)
-            for (int qb = 0; qb < j.n_qblocks; qb++) merge_splits(&j, kvh, qb);
+        for (int hg = 0; hg < j.n_hgroups; hg++)
+            for (int qb = 0; qb < j.n_qblocks; qb++) merge_splits(&j, hg, qb);
 done:
     free(j.run_off);
     free(j.qlo);

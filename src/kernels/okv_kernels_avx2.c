@@ -243,42 +243,64 @@ INLINE_TGT __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-/* Scores in tiles of 1 query x 4 keys: each q vector is loaded once per 4
- * keys, and the 4 sums are reduced together. */
-static TGT void scores_avx2(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
+/* Scores of rq (1 or 2) queries against 4 keys: each q vector is loaded
+ * once per 4 keys, each k vector once per rq queries, and every query's 4
+ * sums are reduced together. */
+INLINE_TGT void scores_tile(float *S, int ldS, const float *q, int rq, const float *k, size_t ldk, int D,
                             float scale) {
     int D8 = D & ~7;
+    const float *k0 = k, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+    __m256 a[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) a[r][x] = _mm256_setzero_ps();
+    for (int d = 0; d < D8; d += 8) {
+        __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
+        __m256 kv2 = _mm256_loadu_ps(k2 + d), kv3 = _mm256_loadu_ps(k3 + d);
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            if (r >= rq) continue;
+            __m256 qv = _mm256_loadu_ps(q + (size_t)r * D + d);
+            a[r][0] = _mm256_fmadd_ps(qv, kv0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(qv, kv1, a[r][1]);
+            a[r][2] = _mm256_fmadd_ps(qv, kv2, a[r][2]);
+            a[r][3] = _mm256_fmadd_ps(qv, kv3, a[r][3]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) {
+        if (r >= rq) continue;
+        const float *qr = q + (size_t)r * D;
+        float out[4];
+        _mm_storeu_ps(out, hsum8x4(a[r][0], a[r][1], a[r][2], a[r][3]));
+        for (int d = D8; d < D; d++) {
+            out[0] += qr[d] * k0[d];
+            out[1] += qr[d] * k1[d];
+            out[2] += qr[d] * k2[d];
+            out[3] += qr[d] * k3[d];
+        }
+        for (int x = 0; x < 4; x++) S[(size_t)r * ldS + x] = out[x] * scale;
+    }
+}
+
+static TGT void scores_avx2(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
+                            float scale) {
+    int D8 = D & ~7, n4 = n & ~3;
+    for (int i = 0; i < n4; i += 4) {
+        int r = 0;
+        for (; r + 2 <= R; r += 2) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 2, k + i * ldk, ldk, D, scale);
+        if (r < R) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 1, k + i * ldk, ldk, D, scale);
+    }
     for (int r = 0; r < R; r++) {
         const float *qr = q + (size_t)r * D;
-        float *s = S + (size_t)r * ldS;
-        int i = 0;
-        for (; i + 4 <= n; i += 4) {
-            const float *k0 = k + i * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < D8; d += 8) {
-                __m256 qv = _mm256_loadu_ps(qr + d);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
-            }
-            float out[4];
-            _mm_storeu_ps(out, hsum8x4(a0, a1, a2, a3));
-            for (int d = D8; d < D; d++) {
-                out[0] += qr[d] * k0[d];
-                out[1] += qr[d] * k1[d];
-                out[2] += qr[d] * k2[d];
-                out[3] += qr[d] * k3[d];
-            }
-            for (int x = 0; x < 4; x++) s[i + x] = out[x] * scale;
-        }
-        for (; i < n; i++) {
+        for (int i = n4; i < n; i++) {
             const float *ki = k + i * ldk;
             __m256 a0 = _mm256_setzero_ps();
             for (int d = 0; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(ki + d), a0);
             float sum = hsum8(a0);
             for (int d = D8; d < D; d++) sum += qr[d] * ki[d];
-            s[i] = sum * scale;
+            S[(size_t)r * ldS + i] = sum * scale;
         }
     }
 }
@@ -300,38 +322,63 @@ static TGT float exp_sum_avx2(float *p, int n, float m) {
     return s;
 }
 
-/* acc = acc*c + p @ V in chunks of 32 channels held in 4 registers while
- * the keys stream by. */
-static TGT void accumulate_avx2(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D) {
-    __m256 cv = _mm256_set1_ps(c);
-    int d = 0;
-    for (; d + 32 <= D; d += 32) {
-        __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d));
-        __m256 a1 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 8));
-        __m256 a2 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 16));
-        __m256 a3 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d + 24));
-        for (int i = 0; i < n; i++) {
-            __m256 pv = _mm256_broadcast_ss(p + i);
-            const float *vi = v + i * ldv + d;
-            a0 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi), a0);
-            a1 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 8), a1);
-            a2 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 16), a2);
-            a3 = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vi + 24), a3);
+/* acc_r = acc_r*c_r + P_r @ V for rq (1 or 2) rows and channels [d, d+w),
+ * w = 32 or 8: the accumulators stay in registers while the keys stream by
+ * and each V vector serves both rows. */
+INLINE_TGT void accumulate_tile(float *acc, int D, const float *c, const float *P, int ldP, int rq, const float *v,
+                                size_t ldv, int n, int d, int w) {
+    __m256 a[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) {
+        if (r >= rq) continue;
+        __m256 cv = _mm256_set1_ps(c[r]);
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+            if (x * 8 < w) a[r][x] = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + (size_t)r * D + d + 8 * x));
+    }
+    for (int i = 0; i < n; i++) {
+        const float *vi = v + i * ldv + d;
+        __m256 vv[4];
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+            if (x * 8 < w) vv[x] = _mm256_loadu_ps(vi + 8 * x);
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++) {
+            if (r >= rq) continue;
+            __m256 pv = _mm256_broadcast_ss(P + (size_t)r * ldP + i);
+#pragma GCC unroll 4
+            for (int x = 0; x < 4; x++)
+                if (x * 8 < w) a[r][x] = _mm256_fmadd_ps(pv, vv[x], a[r][x]);
         }
-        _mm256_storeu_ps(acc + d, a0);
-        _mm256_storeu_ps(acc + d + 8, a1);
-        _mm256_storeu_ps(acc + d + 16, a2);
-        _mm256_storeu_ps(acc + d + 24, a3);
     }
-    for (; d + 8 <= D; d += 8) {
-        __m256 a0 = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + d));
-        for (int i = 0; i < n; i++) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i), _mm256_loadu_ps(v + i * ldv + d), a0);
-        _mm256_storeu_ps(acc + d, a0);
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) {
+        if (r >= rq) continue;
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+            if (x * 8 < w) _mm256_storeu_ps(acc + (size_t)r * D + d + 8 * x, a[r][x]);
     }
-    for (; d < D; d++) {
-        float s = acc[d] * c;
-        for (int i = 0; i < n; i++) s += p[i] * v[i * ldv + d];
-        acc[d] = s;
+}
+
+static TGT void accumulate_avx2(float *acc, const float *c, const float *P, int ldP, int R, const float *v,
+                                size_t ldv, int n, int D) {
+    for (int r = 0; r < R; r += 2) {
+        float *ar = acc + (size_t)r * D;
+        const float *pr = P + (size_t)r * ldP;
+        int d = 0;
+        if (r + 2 <= R) {
+            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, ldv, n, d, 32);
+            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, ldv, n, d, 8);
+        } else {
+            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, ldv, n, d, 32);
+            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, ldv, n, d, 8);
+        }
+        for (int rr = r; rr < R && rr < r + 2; rr++)
+            for (int dd = d; dd < D; dd++) {
+                float s = acc[(size_t)rr * D + dd] * c[rr];
+                for (int i = 0; i < n; i++) s += P[(size_t)rr * ldP + i] * v[i * ldv + dd];
+                acc[(size_t)rr * D + dd] = s;
+            }
     }
 }
 

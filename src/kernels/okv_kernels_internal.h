@@ -53,8 +53,10 @@ typedef struct okv_attn_ops {
     void (*scores)(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D, float scale);
     /* p[i] = exp(p[i] - m), with exp(-inf) = 0; returns the sum of p */
     float (*exp_sum)(float *p, int n, float m);
-    /* acc[d] = acc[d]*c + sum_i p[i] * v_i[d]  (c rescales the running sum) */
-    void (*accumulate)(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D);
+    /* for r < R: acc_r = acc_r * c[r] + sum_i P[r*ldP + i] * v_i, acc rows D
+     * apart (c rescales the running sums to a new max) */
+    void (*accumulate)(float *acc, const float *c, const float *P, int ldP, int R, const float *v, size_t ldv,
+                       int n, int D);
 } okv_attn_ops;
 
 /* The fast attention algorithm (okv_attend.c) with the given inner loops. */

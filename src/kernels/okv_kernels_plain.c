@@ -113,12 +113,17 @@ static float exp_sum_plain(float *p, int n, float m) {
     return sum;
 }
 
-static void accumulate_plain(float *acc, float c, const float *p, const float *v, size_t ldv, int n, int D) {
-    if (c != 1.0f)
-        for (int d = 0; d < D; d++) acc[d] *= c;
-    for (int i = 0; i < n; i++) {
-        if (p[i] == 0.0f) continue;
-        for (int d = 0; d < D; d++) acc[d] += p[i] * v[i * ldv + d];
+static void accumulate_plain(float *acc, const float *c, const float *P, int ldP, int R, const float *v,
+                             size_t ldv, int n, int D) {
+    for (int r = 0; r < R; r++) {
+        float *ar = acc + (size_t)r * D;
+        const float *p = P + (size_t)r * ldP;
+        if (c[r] != 1.0f)
+            for (int d = 0; d < D; d++) ar[d] *= c[r];
+        for (int i = 0; i < n; i++) {
+            if (p[i] == 0.0f) continue;
+            for (int d = 0; d < D; d++) ar[d] += p[i] * v[i * ldv + d];
+        }
     }
 }
 
