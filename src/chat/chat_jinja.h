@@ -138,6 +138,12 @@ bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort_ke
 /* Parses JSON text into a value. Integral numbers become ints. */
 bool jv_from_json_text(jarena *a, jfail *f, const char *text, jv *out, const char **why);
 
+/* Python's str.isspace for one code point. */
+bool py_isspace(int32_t cp);
+/* Decodes the code point at s[i]; returns its byte length (an invalid byte
+ * counts as one byte of U+FFFD). */
+size_t utf8_decode(const char *s, size_t n, size_t i, int32_t *cp);
+
 /* UTF-8 helpers used by string indexing/slicing/iteration. */
 size_t utf8_count(const char *s, size_t n);
 /* Byte offset of code point index ci (ci <= count). */

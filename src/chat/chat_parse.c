@@ -76,7 +76,32 @@ static void push_tok(parser *p, tok_type t, size_t off, const char *s, size_t n)
 
 /* ---- lexer ------------------------------------------------------------ */
 
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+/* Whitespace as Python's re \s and str.strip see it (Unicode: NBSP, U+2003,
+ * U+3000, ... count), which is what Jinja's `-` markers, lstrip_blocks and
+ * the tag tokenizer use. Returns the byte length of the whitespace code
+ * point starting at s[i] (ws_at) or ending at s[i-1] (ws_before), else 0. */
+static size_t ws_at(const char *s, size_t n, size_t i) {
+    if (i >= n) return 0;
+    unsigned char c = (unsigned char)s[i];
+    if (c < 0x80) return py_isspace(c) ? 1 : 0;
+    int32_t cp;
+    size_t k = utf8_decode(s, n, i, &cp);
+    return py_isspace(cp) ? k : 0;
+}
+
+static size_t ws_before(const char *s, size_t lo, size_t i) {
+    if (i <= lo) return 0;
+    size_t b = i - 1;
+    while (b > lo && ((unsigned char)s[b] & 0xC0) == 0x80 && i - b < 4) b--;
+    size_t k = ws_at(s, i, b);
+    return k == i - b ? k : 0;
+}
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    size_t k;
+    while ((k = ws_at(s, n, i))) i += k;
+    return i;
+}
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 static bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 static bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
@@ -170,7 +195,7 @@ static size_t lex_tag_body(parser *p, size_t i, bool block, size_t tag_off) {
     char stack[256];
     int depth = 0;
     for (;;) {
-        while (i < p->n && is_ws(p->src[i])) i++;
+        i = skip_ws(p->src, p->n, i);
         if (i >= p->n)
             fail_off(p, tag_off, block ? "unclosed '{%%' tag (missing '%%}')%s" : "unclosed '{{' (missing '}}')%s", "");
         const char *s = p->src + i;
@@ -182,7 +207,7 @@ static size_t lex_tag_body(parser *p, size_t i, bool block, size_t tag_off) {
             if (left >= 3 && (s[0] == '-' || s[0] == '+') && s[1] == close && s[2] == '}') {
                 push_tok(p, block ? T_BLOCK_END : T_VAR_END, i, s, 3);
                 i += 3;
-                if (s[0] == '-') while (i < p->n && is_ws(p->src[i])) i++;
+                if (s[0] == '-') i = skip_ws(p->src, p->n, i);
                 return i;
             }
             if (left >= 2 && s[0] == close && s[1] == '}') {
@@ -267,14 +292,13 @@ static void lex(parser *p) {
         char mod = k + 2 < p->n && (p->src[k + 2] == '-' || p->src[k + 2] == '+') ? p->src[k + 2] : 0;
         size_t text_end = k;
         if (mod == '-') {
-            while (text_end > i && is_ws(p->src[text_end - 1])) text_end--;
+            size_t k;
+            while ((k = ws_before(p->src, i, text_end))) text_end -= k;
         } else if (mod != '+' && kind != '{') { /* lstrip_blocks */
             size_t l = text_end;
             while (l > i && p->src[l - 1] != '\n') l--;
             bool at_line_start = l > i || line_starting;
-            bool only_ws = l < text_end;
-            for (size_t m = l; m < text_end; m++)
-                if (!is_ws(p->src[m])) { only_ws = false; break; }
+            bool only_ws = l < text_end && skip_ws(p->src, text_end, l) == text_end;
             if (at_line_start && only_ws) text_end = l;
         }
         if (text_end > i) push_tok(p, T_DATA, i, p->src + i, text_end - i);
@@ -286,7 +310,7 @@ static void lex(parser *p) {
             bool strip = e > body && p->src[e - 1] == '-';
             bool keep = e > body && p->src[e - 1] == '+';
             i = e + 2;
-            if (strip) while (i < p->n && is_ws(p->src[i])) i++;
+            if (strip) i = skip_ws(p->src, p->n, i);
             else if (!keep && i < p->n && p->src[i] == '\n') i++;
         } else {
             push_tok(p, kind == '{' ? T_VAR_BEGIN : T_BLOCK_BEGIN, k, p->src + k, body - k);

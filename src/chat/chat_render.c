@@ -93,19 +93,9 @@ static const char *cstr(rctx *c, jv s) { /* NUL-terminated copy of a string valu
 
 static bool str_eq(jv s, const char *lit) { return s.t == JV_STR && s.u.s.n == strlen(lit) && !memcmp(s.u.s.p, lit, s.u.s.n); }
 
-/* Python's str.isspace for one code point. */
-static bool py_space(int32_t cp) {
-    return (cp >= 9 && cp <= 13) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
-           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
-           cp == 0x202f || cp == 0x205f || cp == 0x3000;
-}
+static bool py_space(int32_t cp) { return py_isspace(cp); }
 
-/* Decodes the code point at s[i] (invalid bytes count as one byte, U+FFFD). */
-static size_t cp_at(const char *s, size_t n, size_t i, int32_t *cp) {
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), cp);
-    if (k <= 0) { *cp = 0xFFFD; return 1; }
-    return (size_t)k;
-}
+static size_t cp_at(const char *s, size_t n, size_t i, int32_t *cp) { return utf8_decode(s, n, i, cp); }
 
 /* Previous code point boundary before byte i. */
 static size_t prev_boundary(const char *s, size_t i) {

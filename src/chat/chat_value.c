@@ -565,6 +565,18 @@ bool jv_from_json_text(jarena *a, jfail *f, const char *text, jv *out, const cha
 
 /* ---- UTF-8 ------------------------------------------------------------ */
 
+bool py_isspace(int32_t cp) {
+    return (cp >= 9 && cp <= 13) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+size_t utf8_decode(const char *s, size_t n, size_t i, int32_t *cp) {
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), cp);
+    if (k <= 0) { *cp = 0xFFFD; return 1; }
+    return (size_t)k;
+}
+
 static bool is_cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
 size_t utf8_count(const char *s, size_t n) {

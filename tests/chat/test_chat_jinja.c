@@ -142,6 +142,10 @@ static const ok_case OK_CASES[] = {
     {"{{ x }} {{ y }} {{ z }} {{ [x, y, w] | tojson }} {{ x is float }}{{ y is integer }}",
      "{\"x\": 1.0, \"y\": -2, \"z\": 1e2, \"w\": 0.5}",
      "1.0 -2 100.0 [1.0, -2, 0.5] TrueTrue"},
+    /* `-` markers and lstrip_blocks strip Unicode whitespace (NBSP, U+3000) */
+    {"a\xc2\xa0{{- 'b' -}}\xe3\x80\x80""c|x\n\xc2\xa0 {% if true %}y{% endif %}",
+     NULL,
+     "abc|x\ny"},
 };
 
 typedef struct err_case {
