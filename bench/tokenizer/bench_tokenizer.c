@@ -4,7 +4,9 @@
  * The text is built from the "text" fields of cases.jsonl (all four
  * tokenizer dirs share the same corpus: code, CJK, emoji, many scripts,
  * numbers, whitespace runs), shuffled with a fixed seed and repeated until
- * it reaches the target size. Run from the repo root:
+ * it reaches the target size. A second, generated text of random "words"
+ * from several scripts (few repeats, so the per-call word cache rarely
+ * hits) shows the cost of BPE itself. Run from the repo root:
  *   ./build/bench/tokenizer/bench_tokenizer [MB] */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -56,6 +58,56 @@ static char **load_texts(const char *path, size_t *count) {
     return v;
 }
 
+static size_t put_cp(char *p, uint32_t cp) {
+    if (cp < 0x80) { p[0] = (char)cp; return 1; }
+    if (cp < 0x800) { p[0] = (char)(0xC0 | (cp >> 6)); p[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        p[0] = (char)(0xE0 | (cp >> 12)); p[1] = (char)(0x80 | ((cp >> 6) & 0x3F)); p[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    p[0] = (char)(0xF0 | (cp >> 18)); p[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    p[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); p[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Random words: Latin letters mostly, some Cyrillic, CJK, digits, emoji. */
+static size_t generated_text(char *text, size_t target) {
+    uint64_t rng = 7;
+    size_t len = 0;
+    while (len < target) {
+        uint64_t kind = rng_next(&rng) % 10, wl = 1 + rng_next(&rng) % 9;
+        for (uint64_t i = 0; i < wl; i++) {
+            uint32_t cp = kind < 6 ? 'a' + (uint32_t)(rng_next(&rng) % 26)
+                        : kind < 7 ? 0x430 + (uint32_t)(rng_next(&rng) % 32)
+                        : kind < 8 ? 0x4E00 + (uint32_t)(rng_next(&rng) % 3000)
+                        : kind < 9 ? '0' + (uint32_t)(rng_next(&rng) % 10)
+                                   : 0x1F600 + (uint32_t)(rng_next(&rng) % 64);
+            len += put_cp(text + len, cp);
+        }
+        text[len++] = rng_next(&rng) % 12 ? ' ' : (rng_next(&rng) % 2 ? '.' : '\n');
+    }
+    text[len] = 0;
+    return len;
+}
+
+static void bench_one(const char *name, const okv_tok *tok, const char *label, const char *text, size_t len) {
+    okv_error err = {0};
+    int32_t *ids;
+    size_t n;
+    double t0 = now();
+    if (okv_tok_encode(tok, text, len, false, &ids, &n, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    double t_enc = now() - t0;
+    char *out;
+    size_t out_len;
+    t0 = now();
+    if (okv_tok_decode(tok, ids, n, false, &out, &out_len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    double t_dec = now() - t0;
+    printf("%-9s %-9s encode %7.2f MB/s (%zu tokens, %.2f bytes/token)  decode %7.2f MB/s\n", name, label,
+           len / t_enc / 1e6, n, (double)len / n, out_len / t_dec / 1e6);
+    free(out);
+    free(ids);
+}
+
 int main(int argc, char **argv) {
     double mb = argc > 1 ? atof(argv[1]) : 1.0;
     size_t target = (size_t)(mb * 1024 * 1024), n_texts;
@@ -71,7 +123,10 @@ int main(int argc, char **argv) {
         text[len++] = (rng_next(&rng) % 4) ? ' ' : '\n';
     }
     text[len] = 0;
-    printf("text: %zu bytes from %zu corpus texts\n", len, n_texts);
+
+    char *gen = malloc(target + 64);
+    size_t gen_len = generated_text(gen, target);
+    printf("text: %zu bytes from %zu corpus texts; generated: %zu bytes\n", len, n_texts, gen_len);
 
     static const char *dirs[] = {"llama3", "llama3_1", "qwen3", "gemma3"};
     for (int d = 0; d < 4; d++) {
@@ -81,23 +136,12 @@ int main(int argc, char **argv) {
         okv_error err = {0};
         double t0 = now();
         if (okv_tok_load_file(path, &tok, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
-        double t_load = now() - t0;
-        int32_t *ids;
-        size_t n;
-        t0 = now();
-        if (okv_tok_encode(tok, text, len, false, &ids, &n, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
-        double t_enc = now() - t0;
-        char *out;
-        size_t out_len;
-        t0 = now();
-        if (okv_tok_decode(tok, ids, n, false, &out, &out_len, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
-        double t_dec = now() - t0;
-        printf("%-9s load %6.0f ms  encode %7.2f MB/s (%zu tokens, %.2f bytes/token)  decode %7.2f MB/s\n", dirs[d],
-               t_load * 1e3, len / t_enc / 1e6, n, (double)len / n, out_len / t_dec / 1e6);
-        free(out);
-        free(ids);
+        printf("%-9s load %.0f ms\n", dirs[d], (now() - t0) * 1e3);
+        bench_one(dirs[d], tok, "corpus", text, len);
+        bench_one(dirs[d], tok, "generated", gen, gen_len);
         okv_tok_free(tok);
     }
+    free(gen);
     for (size_t i = 0; i < n_texts; i++) free(texts[i]);
     free(texts);
     free(text);

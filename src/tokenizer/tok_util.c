@@ -347,13 +347,20 @@ okv_status tok_regex_compile(const char *pattern, size_t len, pcre2_code **out, 
 }
 
 okv_status tok_scratch_init(tok_scratch *s, okv_error *err) {
-    memset(s, 0, sizeof *s);
+    (void)err;
+    memset(s, 0, sizeof *s); /* regex state is created on first use */
+    return OKV_OK;
+}
+
+/* Creates the match data, match context and JIT stack a regex scan needs. */
+static bool scratch_ready(tok_scratch *s) {
+    if (s->md) return true;
     s->md = pcre2_match_data_create(1, NULL);
     s->mctx = pcre2_match_context_create(NULL);
+    if (!s->md || !s->mctx) { tok_scratch_free(s); return false; }
     s->jit = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-    if (!s->md || !s->mctx) { tok_scratch_free(s); return okv_fail(err, OKV_ERR_NOMEM, "out of memory"); }
     if (s->jit) pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
-    return OKV_OK;
+    return true;
 }
 
 void tok_scratch_free(tok_scratch *s) {
@@ -399,6 +406,7 @@ okv_status tok_pattern_scan(const tok_pattern *p, tok_scratch *sc, const char *s
         }
     } else {
         size_t prev = 0, at = 0;
+        if (!scratch_ready(sc)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
         while (ok && at <= n) {
             int rc = pcre2_match(p->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, sc->md, sc->mctx);
             if (rc == PCRE2_ERROR_NOMATCH) break;
