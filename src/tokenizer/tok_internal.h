@@ -60,9 +60,13 @@ void tok_map_free(tok_map *m);
 
 /* ---- (id, id) -> (rank, new id) map for BPE merges ---------------------- */
 
+typedef struct tok_merge_slot {
+    uint64_t key; /* (a << 32 | b) + 1; 0 = empty slot */
+    int32_t rank, new_id;
+} tok_merge_slot; /* 16 bytes: a probe touches one cache line */
+
 typedef struct tok_merges {
-    uint64_t *keys; /* (a << 32 | b) + 1; 0 = empty slot */
-    int32_t *rank, *new_id;
+    tok_merge_slot *slots;
     size_t cap, n;
 } tok_merges;
 

@@ -223,26 +223,17 @@ static uint64_t hash_u64(uint64_t x) {
 
 static bool tok_merges_grow(tok_merges *m) {
     size_t cap = m->cap ? m->cap * 2 : 1024;
-    tok_merges nm = {0};
-    nm.keys = calloc(cap, sizeof *nm.keys);
-    nm.rank = malloc(cap * sizeof *nm.rank);
-    nm.new_id = malloc(cap * sizeof *nm.new_id);
-    if (!nm.keys || !nm.rank || !nm.new_id) {
-        free(nm.keys); free(nm.rank); free(nm.new_id);
-        return false;
-    }
-    nm.cap = cap;
+    tok_merge_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots) return false;
     for (size_t i = 0; i < m->cap; i++) {
-        if (!m->keys[i]) continue;
-        size_t j = hash_u64(m->keys[i]) & (cap - 1);
-        while (nm.keys[j]) j = (j + 1) & (cap - 1);
-        nm.keys[j] = m->keys[i];
-        nm.rank[j] = m->rank[i];
-        nm.new_id[j] = m->new_id[i];
+        if (!m->slots[i].key) continue;
+        size_t j = hash_u64(m->slots[i].key) & (cap - 1);
+        while (slots[j].key) j = (j + 1) & (cap - 1);
+        slots[j] = m->slots[i];
     }
-    nm.n = m->n;
-    free(m->keys); free(m->rank); free(m->new_id);
-    *m = nm;
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
     return true;
 }
 
@@ -254,11 +245,9 @@ bool tok_merges_put(tok_merges *m, int32_t a, int32_t b, int32_t rank, int32_t n
     if ((m->n + 1) * 2 > m->cap && !tok_merges_grow(m)) return false;
     uint64_t key = pair_key(a, b);
     size_t j = hash_u64(key) & (m->cap - 1);
-    while (m->keys[j] && m->keys[j] != key) j = (j + 1) & (m->cap - 1);
-    if (!m->keys[j]) m->n++;
-    m->keys[j] = key;
-    m->rank[j] = rank;
-    m->new_id[j] = new_id;
+    while (m->slots[j].key && m->slots[j].key != key) j = (j + 1) & (m->cap - 1);
+    if (!m->slots[j].key) m->n++;
+    m->slots[j] = (tok_merge_slot){key, rank, new_id};
     return true;
 }
 
@@ -266,15 +255,15 @@ bool tok_merges_get(const tok_merges *m, int32_t a, int32_t b, int32_t *rank, in
     if (!m->cap) return false;
     uint64_t key = pair_key(a, b);
     size_t j = hash_u64(key) & (m->cap - 1);
-    while (m->keys[j]) {
-        if (m->keys[j] == key) { *rank = m->rank[j]; *new_id = m->new_id[j]; return true; }
+    while (m->slots[j].key) {
+        if (m->slots[j].key == key) { *rank = m->slots[j].rank; *new_id = m->slots[j].new_id; return true; }
         j = (j + 1) & (m->cap - 1);
     }
     return false;
 }
 
 void tok_merges_free(tok_merges *m) {
-    free(m->keys); free(m->rank); free(m->new_id);
+    free(m->slots);
     memset(m, 0, sizeof *m);
 }
 
