@@ -271,11 +271,6 @@ static okv_status decode_window(const okv_tok *tok, const int32_t *ids, size_t n
     return st;
 }
 
-okv_status tok_decode_ids(const okv_tok *tok, const int32_t *ids, size_t n, bool skip_special, bool at_start,
-                          tok_buf *out, okv_error *err) {
-    return decode_window(tok, ids, n, skip_special, at_start, true, out, err);
-}
-
 okv_status okv_tok_decode(const okv_tok *tok, const int32_t *ids, size_t n, bool skip_special, char **text,
                           size_t *len, okv_error *err) {
     *text = NULL;

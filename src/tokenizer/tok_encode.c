@@ -134,16 +134,15 @@ static void pieces_free(pieces *p) {
 static void split_by_spans(pieces *out, const char *s, tok_spans *sp, tok_split_behavior bh, bool invert,
                            bool first) {
     for (size_t i = 0; i < sp->n; i++) sp->v[i].match ^= invert;
-    /* merge in place into ranges; `keep` marks ranges kept */
+    /* ranges are merged in place, into sp->v[0..m) */
     size_t m = 0;
     bool prev_match = false;
     if (bh == TOK_SPLIT_NEXT) {
-        /* walk backwards, merging a match into the range after it */
-        size_t k = sp->n;
+        /* walk backwards, merging a match into the range after it; the
+         * result is built downwards at the end of the array */
         tok_span *r = sp->v;
-        /* build reversed result at the end of the array, then emit forwards */
-        size_t w = sp->n; /* write index, descending */
-        for (k = sp->n; k-- > 0;) {
+        size_t w = sp->n;
+        for (size_t k = sp->n; k-- > 0;) {
             tok_span cur = r[k];
             if (cur.match && !prev_match && w < sp->n) r[w].start = cur.start;
             else r[--w] = (tok_span){cur.start, cur.end, false};
@@ -248,12 +247,8 @@ static okv_status pre_one(enc_ctx *c, const tok_pre *p, const char *s, size_t n,
         if (!ts) return nomem(c->err);
         memcpy(ts, t->data, tn);
         tok_spans *sp = &c->spans;
-        if (p->use_regex) st = tok_pattern_scan(&p->pat, &c->sc, ts, tn, sp, c->err);
-        else {
-            sp->n = 0;
-            if (!sp->cap && !(sp->v = malloc(sizeof *sp->v))) st = nomem(c->err);
-            else { sp->cap = sp->cap ? sp->cap : 1; sp->v[sp->n++] = (tok_span){0, tn, false}; }
-        }
+        tok_pattern whole = {0}; /* an empty literal: one span, the whole piece */
+        st = tok_pattern_scan(p->use_regex ? &p->pat : &whole, &c->sc, ts, tn, sp, c->err);
         for (size_t i = 0; !st && i < sp->n; i++) {
             t->len = 0;
             for (size_t k = sp->v[i].start; k < sp->v[i].end; k++)

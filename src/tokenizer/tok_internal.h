@@ -225,7 +225,9 @@ enum { TOK_ID_ADDED = 1, TOK_ID_SPECIAL = 2 };
 
 okv_status tok_scratch_init(tok_scratch *s, okv_error *err);
 void tok_scratch_free(tok_scratch *s);
-/* Appends the spans of pattern p over s[0..n) covering all of it. */
+/* Sets out to the spans of pattern p over s[0..n): matches and the gaps
+ * between them, in order, covering all of s (an empty literal matches
+ * nothing, so it yields one span). */
 okv_status tok_pattern_scan(const tok_pattern *p, tok_scratch *sc, const char *s, size_t n,
                             tok_spans *out, okv_error *err);
 void tok_pattern_free(tok_pattern *p);
@@ -258,11 +260,6 @@ void tok_bpe_scratch_free(tok_bpe_scratch *b);
 /* BPE of one pre-token (word) s[0..n); appends ids to *ids. */
 okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, size_t n, int32_t **ids,
                         size_t *n_ids, size_t *cap, okv_error *err);
-
-/* Decodes ids; at_start tells whether ids[0] starts the whole text (the
- * Metaspace/Strip decoders remove a leading space only there). */
-okv_status tok_decode_ids(const okv_tok *tok, const int32_t *ids, size_t n, bool skip_special,
-                          bool at_start, tok_buf *out, okv_error *err);
 
 void tok_byte_alphabet_init(tok_byte_alphabet *a);
 
