@@ -7,6 +7,8 @@
  *   3. prefill matmul (T = 128): GFLOP/s
  *   4. attention decode over 4k keys
  *   5. thread pool dispatch latency
+ *   6. the core's FMA peak with 256-bit and 512-bit vectors (why there is no
+ *      AVX-512 path: Zen 4 runs 512-bit FMAs as two 256-bit halves)
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] (default:
  * all sections). Best of N repetitions everywhere; weights
@@ -153,6 +155,37 @@ static double time_attend(const okv_kernels *k, okv_threadpool *tp, int Hq, int 
     return best;
 }
 
+/* GFLOP/s of 12 independent FMA chains on one core, 256- or 512-bit. */
+__attribute__((target("avx2,fma"))) static double fma_peak_256(long iters) {
+    __m256 a[12], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    double t0 = now();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    double dt = now() - t0;
+    float sink[8];
+    __m256 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+    _mm256_storeu_ps(sink, s);
+    if (sink[0] == 12345.0f) printf(" ");
+    return 12.0 * 8 * 2 * iters / dt / 1e9;
+}
+
+__attribute__((target("avx512f"))) static double fma_peak_512(long iters) {
+    __m512 a[12], m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    double t0 = now();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    double dt = now() - t0;
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    if (_mm512_reduce_add_ps(s) == 12345.0f) printf(" ");
+    return 12.0 * 16 * 2 * iters / dt / 1e9;
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -248,6 +281,21 @@ int main(int argc, char **argv) {
     double t0 = now();
     for (int i = 0; i < loops; i++) okv_threadpool_run(tps[1], 2, noop_task, NULL);
     printf("\nthread pool: %.2f us per 2-task loop on 2 threads\n", (now() - t0) / loops * 1e6);
+    }
+
+    /* 6 */
+    if (SECTION("peak")) {
+        double p256 = 0, p512 = 0;
+        for (int r = 0; r < 5; r++) {
+            double x = fma_peak_256(20000000);
+            if (x > p256) p256 = x;
+            if (__builtin_cpu_supports("avx512f")) {
+                x = fma_peak_512(10000000);
+                if (x > p512) p512 = x;
+            }
+        }
+        printf("\nFMA peak, one core: %.1f GFLOP/s with 256-bit vectors, %.1f with 512-bit%s\n", p256, p512,
+               __builtin_cpu_supports("avx512f") ? "" : " (no avx512f)");
     }
 
     okv_threadpool_free(tps[0]);

@@ -8,9 +8,14 @@
  * rows of W. The micro-kernel keeps an rt x nt tile of 8-lane accumulators
  * in registers (rt rows of x, nt rows of W) and walks K once: each W vector
  * is converted (f16/bf16 -> f32) once and used rt times, each x vector nt
- * times. Prefill uses 4x3 tiles (12 accumulators + 3 W + 1 x = 16 ymm);
- * decode (T = 1) is a GEMV that must simply stream W at full bandwidth, with
- * 1x4 tiles. Threads split N into blocks (okv_matmul_block_rows). */
+ * times. Prefill uses 4x3 tiles (12 accumulators + 3 W + 1 x = 16 ymm) over
+ * K chunks that keep the x tile in L1. Decode (T = 1) is a GEMV that must
+ * simply stream W at full bandwidth: measured on Zen 4, one W row at a time
+ * (a single sequential stream) is fastest while x fits in L1, 1x4 tiles
+ * (x loaded once per 4 rows) beyond. Threads split N into blocks
+ * (okv_matmul_block_rows). There is no AVX-512 path: Zen 4 executes 512-bit
+ * FMAs as two 256-bit halves (same measured peak, see bench_kernels) and
+ * the GEMV is bound by memory, not instructions. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,9 +40,17 @@ INLINE_TGT float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Sum of the 8 lanes of a, b, c, d as 4 floats [sa, sb, sc, sd]. */
+INLINE_TGT __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 /* ---- matmul ------------------------------------------------------------------ */
 
-enum { MM_K_CHUNK = 1024 }; /* 4 rows x 1024 f32 = 16 KiB of x: half of L1 */
+enum { MM_K_CHUNK = 1024,     /* 4 rows x 1024 f32 = 16 KiB of x: half of L1 */
+       MM_ROW_MAX_K = 4096 };  /* GEMV row by row while x (16 KiB) fits in L1 */
 
 typedef struct matmul_job {
     float *y;
@@ -96,6 +109,28 @@ INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, int k0, int k1, okv
     }
 }
 
+/* One output: x row t . W row n over [k0, k1), 4 independent chains so the
+ * W row streams sequentially at full speed. */
+INLINE_TGT void mm_row(const matmul_job *j, int t, int n, int k0, int k1, okv_dtype dt) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
+    const float *xr = j->x + (size_t)t * j->K;
+    const char *wr = (const char *)j->W + (size_t)n * j->K * esz;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = k0;
+    for (; k + 32 <= k1; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr, dt, (size_t)k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 8), load8(wr, dt, (size_t)k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 16), load8(wr, dt, (size_t)k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 24), load8(wr, dt, (size_t)k + 24), a3);
+    }
+    for (; k + 8 <= k1; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr, dt, (size_t)k), a0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < k1; k++) s += xr[k] * okv_k_load(wr, dt, (size_t)k);
+    float *out = &j->y[(size_t)t * j->N + n];
+    if (k0 == 0) *out = s + (j->bias ? j->bias[n] : 0.0f);
+    else *out += s;
+}
+
 /* Output features [n0, n1) for all T rows, in tiles. For prefill, K is cut
  * into chunks so the 4 x rows of a tile stay in L1 while the W block's
  * chunk (in L2) is swept; a decode GEMV streams whole rows. */
@@ -111,6 +146,10 @@ INLINE_TGT void mm_block(const matmul_job *j, int n0, int n1, okv_dtype dt) {
             else if (n1 - n == 1) mm_tile(j, t, n, k0, k1, dt, 4, 1);
         }
         for (; t < j->T; t++) {
+            if (j->K <= MM_ROW_MAX_K) { /* x row stays in L1: stream W rows one by one */
+                for (int n = n0; n < n1; n++) mm_row(j, t, n, k0, k1, dt);
+                continue;
+            }
             int n = n0;
             for (; n + 4 <= n1; n += 4) mm_tile(j, t, n, k0, k1, dt, 1, 4);
             if (n1 - n == 3) mm_tile(j, t, n, k0, k1, dt, 1, 3);
@@ -234,13 +273,6 @@ static TGT void load_rows_avx2(float *dst, const void *src, size_t ld, okv_dtype
             for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_F32, (size_t)d));
         for (; d < D; d++) out[d] = okv_k_load(row, dt, (size_t)d);
     }
-}
-
-/* Sum of the 8 lanes of a, b, c, d as 4 floats [sa, sb, sc, sd]. */
-INLINE_TGT __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
 /* Scores of rq (1 or 2) queries against 4 keys: each q vector is loaded

@@ -251,6 +251,9 @@ static void test_attention(void) {
         {"mqa long decode (splits)",     4, 1, 64, OKV_F16,  1, 20000, 0,  0,  0, 1},
         {"mqa decode window (splits)",   4, 1, 64, OKV_BF16, 1, 9000,  0, 700, 0, 1},
         {"mqa chunk long (splits)",      8, 1, 32, OKV_F32,  3, 3000,  0,  0,  0, 2},
+        {"gqa decode long (splits)",    32, 8, 64, OKV_F16,  1, 3000,  0,  0,  0, 1},
+        {"gqa small chunk long",         8, 4, 64, OKV_BF16, 4, 2000,  0,  0,  0, 1},
+        {"odd dims all heads",           6, 3, 20, OKV_F16,  1, 700,   0,  0,  0, 1},
         {"ring long window decode",      8, 2, 64, OKV_F16,  1, 50000, 45905, 4096, 4127, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -112,6 +112,7 @@ static void test_matmul(void) {
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 1, 1027, 301, false);
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 37, 515, 67, true);
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 9, 2048, 130, false);
+        check_matmul_shape(tp1, tp2, (okv_dtype)d, 5, 4105, 7, true); /* GEMV rows past the L1-sized x */
     }
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
