@@ -121,7 +121,7 @@ static void initial_symbols(const okv_tok *tok, const char *s, size_t n, word *w
             if (last && tok->eow_suffix) tok_buf_put(key, tok->eow_suffix, tok->eow_suffix_len);
             id = key->oom ? -1 : tok_map_get(&tok->vocab, key->data, key->len);
         } else {
-            id = tok_map_get(&tok->vocab, ch, cl);
+            id = cp < 0x10000 ? tok->bmp_ids[cp] : tok_map_get(&tok->vocab, ch, cl);
         }
         if (id >= 0) {
             if (unk >= 0) { word_add(w, unk); unk = -1; }

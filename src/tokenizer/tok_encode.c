@@ -17,8 +17,7 @@
 
 static okv_status nomem(okv_error *err) { return okv_fail(err, OKV_ERR_NOMEM, "out of memory while encoding"); }
 
-static okv_status unicode_normalize(int options, const char *s, size_t n, tok_buf *out, okv_error *err) {
-    if (n == 0) return OKV_OK;
+static okv_status normalize_chunk(int options, const char *s, size_t n, tok_buf *out, okv_error *err) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
                                       (utf8proc_option_t)(UTF8PROC_STABLE | options));
@@ -28,6 +27,27 @@ static okv_status unicode_normalize(int options, const char *s, size_t n, tok_bu
     }
     tok_buf_put(out, dst, (size_t)m);
     free(dst);
+    return out->oom ? nomem(err) : OKV_OK;
+}
+
+/* NFC/NFD/NFKC/NFKD. ASCII is left unchanged by all four and is a
+ * normalization boundary (a starter nothing composes with backwards), so
+ * only the non-ASCII stretches, each with the ASCII char before it (which
+ * may compose with a following mark), go through utf8proc. */
+static okv_status unicode_normalize(int options, const char *s, size_t n, tok_buf *out, okv_error *err) {
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)s[j] < 0x80) j++;
+        size_t ascii_end = j < n && j > i ? j - 1 : j;
+        tok_buf_put(out, s + i, ascii_end - i);
+        if (j >= n) break;
+        size_t k = j;
+        while (k < n && (unsigned char)s[k] >= 0x80) k++;
+        okv_status st = normalize_chunk(options, s + ascii_end, k - ascii_end, out, err);
+        if (st) return st;
+        i = k;
+    }
     return out->oom ? nomem(err) : OKV_OK;
 }
 

@@ -196,6 +196,7 @@ struct okv_tok {
     int32_t unk_id;           /* -1 if none */
     bool byte_fallback, fuse_unk, ignore_merges;
     int32_t byte_ids[256];    /* <0xXX> ids, -1 if absent */
+    int32_t *bmp_ids;         /* [0x10000]: id of each one-character token of the BMP, -1 if none */
     char *cont_prefix, *eow_suffix; /* continuing_subword_prefix, end_of_word_suffix */
     size_t cont_prefix_len, eow_suffix_len;
 

@@ -442,6 +442,15 @@ static okv_status load_model(loader *L, const cJSON *model, int32_t *max_id) {
         if (tok->unk_id < 0)
             return okv_fail(L->err, OKV_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in the vocab", L->what, unk->valuestring);
     }
+    /* one-character tokens, looked up directly when splitting words */
+    if (!(tok->bmp_ids = malloc(0x10000 * sizeof *tok->bmp_ids))) return nomem(L);
+    for (size_t i = 0; i < 0x10000; i++) tok->bmp_ids[i] = -1;
+    for (size_t j = 0; j < tok->vocab.cap; j++) {
+        const char *k = tok->vocab.keys[j];
+        uint32_t cp;
+        if (k && tok->vocab.klen[j] && tok_utf8_next(k, tok->vocab.klen[j], &cp) == tok->vocab.klen[j] && cp < 0x10000)
+            tok->bmp_ids[cp] = tok->vocab.vals[j];
+    }
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
@@ -663,6 +672,7 @@ void okv_tok_free(okv_tok *tok) {
     free(tok->id_str);
     free(tok->id_len);
     free(tok->id_flags);
+    free(tok->bmp_ids);
     for (size_t i = 0; i < tok->n_added; i++) free(tok->added[i].content);
     free(tok->added);
     tok_map_free(&tok->added_map);

@@ -273,7 +273,7 @@ static size_t random_text(uint64_t *rng, char *buf) {
 static void random_checks(const okv_tok *tok, const char *name, int count, bool roundtrip, bool nfc, bool no_metaspace) {
     uint64_t rng = 12345;
     size_t vs = okv_tok_vocab_size(tok);
-    int bad_range = 0, bad_rt = 0, bad_stream = 0;
+    int bad_range = 0, bad_rt = 0, bad_stream = 0, bad_nfc = 0;
     for (int k = 0; k < count; k++) {
         char raw[4 * 64 + 1];
         size_t n = random_text(&rng, raw);
@@ -291,6 +291,13 @@ static void random_checks(const okv_tok *tok, const char *name, int count, bool 
         size_t ni = 0;
         okv_error err = {0};
         CHECK_OK(okv_tok_encode(tok, text, n, k % 2 == 0, &ids, &ni, &err), &err);
+        if (nfc) { /* the tokenizer's NFC (done piecewise) == utf8proc's NFC of the whole string */
+            int32_t *raw_ids = NULL;
+            size_t nr = 0;
+            CHECK_OK(okv_tok_encode(tok, raw, strlen(raw), k % 2 == 0, &raw_ids, &nr, &err), &err);
+            if (!ids_equal(ids, ni, raw_ids, nr) && bad_nfc++ < 3) fprintf(stderr, "%s NFC: \"%s\"\n", name, raw);
+            free(raw_ids);
+        }
         for (size_t i = 0; i < ni; i++) bad_range += ids[i] < 0 || (size_t)ids[i] >= vs;
         char *dec = NULL;
         size_t dl = 0;
@@ -317,6 +324,7 @@ static void random_checks(const okv_tok *tok, const char *name, int count, bool 
         free(norm);
     }
     CHECKF(bad_range == 0, "%s: %d ids out of range", name, bad_range);
+    CHECKF(bad_nfc == 0, "%s: %d of %d random strings encode differently from their NFC form", name, bad_nfc, count);
     CHECKF(bad_rt == 0, "%s: %d of %d random strings do not round-trip", name, bad_rt, count);
     CHECKF(bad_stream == 0, "%s: %d of %d random strings stream differently", name, bad_stream, count);
 }
