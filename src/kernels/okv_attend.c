@@ -13,11 +13,12 @@
  * row is converted from the storage dtype once per task and reused by G*rows
  * queries (GQA without repeating K/V). A prefill task takes one kv head; a
  * decode task takes all of them, so it sweeps the pool (laid out [slot, kv
- * head, dim]) contiguously instead of with a kv_heads-wide stride. Softmax is online (flash style: running
- * max m, running sum l, rescaled accumulator), over blocks of KB keys. When
- * there are too few (kv head, row block) tasks to keep the threads busy — a
- * decode step on an MQA model — the key range is split too and the partial
- * (m, l, acc) of the splits are merged at the end. f32 pools are read in
+ * head, dim]) contiguously instead of with a kv_heads-wide stride. Softmax
+ * is online (flash style: running max m, running sum l, rescaled
+ * accumulator), over blocks of KB keys. When there are too few (head group,
+ * row block) tasks to keep the threads busy — always, for a decode step —
+ * the key range is split too and the partial (m, l, acc) of the splits are
+ * merged at the end. f32 pools are read in
  * place; f16/bf16 blocks are converted once per task into a scratch block.
  * Only the inner loops (conversion, scores, exp, weighted sum) differ per
  * ISA; see okv_attn_ops. */
@@ -112,8 +113,9 @@ done:
 
 /* ---- fast ------------------------------------------------------------------------ */
 
-enum { KB = 32,         /* keys per block of the online softmax */
-       R_TARGET = 32 }; /* query vectors (rows x heads of a group) per task */
+enum { KB = 32,          /* keys per block of the online softmax */
+       R_TARGET = 32,    /* query vectors (rows x heads of a group) per task */
+       MIN_SPLIT = 128 }; /* fewest keys worth a task of their own */
 
 typedef struct attn_job {
     const okv_attn_args *a;
@@ -324,9 +326,9 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     /* split the keys when (head group, row block) tasks can't fill the threads */
     int base_tasks = j.n_hgroups * j.n_qblocks;
     j.n_splits = 1;
-    if (n_threads > 1 && base_tasks < 4 * n_threads && j.n_keys >= 512) {
+    if (n_threads > 1 && base_tasks < 4 * n_threads && j.n_keys >= 2 * MIN_SPLIT) {
         j.n_splits = (4 * n_threads + base_tasks - 1) / base_tasks;
-        if (j.n_splits > j.n_keys / 256) j.n_splits = j.n_keys / 256;
+        if (j.n_splits > j.n_keys / MIN_SPLIT) j.n_splits = j.n_keys / MIN_SPLIT;
     }
     j.split_len = (j.n_keys + j.n_splits - 1) / j.n_splits;
     if (j.split_len == 0) j.split_len = 1;

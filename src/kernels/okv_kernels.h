@@ -25,7 +25,10 @@ okv_threadpool *okv_threadpool_create(int n_threads);
 void okv_threadpool_free(okv_threadpool *tp);
 int okv_threadpool_size(const okv_threadpool *tp);
 /* Calls fn(ctx, task, thread) for task in [0, n_tasks) spread over the
- * threads and returns when all are done. thread is in [0, size). */
+ * threads and returns when all are done. thread is in [0, size); the caller
+ * runs tasks too, as thread 0. tp may be NULL (runs inline, size 1). Calls
+ * from several threads are serialised; a task must not call run on its own
+ * pool. */
 typedef void (*okv_task_fn)(void *ctx, int task, int thread);
 void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx);
 
@@ -57,22 +60,28 @@ typedef struct okv_attn_args {
 typedef struct okv_kernels {
     okv_isa isa;
     const char *name;
-    /* y[T,N] = x[T,K] @ W[N,K]^T (+ bias[N] if non-NULL); W in wdt. */
+    /* y[T,N] = x[T,K] @ W[N,K]^T (+ bias[N] if non-NULL); W in wdt. y must
+     * not alias x. Each output is computed by one task, so results do not
+     * depend on the number of threads. */
     void (*matmul)(okv_threadpool *tp, float *y, const float *x, int T, int K,
                    const void *W, okv_dtype wdt, int N, const float *bias);
     /* y = x / sqrt(mean(x^2 over each group of `group` channels) + eps) * w,
-     * w [group] or NULL (no weight). x and y [T, width], may alias. */
+     * w [group] or NULL (no weight). x and y [T, width], may alias. width
+     * must be a multiple of group; group <= 0 means group = width. */
     void (*rmsnorm)(float *y, const float *x, int T, int width, int group, const float *w, float eps);
     /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate. */
     void (*glu)(float *y, const float *gate, const float *up, size_t n, okv_act act);
     /* update_and_attend, the fast version (no mask materialised, GQA without
-     * repeating K/V, threads over heads). */
+     * repeating K/V, threads over heads/rows/keys). n_heads must be a multiple
+     * of kv_heads; runs must be in position order. If scratch memory cannot
+     * be allocated the output is filled with NaN. */
     void (*attend)(okv_threadpool *tp, const okv_attn_args *a);
 } okv_kernels;
 
 /* Table for the requested ISA; falls back to plain if the CPU lacks it. */
 const okv_kernels *okv_kernels_select(okv_isa isa);
-/* Human-readable CPU feature summary, e.g. "avx2 fma f16c avx512f". */
+/* Human-readable CPU feature summary, e.g. "avx2 fma f16c avx512f" (a
+ * static string, computed once). */
 const char *okv_cpu_features(void);
 
 /* ---- kernels without SIMD variants ------------------------------------------- */
