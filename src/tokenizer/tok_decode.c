@@ -11,7 +11,13 @@
  * window restarts empty. The only decoder state that crosses the restart is
  * "are we at the very start of the text", which Metaspace (drop the leading
  * replacement of the first token) and Strip after Fuse (cut leading chars of
- * the whole text) depend on; it is passed in as at_start. */
+ * the whole text) depend on; it is passed in as at_start.
+ *
+ * Two documented limits: a Strip decoder after Fuse with stop > 0 (cut at
+ * the very end of the text) is applied only to what flush returns, and a
+ * window still held back after STREAM_MAX_WINDOW ids (e.g. an endless run
+ * of byte tokens) is emitted as it decodes then. Neither occurs with the
+ * Llama-3, Qwen3 or Gemma tokenizers. */
 #include <stdlib.h>
 #include <string.h>
 

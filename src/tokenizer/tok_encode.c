@@ -281,15 +281,7 @@ static okv_status pre_one(enc_ctx *c, const tok_pre *p, const char *s, size_t n,
     case TOK_PRE_METASPACE: {
         t->len = 0;
         char rep[4];
-        size_t rl;
-        {
-            tok_buf r = {0};
-            tok_buf_put_cp(&r, p->replacement);
-            if (r.oom) return nomem(c->err);
-            rl = r.len;
-            memcpy(rep, r.data, rl);
-            tok_buf_free(&r);
-        }
+        size_t rl = tok_utf8_encode(p->replacement, rep);
         /* HF replaces ' ' first, then checks for a leading replacement */
         bool starts_rep = (n && s[0] == ' ') || (n >= rl && memcmp(s, rep, rl) == 0);
         if (!starts_rep && (p->prepend == TOK_PREPEND_ALWAYS || (p->prepend == TOK_PREPEND_FIRST && first)))

@@ -34,6 +34,8 @@ void tok_buf_free(tok_buf *b);
 
 /* ---- UTF-8 helpers ----------------------------------------------------- */
 
+/* Writes cp as UTF-8 into u; returns the length (1..4). */
+size_t tok_utf8_encode(uint32_t cp, char u[4]);
 /* Decodes the char at s[0..n) (valid UTF-8 assumed); returns its length. */
 size_t tok_utf8_next(const char *s, size_t n, uint32_t *cp);
 /* Length of the longest valid UTF-8 prefix of s. */

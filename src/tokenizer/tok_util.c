@@ -35,19 +35,22 @@ void tok_buf_put(tok_buf *b, const void *p, size_t n) {
 
 void tok_buf_putc(tok_buf *b, char c) { tok_buf_put(b, &c, 1); }
 
+size_t tok_utf8_encode(uint32_t cp, char u[4]) {
+    if (cp < 0x80) { u[0] = (char)cp; return 1; }
+    if (cp < 0x800) { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        u[0] = (char)(0xE0 | (cp >> 12)); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    u[0] = (char)(0xF0 | (cp >> 18)); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
 void tok_buf_put_cp(tok_buf *b, uint32_t cp) {
     char u[4];
-    size_t n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | (cp >> 12)); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        u[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        u[0] = (char)(0xF0 | (cp >> 18)); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    tok_buf_put(b, u, n);
+    tok_buf_put(b, u, tok_utf8_encode(cp, u));
 }
 
 void tok_buf_free(tok_buf *b) {
