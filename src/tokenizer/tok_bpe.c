@@ -166,13 +166,17 @@ static size_t cache_slot(const tok_bpe_scratch *b, const char *s, size_t n, uint
 
 static bool cache_init(tok_bpe_scratch *b) {
     if (b->c_cap) return true;
-    size_t cap = 4096;
+    size_t cap = 256; /* grows with the text */
     b->c_hash = calloc(cap, sizeof *b->c_hash);
     b->c_koff = malloc(cap * sizeof *b->c_koff);
     b->c_klen = malloc(cap * sizeof *b->c_klen);
     b->c_voff = malloc(cap * sizeof *b->c_voff);
     b->c_vlen = malloc(cap * sizeof *b->c_vlen);
-    if (!b->c_hash || !b->c_koff || !b->c_klen || !b->c_voff || !b->c_vlen) return false;
+    if (!b->c_hash || !b->c_koff || !b->c_klen || !b->c_voff || !b->c_vlen) {
+        free(b->c_hash); free(b->c_koff); free(b->c_klen); free(b->c_voff); free(b->c_vlen);
+        b->c_hash = NULL; b->c_koff = b->c_klen = b->c_voff = b->c_vlen = NULL;
+        return false;
+    }
     b->c_cap = cap;
     return true;
 }
@@ -208,9 +212,10 @@ static bool cache_grow(tok_bpe_scratch *b) {
 }
 
 /* Remembers ids[0..n) for word s; failure only means no caching. */
-static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, size_t slot, const int32_t *ids,
-                      size_t m) {
-    if (b->c_n >= CACHE_MAX_ENTRIES) return;
+static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t m) {
+    /* keep the table at most half full, so probing always ends */
+    if (b->c_n >= CACHE_MAX_ENTRIES || ((b->c_n + 1) * 2 > b->c_cap && !cache_grow(b))) return;
+    size_t slot = cache_slot(b, s, n, h);
     if (b->c_nvals + m > b->c_capvals) {
         size_t cap = b->c_capvals ? b->c_capvals * 2 : 4096;
         while (cap < b->c_nvals + m) cap *= 2;
@@ -230,7 +235,6 @@ static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, s
     b->c_vlen[slot] = (uint32_t)m;
     b->c_nvals += m;
     b->c_n++;
-    if (b->c_n * 2 > b->c_cap) cache_grow(b);
 }
 
 static bool ids_reserve(int32_t **ids, size_t *cap, size_t need) {
@@ -247,11 +251,10 @@ static bool ids_reserve(int32_t **ids, size_t *cap, size_t need) {
 okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, size_t n, int32_t **ids,
                         size_t *n_ids, size_t *cap, okv_error *err) {
     uint64_t h = 0;
-    size_t slot = 0;
     bool cacheable = n <= CACHE_MAX_WORD && cache_init(b);
     if (cacheable) {
         h = word_hash(s, n);
-        slot = cache_slot(b, s, n, h);
+        size_t slot = cache_slot(b, s, n, h);
         if (b->c_hash[slot]) {
             size_t m = b->c_vlen[slot];
             if (!ids_reserve(ids, cap, *n_ids + m)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
@@ -277,7 +280,7 @@ okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, s
         if (!ids_reserve(ids, cap, *n_ids + 1)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
         (*ids)[(*n_ids)++] = w.s[i].id;
     }
-    if (cacheable) cache_put(b, s, n, h, slot, *ids + start, *n_ids - start);
+    if (cacheable) cache_put(b, s, n, h, *ids + start, *n_ids - start);
     return OKV_OK;
 }
 

@@ -369,6 +369,39 @@ static void random_id_streams(const okv_tok *tok, const char *name, int count) {
     CHECKF(bad == 0, "%s: %d of %d random id sequences stream differently", name, bad, count);
 }
 
+/* One long text of many distinct words (more than the per-call word cache
+ * holds) must encode exactly like its words encoded one call each: with
+ * the Llama-3/Qwen regex, "w0 w1 w2" pre-tokenizes to "w0", " w1", " w2". */
+static void long_text_consistency(const okv_tok *tok, const char *name, int words) {
+    uint64_t rng = 5;
+    size_t cap = (size_t)words * 10 + 1, len = 0;
+    char *text = malloc(cap);
+    size_t *starts = malloc(((size_t)words + 1) * sizeof *starts);
+    for (int w = 0; w < words; w++) {
+        starts[w] = len;
+        if (w) text[len++] = ' ';
+        int wl = 3 + (int)(rng_next(&rng) % 6);
+        for (int i = 0; i < wl; i++) text[len++] = (char)('a' + rng_next(&rng) % 26);
+    }
+    starts[words] = len;
+    text[len] = 0;
+    int32_t *all = NULL, *one = NULL;
+    size_t n_all = 0, n_one, pos = 0;
+    okv_error err = {0};
+    CHECK_OK(okv_tok_encode(tok, text, len, false, &all, &n_all, &err), &err);
+    int bad = 0;
+    for (int w = 0; w < words && all; w++) {
+        if (okv_tok_encode(tok, text + starts[w], starts[w + 1] - starts[w], false, &one, &n_one, &err)) { bad++; break; }
+        if (pos + n_one > n_all || memcmp(all + pos, one, n_one * sizeof *one)) bad++;
+        pos += n_one;
+        free(one);
+    }
+    CHECKF(bad == 0 && pos == n_all, "%s: long text of %d words: %d words differ", name, words, bad);
+    free(all);
+    free(text);
+    free(starts);
+}
+
 /* Runs every fixture check for one tokenizer directory. */
 static okv_tok *run_fixture_dir(const char *dir, bool roundtrip, bool nfc, bool no_metaspace) {
     char path[512];
