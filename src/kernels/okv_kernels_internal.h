@@ -17,20 +17,25 @@ static inline float okv_k_bf16(uint16_t b) {
     return f;
 }
 
-/* Scalar f16 -> f32 (exact): the 15 magnitude bits shifted into an f32's
- * place are the value scaled by 2^-112, subnormals included. */
+/* Scalar f16 -> f32 (exact), branch-light: move exponent and mantissa into
+ * f32 position and rebias; inf/nan get the f32 max exponent, zero and
+ * subnormals are fixed up with one float subtraction (2^-14 * (1 + m/1024)
+ * - 2^-14 = m * 2^-24). */
 static inline float okv_k_f16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, mag = h & 0x7fff, bits;
+    uint32_t o = (uint32_t)(h & 0x7fff) << 13, e = o & 0x0f800000u;
     float f;
-    if (mag >= 0x7c00) { /* inf / nan */
-        bits = sign | 0x7f800000u | ((mag & 0x3ff) << 13);
-        memcpy(&f, &bits, 4);
-        return f;
+    o += (uint32_t)(127 - 15) << 23;
+    if (e == 0x0f800000u) {
+        o += (uint32_t)(128 - 16) << 23; /* inf / nan */
+    } else if (e == 0) {
+        o += 1u << 23;
+        memcpy(&f, &o, 4);
+        f -= 6.103515625e-05f;
+        memcpy(&o, &f, 4);
     }
-    bits = mag << 13;
-    memcpy(&f, &bits, 4);
-    f *= 0x1p112f;
-    return sign ? -f : f;
+    o |= (uint32_t)(h & 0x8000) << 16;
+    memcpy(&f, &o, 4);
+    return f;
 }
 
 /* Element i of a row stored in dt, as f32. */
@@ -41,6 +46,20 @@ static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
     case OKV_BF16: return okv_k_bf16(((const uint16_t *)src)[i]);
     }
     return 0.0f;
+}
+
+/* dst[0..n) = src[0..n) in dt as f32, one loop per dtype so each can be
+ * vectorised. */
+static inline void okv_k_load_row(float *dst, const void *src, okv_dtype dt, size_t n) {
+    if (dt == OKV_F32) {
+        memcpy(dst, src, n * sizeof(float));
+    } else if (dt == OKV_BF16) {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = okv_k_bf16(s[i]);
+    } else {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = okv_k_f16(s[i]);
+    }
 }
 
 /* The inner loops of the fast attention, per ISA. Blocks are n keys of

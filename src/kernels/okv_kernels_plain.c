@@ -4,7 +4,8 @@
  * These are the definition of what the SIMD versions must compute, and the
  * path every CPU can run. They are written for clarity first, with only the
  * structure that matters on any machine: matmul is parallel over output
- * features and converts each weight row once per block of activations. */
+ * features, converts each f16/bf16 weight row once for all rows of x, and
+ * sums with 8 partial sums (short dependency chains, vectorisable). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -32,7 +33,20 @@ typedef struct matmul_job {
     okv_dtype wdt;
     const float *bias;
     int block_rows;
+    float *rows; /* per thread: one W row converted to f32 [K] (NULL: convert per use) */
 } matmul_job;
+
+/* sum a[k]*b[k] with 8 independent partial sums: a compiler can keep them in
+ * one vector register, and they are shorter dependency chains anyway. */
+static float dot8(const float *a, const float *b, int K) {
+    float acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int i = 0; i < 8; i++) acc[i] += a[k + i] * b[k + i];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; k < K; k++) s += a[k] * b[k];
+    return s;
+}
 
 static void matmul_plain_task(void *ctx, int task, int thread) {
     const matmul_job *j = ctx;
@@ -42,10 +56,21 @@ static void matmul_plain_task(void *ctx, int task, int thread) {
     for (int n = n0; n < n1; n++) {
         const void *wrow = (const char *)j->W + (size_t)n * j->K * esz;
         float b = j->bias ? j->bias[n] : 0.0f;
+        const float *w = j->wdt == OKV_F32 ? wrow : NULL;
+        if (!w && j->rows) { /* convert the row once for all T rows of x */
+            float *buf = j->rows + (size_t)thread * j->K;
+            okv_k_load_row(buf, wrow, j->wdt, (size_t)j->K);
+            w = buf;
+        }
         for (int t = 0; t < j->T; t++) {
             const float *xr = j->x + (size_t)t * j->K;
-            float acc = 0.0f;
-            for (int k = 0; k < j->K; k++) acc += xr[k] * okv_k_load(wrow, j->wdt, (size_t)k);
+            float acc;
+            if (w) {
+                acc = dot8(xr, w, j->K);
+            } else { /* no scratch memory: convert as we go */
+                acc = 0.0f;
+                for (int k = 0; k < j->K; k++) acc += xr[k] * okv_k_load(wrow, j->wdt, (size_t)k);
+            }
             j->y[(size_t)t * j->N + n] = acc + b;
         }
     }
@@ -54,9 +79,12 @@ static void matmul_plain_task(void *ctx, int task, int thread) {
 void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K,
                       const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
-    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
-    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 1);
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
+    int n_threads = okv_threadpool_size(tp);
+    j.block_rows = okv_matmul_block_rows(N, K, wdt, n_threads, 1);
+    if (wdt != OKV_F32) j.rows = malloc(sizeof(float) * (size_t)n_threads * (K > 0 ? K : 1));
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_plain_task, &j);
+    free(j.rows);
 }
 
 /* ---- rmsnorm / glu ----------------------------------------------------------- */
@@ -66,9 +94,9 @@ void okv_rmsnorm_plain(float *y, const float *x, int T, int width, int group, co
     for (size_t g = 0; g < (size_t)T * (size_t)(width / group); g++) {
         const float *xg = x + g * group;
         float *yg = y + g * group;
-        float ss = 0.0f;
-        for (int i = 0; i < group; i++) ss += xg[i] * xg[i];
-        float r = 1.0f / sqrtf(ss / (float)group + eps);
+        double ss = 0.0;
+        for (int i = 0; i < group; i++) ss += (double)xg[i] * xg[i];
+        float r = (float)(1.0 / sqrt(ss / group + eps));
         for (int i = 0; i < group; i++) yg[i] = xg[i] * r * (w ? w[i] : 1.0f);
     }
 }
@@ -90,7 +118,7 @@ void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_a
 
 static void load_rows_plain(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D) {
     for (int i = 0; i < n; i++)
-        for (int d = 0; d < D; d++) dst[(size_t)i * D + d] = okv_k_load(src, dt, i * ld + d);
+        okv_k_load_row(dst + (size_t)i * D, (const char *)src + i * ld * okv_dtype_size(dt), dt, (size_t)D);
 }
 
 static void scores_plain(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,

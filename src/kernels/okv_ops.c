@@ -34,7 +34,9 @@ void okv_embed(float *y, const int32_t *ids, int T, const void *E, okv_dtype edt
     for (int t = 0; t < T; t++) {
         const void *row = (const char *)E + (size_t)ids[t] * width * esz;
         float *yt = y + (size_t)t * width;
-        for (int i = 0; i < width; i++) yt[i] = okv_k_load(row, edt, (size_t)i) * scale;
+        okv_k_load_row(yt, row, edt, (size_t)width);
+        if (scale != 1.0f)
+            for (int i = 0; i < width; i++) yt[i] *= scale;
     }
 }
 
