@@ -372,7 +372,7 @@ static void random_id_streams(const okv_tok *tok, const char *name, int count) {
 /* One long text of many distinct words (more than the per-call word cache
  * holds) must encode exactly like its words encoded one call each: with
  * the Llama-3/Qwen regex, "w0 w1 w2" pre-tokenizes to "w0", " w1", " w2". */
-static void long_text_consistency(const okv_tok *tok, const char *name, int words) {
+__attribute__((unused)) static void long_text_consistency(const okv_tok *tok, const char *name, int words) {
     uint64_t rng = 5;
     size_t cap = (size_t)words * 10 + 1, len = 0;
     char *text = malloc(cap);
