@@ -125,10 +125,7 @@ static void scores_plain(float *S, int ldS, const float *q, int R, const float *
                          float scale) {
     for (int r = 0; r < R; r++)
         for (int i = 0; i < n; i++) {
-            const float *qr = q + (size_t)r * D, *ki = k + i * ldk;
-            float s = 0.0f;
-            for (int d = 0; d < D; d++) s += qr[d] * ki[d];
-            S[(size_t)r * ldS + i] = s * scale;
+            S[(size_t)r * ldS + i] = dot8(q + (size_t)r * D, k + i * ldk, D) * scale;
         }
 }
 
