@@ -1531,6 +1531,10 @@ static void render_for(rctx *c, const jnode *n) {
         items = kept;
     }
     size_t len = items->n;
+    /* Jinja marks the loop as having iterated only when a body run reaches
+     * its end, so a body that always `continue`s or `break`s still gets the
+     * else branch. */
+    bool iterated = false;
     for (size_t i = 0; i < len; i++) {
         c->scope = scope_push(c, outer);
         jdict *loop = jdict_new(c->a, c->f);
@@ -1553,9 +1557,14 @@ static void render_for(rctx *c, const jnode *n) {
         c->scope = outer;
         int ctl = c->ctl;
         c->ctl = 0;
+        if (!ctl) iterated = true;
         if (ctl == JN_BREAK) break;
     }
-    if (len == 0) render_body(c, &n->else_body);
+    if (!iterated && n->else_body.n) { /* the else branch has a scope of its own too */
+        c->scope = scope_push(c, outer);
+        render_body(c, &n->else_body);
+        c->scope = outer;
+    }
 }
 
 static void render_stmt(rctx *c, const jnode *n) {
@@ -1578,12 +1587,15 @@ static void render_stmt(rctx *c, const jnode *n) {
         bind_targets(c, n, v);
         return;
     }
-    case JN_SET_BLOCK: {
+    case JN_SET_BLOCK: { /* the body renders in a scope of its own */
         jbuf *saved = c->out;
+        jscope *outer = c->scope;
         jbuf b = {0};
         jb_put(c->a, c->f, &b, "", 0);
         c->out = &b;
+        c->scope = scope_push(c, outer);
         render_body(c, &n->body);
+        c->scope = outer;
         c->out = saved;
         scope_set(c, n->targets[0], jv_str(b.p, b.n));
         return;

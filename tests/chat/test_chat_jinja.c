@@ -146,6 +146,13 @@ static const ok_case OK_CASES[] = {
     {"a\xc2\xa0{{- 'b' -}}\xe3\x80\x80""c|x\n\xc2\xa0 {% if true %}y{% endif %}",
      NULL,
      "abc|x\ny"},
+    /* block set and for-else bodies are scopes of their own; a for whose
+     * every body run ends in continue/break still takes its else branch */
+    {"{% set x = 1 %}{% set b %}{% set x = 2 %}{{ x }}{% endset %}{{ b }}{{ x }}|"
+     "{% for i in [1] %}{% continue %}{% else %}E{% endfor %}|"
+     "{% for i in [] %}{% else %}{% set x = 3 %}{{ x }}{% endfor %}{{ x }}",
+     NULL,
+     "21|E|31"},
 };
 
 typedef struct err_case {
