@@ -138,6 +138,14 @@ static float exp_sum_plain(float *p, int n, float m) {
     return sum;
 }
 
+/* y[d] += a * x[d], written in groups of 8 so a compiler can use vectors. */
+static void axpy8(float *y, float a, const float *x, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int i = 0; i < 8; i++) y[d + i] += a * x[d + i];
+    for (; d < n; d++) y[d] += a * x[d];
+}
+
 static void accumulate_plain(float *acc, const float *c, const float *P, int ldP, int R, const float *v,
                              size_t ldv, int n, int D) {
     for (int r = 0; r < R; r++) {
@@ -145,10 +153,8 @@ static void accumulate_plain(float *acc, const float *c, const float *P, int ldP
         const float *p = P + (size_t)r * ldP;
         if (c[r] != 1.0f)
             for (int d = 0; d < D; d++) ar[d] *= c[r];
-        for (int i = 0; i < n; i++) {
-            if (p[i] == 0.0f) continue;
-            for (int d = 0; d < D; d++) ar[d] += p[i] * v[i * ldv + d];
-        }
+        for (int i = 0; i < n; i++)
+            if (p[i] != 0.0f) axpy8(ar, p[i], v + i * ldv, D);
     }
 }
 
