@@ -11,7 +11,16 @@
  * error naming the component type.
  *
  * A loaded okv_tok is immutable: encode/decode/lookups may run concurrently
- * from several threads. A stream is single-threaded state over one tok. */
+ * from several threads. A stream is single-threaded state over one tok.
+ *
+ *   okv_tok *tok;  okv_error err;
+ *   if (okv_tok_load_file("tokenizer.json", &tok, &err)) fail(err.message);
+ *   int32_t *ids; size_t n;
+ *   okv_tok_encode(tok, prompt, strlen(prompt), false, &ids, &n, &err);
+ *   okv_tok_stream *s;  okv_tok_stream_create(tok, true, &s, &err);
+ *   for each generated id:  okv_tok_stream_push(s, id, &text, &len, &err);  print text[0..len)
+ *   at the end:             okv_tok_stream_flush(s, &text, &len, &err);    print text[0..len)
+ *   free(ids); okv_tok_stream_free(s); okv_tok_free(tok); */
 #ifndef OFFKV_TOK_H
 #define OFFKV_TOK_H
 
