@@ -6,6 +6,7 @@
  * lstrip/rstrip/single_word/normalized, continuing_subword_prefix, NFKC and
  * Strip normalizers, and "no decoder". Expected ids are worked out by hand
  * from HF tokenizers' semantics (see the comment at each case). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +298,62 @@ static void test_prefix_and_normalizers(void) {
     okv_tok_free(tok);
 }
 
+/* A loaded tokenizer is shared read-only: threads encoding at once get the
+ * same ids as one thread (regex scratch and word cache are per call). */
+typedef struct thread_job {
+    const okv_tok *tok;
+    const char **texts;
+    int n_texts;
+    size_t *lens; /* expected id counts */
+    int32_t **want;
+    int mismatches;
+} thread_job;
+
+static void *encode_all(void *arg) {
+    thread_job *j = arg;
+    for (int rep = 0; rep < 50; rep++)
+        for (int i = 0; i < j->n_texts; i++) {
+            int32_t *ids = NULL;
+            size_t n = 0;
+            okv_error err = {0};
+            if (okv_tok_encode(j->tok, j->texts[i], strlen(j->texts[i]), false, &ids, &n, &err) ||
+                n != j->lens[i] || memcmp(ids, j->want[i], n * sizeof *ids))
+                j->mismatches++;
+            free(ids);
+        }
+    return NULL;
+}
+
+static void test_threads(void) {
+    char *js = json("{'added_tokens':[],'normalizer':{'type':'NFC'},"
+                    "'pre_tokenizer':{'type':'ByteLevel','add_prefix_space':false,'use_regex':true},"
+                    "'decoder':{'type':'ByteLevel'},"
+                    "'model':{'type':'BPE','vocab':{'h':0,'i':1,'\\u0120':2,'\\u0120h':3,'\\u0120hi':4,'!':5,'\\u010a':6,'hi':7},"
+                    "'merges':['\\u0120 h','\\u0120h i','h i']}}");
+    okv_tok *tok = load(js);
+    free(js);
+    if (!tok) return;
+    static const char *texts[] = {"hi hi!", "hi\nhi hi", "!!! hi", "h i h i", "hihihi hi hi"};
+    enum { NT = 5, THREADS = 4 };
+    size_t lens[NT];
+    int32_t *want[NT];
+    okv_error err = {0};
+    for (int i = 0; i < NT; i++) CHECK_OK(okv_tok_encode(tok, texts[i], strlen(texts[i]), false, &want[i], &lens[i], &err), &err);
+    CHECK(lens[0] == 3 && want[0][0] == 7 && want[0][1] == 4 && want[0][2] == 5); /* "hi" | " hi" | "!" */
+    thread_job jobs[THREADS];
+    pthread_t th[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        jobs[t] = (thread_job){tok, texts, NT, lens, want, 0};
+        CHECK(pthread_create(&th[t], NULL, encode_all, &jobs[t]) == 0);
+    }
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(th[t], NULL);
+        CHECKF(jobs[t].mismatches == 0, "thread %d: %d encodes differ", t, jobs[t].mismatches);
+    }
+    for (int i = 0; i < NT; i++) free(want[i]);
+    okv_tok_free(tok);
+}
+
 int main(void) {
     test_sentencepiece_style();
     test_metaspace();
@@ -304,5 +361,6 @@ int main(void) {
     test_split_behaviors();
     test_added_token_options();
     test_prefix_and_normalizers();
+    test_threads();
     return okv_test_finish();
 }
