@@ -178,7 +178,7 @@ okv_status okv_chat_template_from_config(const char *tokenizer_config_json, okv_
     }
     st = okv_chat_template_parse(cfg->chat_template, tmpl, err);
     if (st) {
-        okv_fail_prefix(err, "tokenizer_config.json chat_template: ");
+        okv_fail_prefix(err, "tokenizer_config.json chat_template");
         okv_chat_config_free(cfg);
     }
     return st;

@@ -952,6 +952,11 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         }
         return jv_str(b.p, b.n);
     }
+    /* map/select/reject/selectattr/rejectattr yield nothing for a falsy
+     * input (Jinja checks `if value:` before iterating) */
+    if ((!strcmp(name, "map") || !strcmp(name, "select") || !strcmp(name, "reject") ||
+         !strcmp(name, "selectattr") || !strcmp(name, "rejectattr")) && !jv_truthy(x))
+        return jv_list(jlist_new(c->a, c->f));
     if (!strcmp(name, "map")) {
         jlist *src = iter_items(c, n, x), *l = jlist_new(c->a, c->f);
         int ka = -1, kd = -1;

@@ -12,6 +12,7 @@
 #include "cmd_chat.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,63 @@ static char *slurp(const char *path) {
     return buf;
 }
 
-static char *json_text(const cJSON *j) { return j && !cJSON_IsNull(j) ? cJSON_PrintUnformatted(j) : NULL; }
+/* Skips one JSON string starting at its opening quote; returns the byte after
+ * its closing quote. The line was already validated by cJSON. */
+static const char *skip_string(const char *p) {
+    for (p++; *p && *p != '"'; p++)
+        if (*p == '\\' && p[1]) p++;
+    return *p ? p + 1 : p;
+}
+
+/* Skips one JSON value (any type) starting at p. */
+static const char *skip_value(const char *p) {
+    if (*p == '"') return skip_string(p);
+    if (*p != '[' && *p != '{') {
+        while (*p && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') p++;
+        return p;
+    }
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '"') { p = skip_string(p) - 1; continue; }
+        if (*p == '[' || *p == '{') depth++;
+        else if ((*p == ']' || *p == '}') && --depth == 0) return p + 1;
+    }
+    return p;
+}
+
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+/* The raw text of top-level field `key` of the JSON object `line` (heap copy),
+ * or NULL when absent or null. Passing the text through unchanged keeps what
+ * re-printing with cJSON would lose (1.0 vs 1, big integers). */
+static char *field_text(const char *line, const char *key) {
+    const char *p = skip_ws(line);
+    if (*p != '{') return NULL;
+    p = skip_ws(p + 1);
+    size_t klen = strlen(key);
+    while (*p == '"') {
+        const char *kend = skip_string(p);
+        bool match = (size_t)(kend - p) == klen + 2 && !memcmp(p + 1, key, klen);
+        p = skip_ws(kend);
+        if (*p != ':') return NULL;
+        p = skip_ws(p + 1);
+        const char *vend = skip_value(p);
+        if (match) {
+            if (vend - p == 4 && !memcmp(p, "null", 4)) return NULL;
+            size_t n = (size_t)(vend - p);
+            char *v = malloc(n + 1);
+            if (v) { memcpy(v, p, n); v[n] = 0; }
+            return v;
+        }
+        p = skip_ws(vend);
+        if (*p != ',') return NULL;
+        p = skip_ws(p + 1);
+    }
+    return NULL;
+}
 
 /* Renders one input line into an output object. */
 static cJSON *render_line(const okv_chat_template *t, const okv_chat_config *cfg, const char *line,
@@ -71,9 +128,9 @@ static cJSON *render_line(const okv_chat_template *t, const okv_chat_config *cfg
         cJSON_Delete(in);
         return res;
     }
-    char *messages_s = json_text(messages);
-    char *tools_s = json_text(cJSON_GetObjectItemCaseSensitive(in, "tools"));
-    char *kwargs_s = json_text(cJSON_GetObjectItemCaseSensitive(in, "kwargs"));
+    char *messages_s = field_text(line, "messages");
+    char *tools_s = field_text(line, "tools");
+    char *kwargs_s = field_text(line, "kwargs");
     okv_chat_args args = {0};
     args.messages_json = messages_s;
     args.tools_json = tools_s;

@@ -56,7 +56,38 @@ static void run_and_compare(const char *config, const char *tmpl, const char *js
     unlink(out_path);
 }
 
+/* Inputs are passed through as written: 1.0 stays a float, as json.loads
+ * keeps it (re-printing with cJSON would turn it into 1). */
+static void test_raw_json_passthrough(void) {
+    char dir[] = "/tmp/okv_chat_cli_dir_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cfg[256], in[256], out[256];
+    snprintf(cfg, sizeof cfg, "%s/cfg.json", dir);
+    snprintf(in, sizeof in, "%s/in.jsonl", dir);
+    snprintf(out, sizeof out, "%s/out.jsonl", dir);
+    FILE *f = fopen(cfg, "w");
+    fputs("{\"chat_template\": \"{{ x }}|{{ messages[0].n }}|{{ tools[0] | tojson }}|{{ add_generation_prompt }}\"}", f);
+    fclose(f);
+    f = fopen(in, "w");
+    fputs("{\"kwargs\": {\"x\": 1.0}, \"tools\": [{\"t\": [2.50, 1E2]}], \"messages\": [{\"n\": -0.0}]}\n\n", f);
+    fputs("{\"messages\": \"nope\"}\n", f);
+    fclose(f);
+    char *argv[] = {"chat-render", "--tokenizer-config", cfg, "--jsonl", in, "--out", out};
+    CHECK(okv_cli_chat_render(7, argv) == 0);
+    f = fopen(out, "r");
+    char line[512] = {0};
+    CHECK(f && fgets(line, sizeof line, f));
+    CHECKF(!strcmp(line, "{\"rendered\":\"1.0|-0.0|{\\\"t\\\": [2.5, 100.0]}|False\"}\n"), "got %s", line);
+    CHECK(f && fgets(line, sizeof line, f) && strstr(line, "\"error\"") && strstr(line, "line 3"));
+    if (f) fclose(f);
+    unlink(cfg);
+    unlink(in);
+    unlink(out);
+    rmdir(dir);
+}
+
 int main(void) {
+    test_raw_json_passthrough();
     run_and_compare(FIX "tokenizers/qwen3/tokenizer_config.json", NULL, FIX "tokenizers/qwen3/chat_cases.jsonl", "rendered");
     run_and_compare(FIX "tokenizers/gemma3/tokenizer_config.json", NULL, FIX "tokenizers/gemma3/chat_error_cases.jsonl", "error");
     run_and_compare(FIX "tokenizers/llama3_1/tokenizer_config.json", FIX "chat_templates/llama3.2-3b-instruct/template.jinja",
