@@ -17,7 +17,7 @@
 #include "okv_common.h"
 
 /* Largest id we accept from a file: bounds the id -> token table. */
-#define TOK_MAX_ID (1 << 24)
+#define TOK_MAX_ID (1 << 22)
 
 /* ---- growable byte buffer ---------------------------------------------- */
 
