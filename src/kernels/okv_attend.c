@@ -18,9 +18,10 @@
  * accumulator), over blocks of KB keys. When there are too few (head group,
  * row block) tasks to keep the threads busy — always, for a decode step —
  * the key range is split too and the partial (m, l, acc) of the splits are
- * merged at the end. f32 pools are read in
- * place; f16/bf16 blocks are converted once per task into a scratch block.
- * Only the inner loops (conversion, scores, exp, weighted sum) differ per
+ * merged at the end. K/V are read in place in
+ * their storage dtype and converted to f32 in registers as they are used
+ * (no conversion buffers: those cost more in cache traffic than the
+ * conversions). Only the inner loops (scores, exp, weighted sum) differ per
  * ISA; see okv_attn_ops. */
 #include <math.h>
 #include <stdint.h>
@@ -127,7 +128,7 @@ typedef struct attn_job {
     int32_t *qlo, *qhi; /* [T] visible logical key range of each query row */
     int HG;             /* kv heads per task (1, or all of them for decode) */
     int n_hgroups, Tb, n_qblocks, n_splits, split_len, R_max;
-    float *scratch;     /* per thread: kbuf, vbuf, scores, c, q, acc, m, l */
+    float *scratch;     /* per thread: scores, c, q, acc, m, l */
     size_t scratch_per_thread;
     float *part;        /* n_splits > 1: per task acc, m, l (as in scratch) */
     size_t part_per_task;
@@ -156,21 +157,6 @@ static size_t key_offset(const attn_job *j, int idx, int kvh, int *run) {
     while (idx >= j->run_off[*run + 1]) (*run)++;
     size_t slot = (size_t)(j->a->runs[*run].slot + (idx - j->run_off[*run]));
     return (slot * j->Hkv + kvh) * j->D;
-}
-
-/* n keys from pool offset off, kv heads [h0, h0 + HG), as f32 rows of HG*D:
- * read in place when the pool is f32 (rows Hkv*D apart), else converted into
- * buf (rows HG*D apart). With HG = Hkv the block is one contiguous read. */
-static const float *key_block(const attn_job *j, const void *pool, size_t off, int n, float *buf, size_t *ld) {
-    const okv_attn_args *a = j->a;
-    size_t pool_ld = (size_t)j->Hkv * j->D;
-    if (a->kv.dtype == OKV_F32) {
-        *ld = pool_ld;
-        return (const float *)pool + off;
-    }
-    *ld = (size_t)j->HG * j->D;
-    j->ops->load_rows(buf, (const char *)pool + off * j->esz, pool_ld, a->kv.dtype, n, j->HG * j->D);
-    return buf;
 }
 
 /* Per-task state: for member hh of the head group and query vector r, the
@@ -203,8 +189,7 @@ static void attn_task(void *ctx, int task, int thread) {
     int t0 = qb * j->Tb, t1 = t0 + j->Tb < a->T ? t0 + j->Tb : a->T;
     int R = (t1 - t0) * j->G;
 
-    float *kbuf = j->scratch + j->scratch_per_thread * thread;
-    float *vbuf = kbuf + (size_t)KB * HG * D, *S = vbuf + (size_t)KB * HG * D;
+    float *S = j->scratch + j->scratch_per_thread * thread;
     float *cbuf = S + (size_t)j->R_max * KB, *qbuf = cbuf + j->R_max;
     attn_state st = state_at(j, qbuf + (size_t)HG * j->R_max * D);
     if (j->n_splits > 1) st = state_at(j, j->part + j->part_per_task * task); /* for the merge */
@@ -234,12 +219,12 @@ static void attn_task(void *ctx, int task, int thread) {
         size_t off = key_offset(j, kb, h0, &run);
         int nb = H - kb < KB ? H - kb : KB;
         if (nb > j->run_off[run + 1] - kb) nb = j->run_off[run + 1] - kb; /* stay inside the run */
-        size_t ldk, ldv;
-        const float *K = key_block(j, a->kv.k, off, nb, kbuf, &ldk);
-        const float *V = key_block(j, a->kv.v, off, nb, vbuf, &ldv);
+        const char *K = (const char *)a->kv.k + off * j->esz, *V = (const char *)a->kv.v + off * j->esz;
+        size_t ld = (size_t)j->Hkv * D; /* elements between consecutive keys' rows */
         for (int hh = 0; hh < HG; hh++) {
             float *m = st.m + (size_t)hh * j->R_max, *l = st.l + (size_t)hh * j->R_max;
-            ops->scores(S, KB, qbuf + (size_t)hh * j->R_max * D, R, K + (size_t)hh * D, ldk, nb, D, a->scale);
+            size_t head = (size_t)hh * D * j->esz;
+            ops->scores(S, KB, qbuf + (size_t)hh * j->R_max * D, R, K + head, a->kv.dtype, ld, nb, D, a->scale);
             for (int r = 0; r < R; r++) {
                 int t = row_of(j, t0, r);
                 float *s = S + (size_t)r * KB, mx = -INFINITY;
@@ -258,7 +243,7 @@ static void attn_task(void *ctx, int task, int thread) {
                 l[r] = l[r] * cbuf[r] + ops->exp_sum(s, nb, m_new);
                 m[r] = m_new;
             }
-            ops->accumulate(st.acc + (size_t)hh * j->R_max * D, cbuf, S, KB, R, V + (size_t)hh * D, ldv, nb, D);
+            ops->accumulate(st.acc + (size_t)hh * j->R_max * D, cbuf, S, KB, R, V + head, a->kv.dtype, ld, nb, D);
         }
         kb += nb;
     }
@@ -336,8 +321,7 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
 
     size_t rows = (size_t)j.HG * j.R_max;
     j.part_per_task = rows * j.D + 2 * rows;
-    j.scratch_per_thread = 2 * (size_t)KB * j.HG * j.D + (size_t)j.R_max * KB + j.R_max + rows * j.D +
-                           j.part_per_task;
+    j.scratch_per_thread = (size_t)j.R_max * KB + j.R_max + rows * j.D + j.part_per_task;
     j.run_off = malloc(((size_t)a->n_runs + 1) * sizeof *j.run_off);
     j.qlo = malloc((size_t)a->T * sizeof *j.qlo);
     j.qhi = malloc((size_t)a->T * sizeof *j.qhi);

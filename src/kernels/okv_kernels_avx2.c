@@ -260,44 +260,32 @@ TGT void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, ok
 
 /* ---- attention inner loops ------------------------------------------------------ */
 
-static TGT void load_rows_avx2(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D) {
-    for (int i = 0; i < n; i++) {
-        const char *row = (const char *)src + i * ld * (dt == OKV_F32 ? 4 : 2);
-        float *out = dst + (size_t)i * D;
-        int d = 0;
-        if (dt == OKV_F16)
-            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_F16, (size_t)d));
-        else if (dt == OKV_BF16)
-            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_BF16, (size_t)d));
-        else
-            for (; d + 8 <= D; d += 8) _mm256_storeu_ps(out + d, load8(row, OKV_F32, (size_t)d));
-        for (; d < D; d++) out[d] = okv_k_load(row, dt, (size_t)d);
-    }
-}
-
-/* Scores of rq (1 or 2) queries against 4 keys: each q vector is loaded
- * once per 4 keys, each k vector once per rq queries, and every query's 4
- * sums are reduced together. */
-INLINE_TGT void scores_tile(float *S, int ldS, const float *q, int rq, const float *k, size_t ldk, int D,
-                            float scale) {
+/* Scores of rq (1 or 2) queries against 4 keys stored in dt (rows ldk
+ * elements apart): each K vector is converted once per rq queries, each q
+ * vector loaded once per 4 keys, and every query's 4 sums are reduced
+ * together. */
+INLINE_TGT void scores_tile(float *S, int ldS, const float *q, int rq, const void *k, okv_dtype dt, size_t ldk,
+                            int D, float scale) {
     int D8 = D & ~7;
-    const float *k0 = k, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+    const char *kr[4];
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
+#pragma GCC unroll 4
+    for (int x = 0; x < 4; x++) kr[x] = (const char *)k + x * ldk * esz;
     __m256 a[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
 #pragma GCC unroll 4
         for (int x = 0; x < 4; x++) a[r][x] = _mm256_setzero_ps();
     for (int d = 0; d < D8; d += 8) {
-        __m256 kv0 = _mm256_loadu_ps(k0 + d), kv1 = _mm256_loadu_ps(k1 + d);
-        __m256 kv2 = _mm256_loadu_ps(k2 + d), kv3 = _mm256_loadu_ps(k3 + d);
+        __m256 kv[4];
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) kv[x] = load8(kr[x], dt, (size_t)d);
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++) {
             if (r >= rq) continue;
             __m256 qv = _mm256_loadu_ps(q + (size_t)r * D + d);
-            a[r][0] = _mm256_fmadd_ps(qv, kv0, a[r][0]);
-            a[r][1] = _mm256_fmadd_ps(qv, kv1, a[r][1]);
-            a[r][2] = _mm256_fmadd_ps(qv, kv2, a[r][2]);
-            a[r][3] = _mm256_fmadd_ps(qv, kv3, a[r][3]);
+#pragma GCC unroll 4
+            for (int x = 0; x < 4; x++) a[r][x] = _mm256_fmadd_ps(qv, kv[x], a[r][x]);
         }
     }
 #pragma GCC unroll 2
@@ -306,34 +294,41 @@ INLINE_TGT void scores_tile(float *S, int ldS, const float *q, int rq, const flo
         const float *qr = q + (size_t)r * D;
         float out[4];
         _mm_storeu_ps(out, hsum8x4(a[r][0], a[r][1], a[r][2], a[r][3]));
-        for (int d = D8; d < D; d++) {
-            out[0] += qr[d] * k0[d];
-            out[1] += qr[d] * k1[d];
-            out[2] += qr[d] * k2[d];
-            out[3] += qr[d] * k3[d];
-        }
+        for (int dd = D8; dd < D; dd++)
+            for (int x = 0; x < 4; x++) out[x] += qr[dd] * okv_k_load(kr[x], dt, (size_t)dd);
         for (int x = 0; x < 4; x++) S[(size_t)r * ldS + x] = out[x] * scale;
     }
 }
 
-static TGT void scores_avx2(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
-                            float scale) {
+INLINE_TGT void scores_dt(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
+                          int D, float scale) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
     int D8 = D & ~7, n4 = n & ~3;
     for (int i = 0; i < n4; i += 4) {
+        const char *ki = (const char *)k + i * ldk * esz;
         int r = 0;
-        for (; r + 2 <= R; r += 2) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 2, k + i * ldk, ldk, D, scale);
-        if (r < R) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 1, k + i * ldk, ldk, D, scale);
+        for (; r + 2 <= R; r += 2) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 2, ki, dt, ldk, D, scale);
+        if (r < R) scores_tile(S + (size_t)r * ldS + i, ldS, q + (size_t)r * D, 1, ki, dt, ldk, D, scale);
     }
-    for (int r = 0; r < R; r++) {
-        const float *qr = q + (size_t)r * D;
-        for (int i = n4; i < n; i++) {
-            const float *ki = k + i * ldk;
+    for (int i = n4; i < n; i++) {
+        const char *ki = (const char *)k + i * ldk * esz;
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + (size_t)r * D;
             __m256 a0 = _mm256_setzero_ps();
-            for (int d = 0; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(ki + d), a0);
+            for (int d = 0; d < D8; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), load8(ki, dt, (size_t)d), a0);
             float sum = hsum8(a0);
-            for (int d = D8; d < D; d++) sum += qr[d] * ki[d];
+            for (int d = D8; d < D; d++) sum += qr[d] * okv_k_load(ki, dt, (size_t)d);
             S[(size_t)r * ldS + i] = sum * scale;
         }
+    }
+}
+
+static TGT void scores_avx2(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
+                            int D, float scale) {
+    switch (dt) {
+    case OKV_F32: scores_dt(S, ldS, q, R, k, OKV_F32, ldk, n, D, scale); break;
+    case OKV_F16: scores_dt(S, ldS, q, R, k, OKV_F16, ldk, n, D, scale); break;
+    case OKV_BF16: scores_dt(S, ldS, q, R, k, OKV_BF16, ldk, n, D, scale); break;
     }
 }
 
@@ -355,10 +350,11 @@ static TGT float exp_sum_avx2(float *p, int n, float m) {
 }
 
 /* acc_r = acc_r*c_r + P_r @ V for rq (1 or 2) rows and channels [d, d+w),
- * w = 32 or 8: the accumulators stay in registers while the keys stream by
- * and each V vector serves both rows. */
-INLINE_TGT void accumulate_tile(float *acc, int D, const float *c, const float *P, int ldP, int rq, const float *v,
-                                size_t ldv, int n, int d, int w) {
+ * w = 32 or 8: the accumulators stay in registers while the keys stream by,
+ * and each V vector is converted once for both rows. */
+INLINE_TGT void accumulate_tile(float *acc, int D, const float *c, const float *P, int ldP, int rq, const void *v,
+                                okv_dtype dt, size_t ldv, int n, int d, int w) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
     __m256 a[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++) {
@@ -369,11 +365,11 @@ INLINE_TGT void accumulate_tile(float *acc, int D, const float *c, const float *
             if (x * 8 < w) a[r][x] = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + (size_t)r * D + d + 8 * x));
     }
     for (int i = 0; i < n; i++) {
-        const float *vi = v + i * ldv + d;
+        const char *vi = (const char *)v + i * ldv * esz;
         __m256 vv[4];
 #pragma GCC unroll 4
         for (int x = 0; x < 4; x++)
-            if (x * 8 < w) vv[x] = _mm256_loadu_ps(vi + 8 * x);
+            if (x * 8 < w) vv[x] = load8(vi, dt, (size_t)(d + 8 * x));
 #pragma GCC unroll 2
         for (int r = 0; r < 2; r++) {
             if (r >= rq) continue;
@@ -392,29 +388,40 @@ INLINE_TGT void accumulate_tile(float *acc, int D, const float *c, const float *
     }
 }
 
-static TGT void accumulate_avx2(float *acc, const float *c, const float *P, int ldP, int R, const float *v,
-                                size_t ldv, int n, int D) {
+INLINE_TGT void accumulate_dt(float *acc, const float *c, const float *P, int ldP, int R, const void *v, okv_dtype dt,
+                              size_t ldv, int n, int D) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2;
     for (int r = 0; r < R; r += 2) {
         float *ar = acc + (size_t)r * D;
         const float *pr = P + (size_t)r * ldP;
         int d = 0;
         if (r + 2 <= R) {
-            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, ldv, n, d, 32);
-            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, ldv, n, d, 8);
+            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, dt, ldv, n, d, 32);
+            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 2, v, dt, ldv, n, d, 8);
         } else {
-            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, ldv, n, d, 32);
-            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, ldv, n, d, 8);
+            for (; d + 32 <= D; d += 32) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, dt, ldv, n, d, 32);
+            for (; d + 8 <= D; d += 8) accumulate_tile(ar, D, c + r, pr, ldP, 1, v, dt, ldv, n, d, 8);
         }
         for (int rr = r; rr < R && rr < r + 2; rr++)
             for (int dd = d; dd < D; dd++) {
                 float s = acc[(size_t)rr * D + dd] * c[rr];
-                for (int i = 0; i < n; i++) s += P[(size_t)rr * ldP + i] * v[i * ldv + dd];
+                for (int i = 0; i < n; i++)
+                    s += P[(size_t)rr * ldP + i] * okv_k_load((const char *)v + i * ldv * esz, dt, (size_t)dd);
                 acc[(size_t)rr * D + dd] = s;
             }
     }
 }
 
-static const okv_attn_ops attn_ops_avx2 = {load_rows_avx2, scores_avx2, exp_sum_avx2, accumulate_avx2};
+static TGT void accumulate_avx2(float *acc, const float *c, const float *P, int ldP, int R, const void *v,
+                                okv_dtype dt, size_t ldv, int n, int D) {
+    switch (dt) {
+    case OKV_F32: accumulate_dt(acc, c, P, ldP, R, v, OKV_F32, ldv, n, D); break;
+    case OKV_F16: accumulate_dt(acc, c, P, ldP, R, v, OKV_F16, ldv, n, D); break;
+    case OKV_BF16: accumulate_dt(acc, c, P, ldP, R, v, OKV_BF16, ldv, n, D); break;
+    }
+}
+
+static const okv_attn_ops attn_ops_avx2 = {scores_avx2, exp_sum_avx2, accumulate_avx2};
 
 void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a) {
     okv_attend_fast(tp, a, &attn_ops_avx2);

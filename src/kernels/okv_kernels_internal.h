@@ -62,20 +62,19 @@ static inline void okv_k_load_row(float *dst, const void *src, okv_dtype dt, siz
     }
 }
 
-/* The inner loops of the fast attention, per ISA. Blocks are n keys of
- * one kv head; rows of K/V blocks and of queries are D floats, `ld` apart. */
+/* The inner loops of the fast attention, per ISA. K and V are read straight
+ * from the pools in their storage dtype dt (rows `ld` elements apart) and
+ * converted on the fly; query and accumulator rows are D floats apart. */
 typedef struct okv_attn_ops {
-    /* dst[i*D + d] = element d of row i (rows ld elements apart in src),
-     * converted from dt to f32, for i < n */
-    void (*load_rows)(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D);
-    /* S[r*ldS + i] = scale * (q_r . k_i) for r < R, i < n; q rows D apart */
-    void (*scores)(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D, float scale);
+    /* S[r*ldS + i] = scale * (q_r . k_i) for r < R, i < n */
+    void (*scores)(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
+                   int D, float scale);
     /* p[i] = exp(p[i] - m), with exp(-inf) = 0; returns the sum of p */
     float (*exp_sum)(float *p, int n, float m);
-    /* for r < R: acc_r = acc_r * c[r] + sum_i P[r*ldP + i] * v_i, acc rows D
-     * apart (c rescales the running sums to a new max) */
-    void (*accumulate)(float *acc, const float *c, const float *P, int ldP, int R, const float *v, size_t ldv,
-                       int n, int D);
+    /* for r < R: acc_r = acc_r * c[r] + sum_i P[r*ldP + i] * v_i
+     * (c rescales the running sums to a new max) */
+    void (*accumulate)(float *acc, const float *c, const float *P, int ldP, int R, const void *v, okv_dtype dt,
+                       size_t ldv, int n, int D);
 } okv_attn_ops;
 
 /* The fast attention algorithm (okv_attend.c) with the given inner loops. */

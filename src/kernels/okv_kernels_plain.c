@@ -116,17 +116,32 @@ void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_a
 
 /* ---- attention inner loops ----------------------------------------------------- */
 
-static void load_rows_plain(float *dst, const void *src, size_t ld, okv_dtype dt, int n, int D) {
-    for (int i = 0; i < n; i++)
-        okv_k_load_row(dst + (size_t)i * D, (const char *)src + i * ld * okv_dtype_size(dt), dt, (size_t)D);
-}
+/* Rows of K/V in their storage dtype are converted in chunks of CHUNK
+ * elements into a local f32 buffer, then handled by the f32 loops. */
+enum { CHUNK = 64 };
 
-static void scores_plain(float *S, int ldS, const float *q, int R, const float *k, size_t ldk, int n, int D,
-                         float scale) {
-    for (int r = 0; r < R; r++)
-        for (int i = 0; i < n; i++) {
-            S[(size_t)r * ldS + i] = dot8(q + (size_t)r * D, k + i * ldk, D) * scale;
+static void scores_plain(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
+                         int D, float scale) {
+    size_t esz = okv_dtype_size(dt);
+    for (int i = 0; i < n; i++) {
+        const char *ki = (const char *)k + i * ldk * esz;
+        for (int r = 0; r < R; r++) {
+            const float *qr = q + (size_t)r * D;
+            float s;
+            if (dt == OKV_F32) {
+                s = dot8(qr, (const float *)ki, D);
+            } else {
+                float buf[CHUNK];
+                s = 0.0f;
+                for (int d = 0; d < D; d += CHUNK) {
+                    int m = D - d < CHUNK ? D - d : CHUNK;
+                    okv_k_load_row(buf, ki + d * esz, dt, (size_t)m);
+                    s += dot8(qr + d, buf, m);
+                }
+            }
+            S[(size_t)r * ldS + i] = s * scale;
         }
+    }
 }
 
 static float exp_sum_plain(float *p, int n, float m) {
@@ -146,19 +161,31 @@ static void axpy8(float *y, float a, const float *x, int n) {
     for (; d < n; d++) y[d] += a * x[d];
 }
 
-static void accumulate_plain(float *acc, const float *c, const float *P, int ldP, int R, const float *v,
+static void accumulate_plain(float *acc, const float *c, const float *P, int ldP, int R, const void *v, okv_dtype dt,
                              size_t ldv, int n, int D) {
-    for (int r = 0; r < R; r++) {
-        float *ar = acc + (size_t)r * D;
-        const float *p = P + (size_t)r * ldP;
+    size_t esz = okv_dtype_size(dt);
+    for (int r = 0; r < R; r++)
         if (c[r] != 1.0f)
-            for (int d = 0; d < D; d++) ar[d] *= c[r];
-        for (int i = 0; i < n; i++)
-            if (p[i] != 0.0f) axpy8(ar, p[i], v + i * ldv, D);
+            for (int d = 0; d < D; d++) acc[(size_t)r * D + d] *= c[r];
+    for (int i = 0; i < n; i++) {
+        const char *vi = (const char *)v + i * ldv * esz;
+        for (int d = 0; d < D; d += CHUNK) {
+            int m = D - d < CHUNK ? D - d : CHUNK;
+            float buf[CHUNK];
+            const float *x = (const float *)(vi + d * esz);
+            if (dt != OKV_F32) {
+                okv_k_load_row(buf, vi + d * esz, dt, (size_t)m);
+                x = buf;
+            }
+            for (int r = 0; r < R; r++) {
+                float p = P[(size_t)r * ldP + i];
+                if (p != 0.0f) axpy8(acc + (size_t)r * D + d, p, x, m);
+            }
+        }
     }
 }
 
-const okv_attn_ops okv_attn_ops_plain = {load_rows_plain, scores_plain, exp_sum_plain, accumulate_plain};
+const okv_attn_ops okv_attn_ops_plain = {scores_plain, exp_sum_plain, accumulate_plain};
 
 void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a) {
     okv_attend_fast(tp, a, &okv_attn_ops_plain);
