@@ -194,7 +194,7 @@ FILTERS = ['trim', 'length', 'upper', 'lower', 'first', 'last', 'list', 'string'
 TESTS = ['defined', 'undefined', 'none', 'string', 'number', 'mapping', 'iterable', 'sequence', 'boolean', 'true',
          'false', 'integer', 'float', 'odd', 'even', 'divisibleby(2)', 'equalto(3)', 'lower', 'upper', 'in([1, 2, 3])']
 METHODS = ['strip()', "rstrip('d ')", 'split()', "split(',')", "startswith(' H')", "endswith('d ')", 'upper()',
-           "replace('o', '0')", "find('o')", "count('l')", "get('b')", "get('x', 5)", 'items()', 'keys()', 'values()']
+           "replace('o', '0')", "find('o')", "count('l')", "get('b')", "get('x', 5)", 'items()']
 OPS = ['+', '-', '*', '/', '//', '%', '~', '==', '!=', '<', '>', '<=', '>=', 'and', 'or', 'in', 'not in', '**']
 
 
