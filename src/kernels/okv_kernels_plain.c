@@ -125,22 +125,18 @@ static void scores_plain(float *S, int ldS, const float *q, int R, const void *k
     size_t esz = okv_dtype_size(dt);
     for (int i = 0; i < n; i++) {
         const char *ki = (const char *)k + i * ldk * esz;
-        for (int r = 0; r < R; r++) {
-            const float *qr = q + (size_t)r * D;
-            float s;
-            if (dt == OKV_F32) {
-                s = dot8(qr, (const float *)ki, D);
-            } else {
-                float buf[CHUNK];
-                s = 0.0f;
-                for (int d = 0; d < D; d += CHUNK) {
-                    int m = D - d < CHUNK ? D - d : CHUNK;
-                    okv_k_load_row(buf, ki + d * esz, dt, (size_t)m);
-                    s += dot8(qr + d, buf, m);
-                }
+        for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] = 0.0f;
+        for (int d = 0; d < D; d += CHUNK) { /* each chunk converted once for all R queries */
+            int m = D - d < CHUNK ? D - d : CHUNK;
+            float buf[CHUNK];
+            const float *x = (const float *)(ki + d * esz);
+            if (dt != OKV_F32) {
+                okv_k_load_row(buf, ki + d * esz, dt, (size_t)m);
+                x = buf;
             }
-            S[(size_t)r * ldS + i] = s * scale;
+            for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] += dot8(q + (size_t)r * D + d, x, m);
         }
+        for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] *= scale;
     }
 }
 
