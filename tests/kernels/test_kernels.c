@@ -2,6 +2,7 @@
  * threads), rmsnorm, glu, rope, embed, softcap/add/scale. Every table (plain
  * and the CPU's best) is compared against a naive double-precision
  * computation written here, and the fast table against the plain one. */
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "okv_common.h"
@@ -268,6 +269,13 @@ int main(void) {
            n_tables > 1 ? tables[1]->name : "");
     CHECK(tables[0]->isa == OKV_ISA_PLAIN && !strcmp(tables[0]->name, "plain"));
     CHECK(okv_cpu_features()[0] != 0);
+    /* asking for AVX2 gives AVX2 exactly when the CPU reports its features */
+    const char *f = okv_cpu_features();
+    bool has = strstr(f, "avx2") && strstr(f, "fma") && strstr(f, "f16c");
+    const okv_kernels *avx2 = okv_kernels_select(OKV_ISA_AVX2);
+    CHECKF(has ? avx2->isa == OKV_ISA_AVX2 : avx2->isa == OKV_ISA_PLAIN, "avx2 table '%s' with features '%s'",
+           avx2->name, f);
+    CHECK(okv_kernels_select(OKV_ISA_AUTO) == avx2);
     test_matmul();
     test_rmsnorm();
     test_glu();
