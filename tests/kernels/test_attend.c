@@ -81,6 +81,20 @@ static void test_kv_write(void) {
     }
 }
 
+/* Ties round to even, checked on the stored bits (not via a converter). */
+static void test_kv_write_rounding(void) {
+    float k[4] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.00390625f, 1.01171875f}, v[4] = {0};
+    uint16_t kh[4], vh[4];
+    okv_kv_view kv = {kh, vh, kh, vh, OKV_F16, 1, 4};
+    okv_run run = {0, 1, 0};
+    okv_kv_write(&kv, &run, 1, k, v);
+    CHECK(kh[0] == 0x3c00 && kh[1] == 0x3c02); /* 1+2^-11 -> 1; 1+3*2^-11 -> 1+2^-9 */
+    kv.dtype = OKV_BF16;
+    okv_kv_write(&kv, &run, 1, k, v);
+    CHECK(kh[2] == 0x3f80 && kh[3] == 0x3f82);
+    CHECK(vh[0] == 0 && vh[3] == 0);
+}
+
 /* ---- attention ------------------------------------------------------------------ */
 
 typedef struct scenario {
@@ -271,6 +285,7 @@ static void test_attention(void) {
 
 int main(void) {
     test_kv_write();
+    test_kv_write_rounding();
     test_attention();
     return okv_test_finish();
 }
