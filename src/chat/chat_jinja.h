@@ -130,11 +130,17 @@ void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x);
 void jv_repr_into(jarena *a, jfail *f, jbuf *b, jv x);
 /* Python float repr (shortest round-trip): "1.0", "1e-05", "inf". */
 void py_float_repr(double d, char *out, size_t cap);
-/* json.dumps(x, ensure_ascii=False, indent=indent (<0: none),
- * separators per Python's defaults, sort_keys). Returns false (with *bad set
- * to the offending value's type name) for values JSON cannot hold. */
-bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort_keys,
-                    const char **bad);
+/* json.dumps options, as HF's tojson passes them. */
+typedef struct jjson_opts {
+    int indent;           /* < 0: single line */
+    bool sort_keys;
+    bool ensure_ascii;    /* escape non-ASCII as \uXXXX */
+    const char *item_sep; /* Python default: ", " (",") with indent */
+    const char *key_sep;  /* ": " */
+} jjson_opts;
+/* json.dumps(x, ...) appended to b. Returns false (with *bad set to the
+ * offending value's type name) for values JSON cannot hold. */
+bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, const jjson_opts *o, const char **bad);
 /* Parses JSON text into a value. Integral numbers become ints. */
 bool jv_from_json_text(jarena *a, jfail *f, const char *text, jv *out, const char **why);
 

@@ -795,24 +795,33 @@ static void sort_items(rctx *c, const jnode *n, sort_item *v, size_t cnt, bool c
     }
 }
 
+/* HF's tojson: json.dumps(x, ensure_ascii=False, indent=None,
+ * separators=None, sort_keys=False) with those keyword arguments. */
 static jv filter_tojson(rctx *c, const jnode *n, jv x, const jargs *a) {
     static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
     jv s[4];
     bind_args(c, n, "tojson()", a, names, 4, s);
-    if (given(s[0]) && jv_truthy(s[0])) fail(c, n, "tojson(ensure_ascii=True) is not supported");
-    if (given(s[2]) && s[2].t != JV_NONE) fail(c, n, "tojson(separators=...) is not supported");
-    int indent = -1;
+    jjson_opts o = {-1, false, false, ", ", ": "};
+    o.ensure_ascii = given(s[0]) && jv_truthy(s[0]);
+    o.sort_keys = given(s[3]) && jv_truthy(s[3]);
     if (given(s[1]) && s[1].t != JV_NONE) {
         if (s[1].t == JV_STR) fail(c, n, "tojson(indent=<string>) is not supported");
-        indent = (int)need_int(c, n, s[1], "indent");
-        if (indent < 0) indent = 0;
-        if (indent > 64) fail(c, n, "tojson indent too large");
+        int64_t ind = need_int(c, n, s[1], "indent");
+        if (ind > 64) fail(c, n, "tojson indent too large");
+        o.indent = ind < 0 ? 0 : (int)ind;
+        o.item_sep = ",";
+    }
+    if (given(s[2]) && s[2].t != JV_NONE) {
+        jv sep = s[2];
+        if (sep.t != JV_LIST || sep.u.l->n != 2 || sep.u.l->v[0].t != JV_STR || sep.u.l->v[1].t != JV_STR)
+            fail(c, n, "tojson(separators=...) needs a pair of strings");
+        o.item_sep = cstr(c, sep.u.l->v[0]);
+        o.key_sep = cstr(c, sep.u.l->v[1]);
     }
     jbuf b = {0};
     jb_put(c->a, c->f, &b, "", 0);
     const char *bad = NULL;
-    if (!jv_tojson_into(c->a, c->f, &b, x, indent, given(s[3]) && jv_truthy(s[3]), &bad))
-        fail(c, n, "Object of type %s is not JSON serializable", bad);
+    if (!jv_tojson_into(c->a, c->f, &b, x, &o, &bad)) fail(c, n, "Object of type %s is not JSON serializable", bad);
     return jv_str(b.p, b.n);
 }
 
@@ -1270,6 +1279,10 @@ static jv call_method(rctx *c, const jnode *n, const jfunc *fn, const jargs *a) 
     jv self = fn->self;
     const char *m = fn->name;
     if (self.t == JV_STR) return call_str_method(c, n, self, m, a);
+    if (self.t == JV_INT && !strcmp(m, "cycle")) { /* loop.cycle(a, b, ...): self is loop.index0 */
+        if (a->npos < 1 || a->nk) fail(c, n, "loop.cycle() needs at least one positional argument");
+        return a->pos[self.u.i % a->npos];
+    }
     jv s[2];
     if (self.t == JV_DICT) {
         if (!strcmp(m, "get")) {
@@ -1554,6 +1567,7 @@ static void render_for(rctx *c, const jnode *n) {
         jdict_set(c->a, c->f, loop, jv_str("depth0", 6), jv_int(0));
         jdict_set(c->a, c->f, loop, jv_str("previtem", 8), i > 0 ? items->v[i - 1] : jv_undef("there is no previous item"));
         jdict_set(c->a, c->f, loop, jv_str("nextitem", 8), i + 1 < len ? items->v[i + 1] : jv_undef("there is no next item"));
+        jdict_set(c->a, c->f, loop, jv_str("cycle", 5), bound_method(c, jv_int((int64_t)i), "cycle"));
         jv lv = jv_dict(loop);
         lv.t = JV_NS; /* attribute access reads its fields; it is no mapping */
         scope_set(c, "loop", lv);

@@ -375,13 +375,26 @@ void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x) {
     }
 }
 
-/* ---- JSON out (Python json.dumps, ensure_ascii=False) ------------------ */
+/* ---- JSON out (Python json.dumps) ----------------------------------------- */
 
-static void json_string(jarena *a, jfail *f, jbuf *b, const char *s, size_t n) {
+static void json_string(jarena *a, jfail *f, jbuf *b, const char *s, size_t n, bool ensure_ascii) {
     jb_putc(a, f, b, '"');
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
-        char esc[8];
+        char esc[16];
+        if (c >= 0x80 && ensure_ascii) { /* \uXXXX, astral code points as surrogate pairs */
+            int32_t cp;
+            i += utf8_decode(s, n, i, &cp);
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+            } else {
+                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)cp);
+            }
+            jb_puts(a, f, b, esc);
+            continue;
+        }
+        i++;
         switch (c) {
         case '"': jb_puts(a, f, b, "\\\""); break;
         case '\\': jb_puts(a, f, b, "\\\\"); break;
@@ -391,7 +404,7 @@ static void json_string(jarena *a, jfail *f, jbuf *b, const char *s, size_t n) {
         case '\b': jb_puts(a, f, b, "\\b"); break;
         case '\f': jb_puts(a, f, b, "\\f"); break;
         default:
-            if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); jb_puts(a, f, b, esc); }
+            if (c < 0x20 || (c == 0x7f && ensure_ascii)) { snprintf(esc, sizeof esc, "\\u%04x", c); jb_puts(a, f, b, esc); }
             else jb_putc(a, f, b, (char)c);
         }
     }
@@ -411,8 +424,7 @@ static int cmp_str_keys(const void *x, const void *y) {
     return a->u.s.n < b->u.s.n ? -1 : a->u.s.n > b->u.s.n;
 }
 
-static bool tojson_rec(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort_keys,
-                       int level, const char **bad) {
+static bool tojson_rec(jarena *a, jfail *f, jbuf *b, jv x, const jjson_opts *o, int level, const char **bad) {
     char num[48];
     if (level > 200) { *bad = "nesting deeper than 200"; return false; }
     switch (x.t) {
@@ -424,17 +436,17 @@ static bool tojson_rec(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort
         else if (isinf(x.u.f)) jb_puts(a, f, b, x.u.f < 0 ? "-Infinity" : "Infinity");
         else { py_float_repr(x.u.f, num, sizeof num); jb_puts(a, f, b, num); }
         return true;
-    case JV_STR: json_string(a, f, b, x.u.s.p, x.u.s.n); return true;
+    case JV_STR: json_string(a, f, b, x.u.s.p, x.u.s.n, o->ensure_ascii); return true;
     case JV_LIST: {
         jlist *l = x.u.l;
         if (l->n == 0) { jb_puts(a, f, b, "[]"); return true; }
         jb_putc(a, f, b, '[');
         for (size_t i = 0; i < l->n; i++) {
-            if (i) jb_puts(a, f, b, indent >= 0 ? "," : ", ");
-            if (indent >= 0) json_newline(a, f, b, indent, level + 1);
-            if (!tojson_rec(a, f, b, l->v[i], indent, sort_keys, level + 1, bad)) return false;
+            if (i) jb_puts(a, f, b, o->item_sep);
+            if (o->indent >= 0) json_newline(a, f, b, o->indent, level + 1);
+            if (!tojson_rec(a, f, b, l->v[i], o, level + 1, bad)) return false;
         }
-        if (indent >= 0) json_newline(a, f, b, indent, level);
+        if (o->indent >= 0) json_newline(a, f, b, o->indent, level);
         jb_putc(a, f, b, ']');
         return true;
     }
@@ -443,22 +455,21 @@ static bool tojson_rec(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort
         if (d->n == 0) { jb_puts(a, f, b, "{}"); return true; }
         /* order: insertion, or sorted (string keys only) */
         const jv **keys = ja_alloc(a, f, d->n * sizeof *keys);
-        size_t *idx = ja_alloc(a, f, d->n * sizeof *idx);
         for (size_t i = 0; i < d->n; i++) {
             if (d->k[i].t != JV_STR) { *bad = "dict with non-string key"; return false; }
             keys[i] = &d->k[i];
         }
-        if (sort_keys) qsort(keys, d->n, sizeof *keys, cmp_str_keys);
-        for (size_t i = 0; i < d->n; i++) idx[i] = (size_t)(keys[i] - d->k);
+        if (o->sort_keys) qsort(keys, d->n, sizeof *keys, cmp_str_keys);
         jb_putc(a, f, b, '{');
         for (size_t i = 0; i < d->n; i++) {
-            if (i) jb_puts(a, f, b, indent >= 0 ? "," : ", ");
-            if (indent >= 0) json_newline(a, f, b, indent, level + 1);
-            json_string(a, f, b, d->k[idx[i]].u.s.p, d->k[idx[i]].u.s.n);
-            jb_puts(a, f, b, ": ");
-            if (!tojson_rec(a, f, b, d->v[idx[i]], indent, sort_keys, level + 1, bad)) return false;
+            size_t k = (size_t)(keys[i] - d->k);
+            if (i) jb_puts(a, f, b, o->item_sep);
+            if (o->indent >= 0) json_newline(a, f, b, o->indent, level + 1);
+            json_string(a, f, b, d->k[k].u.s.p, d->k[k].u.s.n, o->ensure_ascii);
+            jb_puts(a, f, b, o->key_sep);
+            if (!tojson_rec(a, f, b, d->v[k], o, level + 1, bad)) return false;
         }
-        if (indent >= 0) json_newline(a, f, b, indent, level);
+        if (o->indent >= 0) json_newline(a, f, b, o->indent, level);
         jb_putc(a, f, b, '}');
         return true;
     }
@@ -468,9 +479,8 @@ static bool tojson_rec(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort
     }
 }
 
-bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, int indent, bool sort_keys,
-                    const char **bad) {
-    return tojson_rec(a, f, b, x, indent, sort_keys, 0, bad);
+bool jv_tojson_into(jarena *a, jfail *f, jbuf *b, jv x, const jjson_opts *o, const char **bad) {
+    return tojson_rec(a, f, b, x, o, 0, bad);
 }
 
 /* ---- JSON in (through cJSON) ------------------------------------------ */

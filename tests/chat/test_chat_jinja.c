@@ -153,6 +153,11 @@ static const ok_case OK_CASES[] = {
      "{% for i in [] %}{% else %}{% set x = 3 %}{{ x }}{% endfor %}{{ x }}",
      NULL,
      "21|E|31"},
+    /* loop.cycle; tojson's ensure_ascii / separators / sort_keys */
+    {"{% for i in range(3) %}{{ loop.cycle('a', 'b') }}{% endfor %}|"
+     "{{ {'z': '\xc3\xa9\xf0\x9f\xa6\x99\x7f', 'a': [1, 2]} | tojson(ensure_ascii=true, separators=(',', ':'), sort_keys=true) }}",
+     NULL,
+     "aba|{\"a\":[1,2],\"z\":\"\\u00e9\\ud83e\\udd99\\u007f\"}"},
 };
 
 typedef struct err_case {
