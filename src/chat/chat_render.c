@@ -1,8 +1,10 @@
 /* chat_render.c — walks a parsed template and produces the prompt text.
  *
  * Semantics follow Jinja2 3.1 as HF runs it (ImmutableSandboxedEnvironment,
- * default Undefined): scopes (a for-loop iteration and a macro call each get
- * their own, `set` writes to the innermost one, `if` makes none), Python
+ * default Undefined): scopes (a for-loop iteration, a for-else branch, a
+ * block-set body and a macro call each get their own, `set` writes to the
+ * innermost one, `if` makes none; a macro sees the scope it was defined in
+ * plus its arguments), Python
  * operators, `a.b` trying the attribute (method) before the item and `a[b]`
  * the item before the attribute, undefined values that render as "" and only
  * fail when used, the builtin filters/tests the templates use, Python string
