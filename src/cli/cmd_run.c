@@ -125,16 +125,9 @@ static okv_sampler_params sampling_params(const okv_program *p, const run_args *
 }
 
 /* The tokenizer bundled in the program, or --tokenizer. */
-static okv_status load_tokenizer(const okv_program *p, const char *override, okv_tok **tok, okv_error *err) {
+static okv_status load_tokenizer(const okv_program *p, const char *name, const char *override, okv_tok **tok, okv_error *err) {
     if (override) return okv_tok_load_file(override, tok, err);
-    size_t len;
-    const char *json = okv_program_blob(p, "tokenizer.json", &len);
-    if (!json) {
-        err->status = OKV_ERR_NOT_FOUND;
-        snprintf(err->message, sizeof err->message, "the program has no bundled tokenizer: pass --tokenizer tokenizer.json");
-        return err->status;
-    }
-    return okv_tok_load_json(json, len, tok, err);
+    return okv_cli_tokenizer_from_program(p, name, tok, err);
 }
 
 static char *blob_string(const okv_program *p, const char *name) {
@@ -176,7 +169,7 @@ int okv_cli_run(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n = 0;
     bool templated = false;
-    okv_status st = load_tokenizer(s.program, a.tokenizer, &tok, &err);
+    okv_status st = load_tokenizer(s.program, a.program, a.tokenizer, &tok, &err);
     if (!st) {
         okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id};
         st = okv_gen_prompt(tok, &pa, &ids, &n, &templated, &err);

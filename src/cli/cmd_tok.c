@@ -14,6 +14,7 @@
  * ones. Any error (bad option, bad line, id out of range) stops with a
  * message on stderr and exit code 1. Uses only the public tokenizer API. */
 #include "cmd_tok.h"
+#include "offkv.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,15 +74,32 @@ static int tok_cli_parse(int argc, char **argv, tok_cli_opts *o) {
     return 0;
 }
 
+okv_status okv_cli_tokenizer_from_program(const okv_program *p, const char *name, okv_tok **out, okv_error *err) {
+    size_t len;
+    const char *json = okv_program_blob(p, "tokenizer.json", &len);
+    if (!json) {
+        err->status = OKV_ERR_NOT_FOUND;
+        snprintf(err->message, sizeof err->message,
+                 "%s has no bundled tokenizer (its checkpoint had no tokenizer.json): pass --tokenizer tokenizer.json", name);
+        return err->status;
+    }
+    return okv_tok_load_json(json, len, out, err);
+}
+
 okv_status okv_cli_open_tokenizer(const okv_cli_tok_source *src, okv_tok **out, okv_error *err) {
     *out = NULL;
     if (src->tokenizer_json) return okv_tok_load_file(src->tokenizer_json, out, err);
-    /* Seam: program files will carry their tokenizer; read it from there. */
-    err->status = OKV_ERR_UNSUPPORTED;
-    snprintf(err->message, sizeof err->message,
-             "%s: reading the tokenizer bundled in a program file is not supported yet; pass --tokenizer tokenizer.json",
-             src->program ? src->program : "(none)");
-    return OKV_ERR_UNSUPPORTED;
+    if (!src->program) {
+        err->status = OKV_ERR_INVALID;
+        snprintf(err->message, sizeof err->message, "give a program file or --tokenizer tokenizer.json");
+        return err->status;
+    }
+    okv_program *p;
+    okv_status st = okv_program_open(src->program, &p, err);
+    if (st) return st;
+    st = okv_cli_tokenizer_from_program(p, src->program, out, err);
+    okv_program_free(p);
+    return st;
 }
 
 /* Writes s[0..n) as a JSON string (UTF-8 kept, controls escaped; NUL too). */

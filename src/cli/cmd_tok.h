@@ -2,6 +2,7 @@
 #ifndef OKV_CMD_TOK_H
 #define OKV_CMD_TOK_H
 
+#include "offkv.h"
 #include "offkv_tok.h"
 
 /* argv[0] is the subcommand name. Return the process exit code (0 ok,
@@ -19,5 +20,7 @@ typedef struct okv_cli_tok_source {
 /* Loads the tokenizer named by src. The one place to extend when program
  * files carry their tokenizer. */
 okv_status okv_cli_open_tokenizer(const okv_cli_tok_source *src, okv_tok **out, okv_error *err);
+/* The tokenizer bundled in an open program (name is used in messages). */
+okv_status okv_cli_tokenizer_from_program(const okv_program *p, const char *name, okv_tok **out, okv_error *err);
 
 #endif
