@@ -154,7 +154,7 @@ static void test_errors(void) {
     EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "--tokenizer", T, "--text");                 /* missing value */
     EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "--tokenizer", T, "--jsonl", bad);            /* line 2 bad */
     EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "--tokenizer", "/nonexistent.json", "--text", "x");
-    EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "model.okv", "--text", "x");                  /* not yet */
+    EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "model.okv", "--text", "x");                  /* no such program */
     EXPECT_EXIT1(okv_cli_tokenize, &out, "tokenize", "--tokenizer", T, "--text", "\xff");         /* invalid UTF-8 */
     EXPECT_EXIT1(okv_cli_detokenize, &out, "detokenize", "--tokenizer", T, "--ids", "1 x");
     EXPECT_EXIT1(okv_cli_detokenize, &out, "detokenize", "--tokenizer", T, "--ids", "999999999");
@@ -162,11 +162,11 @@ static void test_errors(void) {
     EXPECT_EXIT1(okv_cli_detokenize, &out, "detokenize", "--tokenizer", T, "--jsonl", bad);        /* no "ids" */
     EXPECT_EXIT1(okv_cli_detokenize, &out, "detokenize", "--tokenizer", T, "--ids", "1", "--json");
     unlink(bad);
-    /* the seam reports what is missing */
+    /* a program that cannot be opened is reported by name */
     okv_cli_tok_source src = {NULL, "model.okv"};
     okv_tok *tok = NULL;
     okv_error err = {0};
-    CHECK(okv_cli_open_tokenizer(&src, &tok, &err) == OKV_ERR_UNSUPPORTED && tok == NULL);
+    CHECK(okv_cli_open_tokenizer(&src, &tok, &err) == OKV_ERR_IO && tok == NULL);
     CHECK(strstr(err.message, "model.okv") != NULL);
 }
 
