@@ -84,18 +84,42 @@ static okv_status bind_sources(export_job *j, okv_error *err) {
     return OKV_OK;
 }
 
+/* Group key of an unused tensor: decoder tensors by name with the layer
+ * number replaced by N ("layers.N.self_attn.k_proj.weight"), others by
+ * their first path component ("vision_tower.*"). */
+static void unused_group(const char *name, const char *prefix, char *key, size_t n) {
+    size_t pl = strlen(prefix);
+    if (!strncmp(name, prefix, pl) && !strncmp(name + pl, "layers.", 7)) {
+        const char *rest = name + pl + 7;
+        while (*rest >= '0' && *rest <= '9') rest++;
+        snprintf(key, n, "layers.N%s", rest);
+    } else {
+        const char *dot = strchr(name, '.');
+        snprintf(key, n, "%.*s.*", dot ? (int)(dot - name) : (int)strlen(name), name);
+    }
+}
+
 /* Checkpoint tensors the graph does not use (vision towers, k/v of shared
- * layers) are skipped; say so once. */
+ * layers) are skipped; say which, grouped. */
 static void report_unused(const export_job *j) {
-    int unused = 0;
-    const char *example = NULL;
+    char keys[8][160], line[900] = "";
+    int counts[8] = {0}, n_keys = 0, unused = 0;
     for (int i = 0; i < okv_st_count(j->st); i++) {
         const okv_st_tensor *t = okv_st_get(j->st, i);
         bool used = false;
         for (int k = 0; k < j->hg.n_tensors && !used; k++) used = j->src[k] == t;
-        if (!used) { unused++; if (!example) example = t->name; }
+        if (used) continue;
+        unused++;
+        char key[160];
+        unused_group(t->name, j->model.prefix, key, sizeof key);
+        int g = 0;
+        while (g < n_keys && strcmp(keys[g], key)) g++;
+        if (g == n_keys && n_keys < 8) memcpy(keys[n_keys++], key, sizeof key);
+        if (g < 8) counts[g]++;
     }
-    if (unused) notice(j, "skipped %d checkpoint tensors the text decoder does not use (e.g. %s)", unused, example);
+    for (int g = 0; g < n_keys; g++)
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s (%d)", g ? ", " : "", keys[g], counts[g]);
+    if (unused) notice(j, "skipped %d checkpoint tensors the text decoder does not use: %s", unused, line);
 }
 
 static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {

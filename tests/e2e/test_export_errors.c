@@ -131,7 +131,60 @@ static void test_corrupt_program(void) {
     free(path);
 }
 
+static void collect_notice(void *ctx, const char *msg) {
+    char *buf = ctx;
+    strncat(buf, msg, 4000 - strlen(buf));
+    strncat(buf, "\n", 4000 - strlen(buf));
+}
+
+/* Multimodal checkpoints: vision towers and the unused k/v of KV-shared
+ * layers are skipped with a notice and not exported. */
+static void test_skipped_tensors(const char *fixture, const char *needle, const char *absent) {
+    char notes[4096] = "";
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.notice = collect_notice;
+    o.notice_ctx = notes;
+    char dir[256], *out = e2e_path("skip.okv");
+    snprintf(dir, sizeof dir, FIXTURES "%s", fixture);
+    okv_error err = {0};
+    CHECK_OK(okv_export(dir, out, &o, &err), &err);
+    CHECKF(strstr(notes, "skipped") && strstr(notes, needle), "%s notices: %s", fixture, notes);
+    okv_program *p = NULL;
+    CHECK_OK(okv_program_open(out, &p, &err), &err);
+    char *json = NULL;
+    if (p) CHECK_OK(okv_program_describe(p, true, &json, &err), &err);
+    CHECKF(json && !strstr(json, absent), "%s: program still holds %s", fixture, absent);
+    free(json);
+    okv_program_free(p);
+    unlink(out);
+    free(out);
+}
+
+/* A runner refuses caches built for another layout. */
+static void test_bind_mismatch(void) {
+    char *a = e2e_export(FIXTURES "llama32-tiny", "bind-a.okv", OKV_F32, 0);
+    char *b = e2e_export(FIXTURES "gemma3-tiny", "bind-b.okv", OKV_F32, 0);
+    okv_program *pa = NULL, *pb = NULL;
+    okv_runner *r = NULL;
+    okv_error err = {0};
+    if (a && b && !okv_program_open(a, &pa, &err) && !okv_program_open(b, &pb, &err)) {
+        CHECK_OK(okv_cache_install("bind", pb, NULL, &err), &err);
+        CHECK(okv_runner_create(pa, "bind", NULL, &r, &err) == OKV_ERR_INVALID && r == NULL);
+        CHECKF(strstr(err.message, "different layout") != NULL, "%s", err.message);
+        CHECK(okv_runner_create(pa, "no-such-key", NULL, &r, &err) == OKV_ERR_NOT_FOUND);
+        okv_cache_remove("bind", &err);
+    }
+    okv_program_free(pa);
+    okv_program_free(pb);
+    free(a);
+    free(b);
+}
+
 int main(void) {
+    test_skipped_tensors("gemma3-mm-tiny", "vision_tower", "vision_tower");
+    test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
+    test_bind_mismatch();
     test_config_refusals();
     test_chunk_bounds();
     test_corrupt_program();
