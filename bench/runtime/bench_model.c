@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "offkv.h"
 
 static double now(void) {
@@ -54,27 +56,26 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Bytes one decode step reads from weights: every tensor except the
- * embedding tables (one row each) and bundled blobs. */
+/* Bytes one decode step reads from weights: every weight tensor, except
+ * embedding tables that only serve lookups (one row per token): the token
+ * embedding counts when it doubles as the (tied) LM head. */
 static double decode_weight_bytes(const okv_program *p) {
     char *json;
     okv_error err;
     if (okv_program_describe(p, true, &json, &err)) return 0;
-    double total = 0;
-    const char *at = json;
-    while ((at = strstr(at, "\"name\":"))) {
-        char name[256] = "";
-        sscanf(at, "\"name\":\t\"%255[^\"]", name);
-        if (!name[0]) sscanf(at, "\"name\": \"%255[^\"]", name);
-        const char *nb = strstr(at, "\"nbytes\":");
-        if (!nb) break;
-        double bytes = atof(nb + 9);
-        bool embed_only = strstr(name, "embed_tokens") && !strstr(name, "lm_head");
-        bool blob = strstr(name, ".json") || strstr(name, ".jinja");
-        if (!blob && !embed_only) total += bytes;
-        at = nb;
-    }
+    cJSON *doc = cJSON_Parse(json);
     free(json);
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(doc, "config");
+    bool tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+    double total = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(doc, "tensors")) {
+        const char *name = cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring;
+        const char *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype")->valuestring;
+        bool lookup_only = !strcmp(name, "embed_tokens_per_layer.weight") || (!strcmp(name, "embed_tokens.weight") && !tied);
+        if (strcmp(dtype, "u8") && !lookup_only) total += cJSON_GetObjectItemCaseSensitive(t, "nbytes")->valuedouble;
+    }
+    cJSON_Delete(doc);
     return total;
 }
 
