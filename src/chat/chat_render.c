@@ -23,6 +23,7 @@
 typedef struct jscope {
     struct jscope *parent;
     jdict *vars;
+    bool captured; /* a macro closes over it, so it must outlive its use */
 } jscope;
 
 typedef struct rctx {
@@ -1281,9 +1282,11 @@ static jv call_method(rctx *c, const jnode *n, const jfunc *fn, const jargs *a) 
     jv self = fn->self;
     const char *m = fn->name;
     if (self.t == JV_STR) return call_str_method(c, n, self, m, a);
-    if (self.t == JV_INT && !strcmp(m, "cycle")) { /* loop.cycle(a, b, ...): self is loop.index0 */
+    if (self.t == JV_NS && !strcmp(m, "cycle")) { /* loop.cycle(a, b, ...) */
+        jv index0;
         if (a->npos < 1 || a->nk) fail(c, n, "loop.cycle() needs at least one positional argument");
-        return a->pos[self.u.i % a->npos];
+        if (!jdict_get_str(self.u.d, "index0", &index0) || index0.t != JV_INT) fail(c, n, "loop.cycle() outside a loop");
+        return a->pos[index0.u.i % a->npos];
     }
     jv s[2];
     if (self.t == JV_DICT) {
@@ -1535,14 +1538,43 @@ static void bind_targets(rctx *c, const jnode *n, jv v) {
     for (int i = 0; i < n->ntargets; i++) scope_set(c, n->targets[i], items->v[i]);
 }
 
+/* The scope for the next iteration (or filter test) of a loop: the previous
+ * one emptied for reuse, unless a macro defined in it still refers to it.
+ * Reuse keeps long loops (Gemma-4's backward scans are quadratic in the
+ * number of messages) from growing the render arena per iteration. */
+static jscope *iteration_scope(rctx *c, jscope *prev, jscope *outer) {
+    if (prev && !prev->captured) {
+        prev->vars->n = 0;
+        return prev;
+    }
+    return scope_push(c, outer);
+}
+
+/* Updates the loop object in place: Jinja's `loop` is one object per for
+ * statement that advances, and updating existing keys allocates nothing. */
+static void loop_advance(rctx *c, jdict *loop, const jlist *items, size_t i) {
+    size_t len = items->n;
+    jdict_set(c->a, c->f, loop, jv_str("index", 5), jv_int((int64_t)i + 1));
+    jdict_set(c->a, c->f, loop, jv_str("index0", 6), jv_int((int64_t)i));
+    jdict_set(c->a, c->f, loop, jv_str("revindex", 8), jv_int((int64_t)(len - i)));
+    jdict_set(c->a, c->f, loop, jv_str("revindex0", 9), jv_int((int64_t)(len - i - 1)));
+    jdict_set(c->a, c->f, loop, jv_str("first", 5), jv_bool(i == 0));
+    jdict_set(c->a, c->f, loop, jv_str("last", 4), jv_bool(i + 1 == len));
+    jdict_set(c->a, c->f, loop, jv_str("length", 6), jv_int((int64_t)len));
+    jdict_set(c->a, c->f, loop, jv_str("depth", 5), jv_int(1));
+    jdict_set(c->a, c->f, loop, jv_str("depth0", 6), jv_int(0));
+    jdict_set(c->a, c->f, loop, jv_str("previtem", 8), i > 0 ? items->v[i - 1] : jv_undef("there is no previous item"));
+    jdict_set(c->a, c->f, loop, jv_str("nextitem", 8), i + 1 < len ? items->v[i + 1] : jv_undef("there is no next item"));
+}
+
 static void render_for(rctx *c, const jnode *n) {
     jv seq = eval(c, n->a);
     jlist *items = iter_items(c, n, seq);
-    jscope *outer = c->scope;
+    jscope *outer = c->scope, *it = NULL;
     if (n->c) { /* loop filter: `for x in xs if cond` */
         jlist *kept = jlist_new(c->a, c->f);
         for (size_t i = 0; i < items->n; i++) {
-            c->scope = scope_push(c, outer);
+            c->scope = it = iteration_scope(c, it, outer);
             bind_targets(c, n, items->v[i]);
             bool keep = jv_truthy(eval(c, n->c));
             c->scope = outer;
@@ -1551,27 +1583,17 @@ static void render_for(rctx *c, const jnode *n) {
         items = kept;
     }
     size_t len = items->n;
+    jdict *loop = jdict_new(c->a, c->f);
+    jv lv = jv_dict(loop);
+    lv.t = JV_NS; /* attribute access reads its fields; it is no mapping */
+    jdict_set(c->a, c->f, loop, jv_str("cycle", 5), bound_method(c, lv, "cycle"));
     /* Jinja marks the loop as having iterated only when a body run reaches
      * its end, so a body that always `continue`s or `break`s still gets the
      * else branch. */
     bool iterated = false;
     for (size_t i = 0; i < len; i++) {
-        c->scope = scope_push(c, outer);
-        jdict *loop = jdict_new(c->a, c->f);
-        jdict_set(c->a, c->f, loop, jv_str("index", 5), jv_int((int64_t)i + 1));
-        jdict_set(c->a, c->f, loop, jv_str("index0", 6), jv_int((int64_t)i));
-        jdict_set(c->a, c->f, loop, jv_str("revindex", 8), jv_int((int64_t)(len - i)));
-        jdict_set(c->a, c->f, loop, jv_str("revindex0", 9), jv_int((int64_t)(len - i - 1)));
-        jdict_set(c->a, c->f, loop, jv_str("first", 5), jv_bool(i == 0));
-        jdict_set(c->a, c->f, loop, jv_str("last", 4), jv_bool(i + 1 == len));
-        jdict_set(c->a, c->f, loop, jv_str("length", 6), jv_int((int64_t)len));
-        jdict_set(c->a, c->f, loop, jv_str("depth", 5), jv_int(1));
-        jdict_set(c->a, c->f, loop, jv_str("depth0", 6), jv_int(0));
-        jdict_set(c->a, c->f, loop, jv_str("previtem", 8), i > 0 ? items->v[i - 1] : jv_undef("there is no previous item"));
-        jdict_set(c->a, c->f, loop, jv_str("nextitem", 8), i + 1 < len ? items->v[i + 1] : jv_undef("there is no next item"));
-        jdict_set(c->a, c->f, loop, jv_str("cycle", 5), bound_method(c, jv_int((int64_t)i), "cycle"));
-        jv lv = jv_dict(loop);
-        lv.t = JV_NS; /* attribute access reads its fields; it is no mapping */
+        c->scope = it = iteration_scope(c, it, outer);
+        loop_advance(c, loop, items, i);
         scope_set(c, "loop", lv);
         bind_targets(c, n, items->v[i]);
         render_body(c, &n->body);
@@ -1602,7 +1624,7 @@ static void render_stmt(rctx *c, const jnode *n) {
         if (n->attr) {
             jv ns = lookup(c, n->targets[0]);
             if (ns.t != JV_NS) fail(c, n, "cannot assign attribute '%s' on non-namespace object '%s'", n->attr, n->targets[0]);
-            jdict_set(c->a, c->f, ns.u.d, jv_cstr(c->a, c->f, n->attr), v);
+            jdict_set(c->a, c->f, ns.u.d, jv_str(n->attr, strlen(n->attr)), v); /* key lives in the template */
             return;
         }
         bind_targets(c, n, v);
@@ -1627,6 +1649,7 @@ static void render_stmt(rctx *c, const jnode *n) {
         fn->name = n->name;
         fn->macro = n;
         fn->closure = c->scope;
+        c->scope->captured = true;
         jv v;
         v.t = JV_FUNC;
         v.u.fn = fn;
@@ -1655,7 +1678,7 @@ const char *jinja_render(jarena *a, jfail *f, const jnodes *body, jdict *context
     jbuf out = {0};
     jb_put(a, f, &out, "", 0);
     c.out = &out;
-    jscope root = {NULL, context};
+    jscope root = {NULL, context, false};
     c.scope = &root;
     render_body(&c, body);
     *len = out.n;

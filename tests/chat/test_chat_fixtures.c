@@ -91,7 +91,52 @@ static void run_file(const okv_chat_template *t, const okv_chat_config *cfg, con
     fclose(fp);
 }
 
+static int count_of(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* A long conversation through Gemma-4's template, whose backward scans make
+ * the work quadratic in the number of messages: it must render (within the
+ * render memory limit), one turn per message plus the generation prompt. */
+static void test_long_conversation(void) {
+    char *src = NULL;
+    okv_error err = {0};
+    okv_chat_template *t = NULL;
+    CHECK_OK(okv_read_file(FIX "chat_templates/gemma4-31b-it/template.jinja", &src, NULL, &err), &err);
+    if (src) CHECK_OK(okv_chat_template_parse(src, &t, &err), &err);
+    free(src);
+    if (!t) return;
+    enum { TURNS = 300 };
+    size_t cap = TURNS * 96 + 16, n = 0;
+    char *msgs = malloc(cap);
+    n += (size_t)snprintf(msgs + n, cap - n, "[");
+    for (int i = 0; i < TURNS; i++)
+        n += (size_t)snprintf(msgs + n, cap - n, "%s{\"role\": \"user\", \"content\": \"q%d\"}, "
+                              "{\"role\": \"assistant\", \"content\": \"a%d\"}", i ? ", " : "", i, i);
+    snprintf(msgs + n, cap - n, "]");
+    okv_chat_args args = {0};
+    args.messages_json = msgs;
+    args.add_generation_prompt = true;
+    args.bos_token = "<bos>";
+    char *out = NULL;
+    CHECK_OK(okv_chat_render(t, &args, &out, NULL, &err), &err);
+    if (out) {
+        const char *head = "<bos><|turn>user\nq0<turn|>\n<|turn>model\na0<turn|>\n";
+        CHECK(!strncmp(out, head, strlen(head)));
+        CHECKF(count_of(out, "<|turn>user\n") == TURNS, "%d user turns", count_of(out, "<|turn>user\n"));
+        CHECKF(count_of(out, "<|turn>model\n") == TURNS + 1, "%d model turns", count_of(out, "<|turn>model\n"));
+        const char *tail = "<|turn>model\n<|channel>thought\n<channel|>";
+        CHECK(strlen(out) > strlen(tail) && !strcmp(out + strlen(out) - strlen(tail), tail));
+    }
+    free(out);
+    free(msgs);
+    okv_chat_template_free(t);
+}
+
 int main(void) {
+    test_long_conversation();
     int total = 0, total_err = 0;
     for (size_t i = 0; i < sizeof SUITES / sizeof *SUITES; i++) {
         const suite *s = &SUITES[i];
