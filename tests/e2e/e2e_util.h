@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "offkv.h"
@@ -156,6 +157,57 @@ static inline double e2e_min_cosine(const float *a, const float *b, int rows, in
         if (!(c >= worst)) worst = c;
     }
     return worst;
+}
+
+/* Makes <tmp>/<name>/ with the fixture's safetensors symlinked and its
+ * config.json text passed through edit(from -> to). Returns the dir. */
+static inline char *edited_checkpoint(const char *fixture, const char *name, const char *from, const char *to) {
+    char src[512], *dir = e2e_path(name), path[640];
+    mkdir(dir, 0755);
+    snprintf(src, sizeof src, "%s/" FIXTURES "%s/model.safetensors", getcwd(path, sizeof path), fixture);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (symlink(src, path) != 0) perror("symlink");
+    snprintf(src, sizeof src, FIXTURES "%s/config.json", fixture);
+    char *text;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(src, &text, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
+    char *at = strstr(text, from);
+    CHECKF(at != NULL, "%s: '%s' not in config", fixture, from);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (at) {
+        fwrite(text, 1, (size_t)(at - text), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+    }
+    fclose(f);
+    free(text);
+    return dir;
+}
+
+
+/* Like edited_checkpoint, but applies a JSON object patch to config.json:
+ * each key of patch replaces (or adds) the top-level key; null deletes it. */
+static inline char *patched_checkpoint(const char *fixture, const char *name, const char *patch) {
+    char *dir = edited_checkpoint(fixture, name, "{", "{");
+    char path[640];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *cfg, *p = cJSON_Parse(patch), *e;
+    okv_error err;
+    if (okv_json_load(path, &cfg, &err) || !p) { fprintf(stderr, "patch %s: bad config or patch\n", name); exit(1); }
+    cJSON_ArrayForEach(e, p) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cfg, e->string);
+        if (!cJSON_IsNull(e)) cJSON_AddItemToObject(cfg, e->string, cJSON_Duplicate(e, true));
+    }
+    char *text = cJSON_Print(cfg);
+    FILE *f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    cJSON_Delete(cfg);
+    cJSON_Delete(p);
+    return dir;
 }
 
 #endif

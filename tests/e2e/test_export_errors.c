@@ -2,36 +2,7 @@
  * leaves no output file behind; the program loader rejects truncated and
  * corrupted files with a precise error instead of crashing. Checkpoints are
  * the fixtures with an edited config.json (weights symlinked). */
-#include <sys/stat.h>
-
 #include "e2e_util.h"
-
-/* Makes <tmp>/<name>/ with the fixture's safetensors symlinked and its
- * config.json text passed through edit(from -> to). Returns the dir. */
-static char *edited_checkpoint(const char *fixture, const char *name, const char *from, const char *to) {
-    char src[512], *dir = e2e_path(name), path[640];
-    mkdir(dir, 0755);
-    snprintf(src, sizeof src, "%s/" FIXTURES "%s/model.safetensors", getcwd(path, sizeof path), fixture);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (symlink(src, path) != 0) perror("symlink");
-    snprintf(src, sizeof src, FIXTURES "%s/config.json", fixture);
-    char *text;
-    size_t len;
-    okv_error err;
-    if (okv_read_file(src, &text, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
-    char *at = strstr(text, from);
-    CHECKF(at != NULL, "%s: '%s' not in config", fixture, from);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (at) {
-        fwrite(text, 1, (size_t)(at - text), f);
-        fputs(to, f);
-        fputs(at + strlen(from), f);
-    }
-    fclose(f);
-    free(text);
-    return dir;
-}
 
 /* Export of dir must fail with status st and a message containing needle,
  * and leave no file at the output path. */

@@ -32,6 +32,8 @@ static const variant VARIANTS[] = {
     {"gemma3-w5", OKV_MK_GEMMA3, 64, 4, 2, 32, true, OKV_MK_ROPE_NONE, 5},
     {"gemma3-w11-mqa", OKV_MK_GEMMA3, 64, 4, 1, 16, true, OKV_MK_ROPE_LINEAR, 11},
     {"gemma3-w64", OKV_MK_GEMMA3, 64, 4, 2, 16, true, OKV_MK_ROPE_NONE, 64},
+    {"qwen3-sliding-w6", OKV_MK_QWEN3, 64, 4, 2, 16, true, OKV_MK_ROPE_NONE, 6},
+    {"qwen2-sliding-w9", OKV_MK_QWEN2, 64, 4, 2, 16, true, OKV_MK_ROPE_NONE, 9},
 };
 
 static char *make_checkpoint(const variant *v) {
