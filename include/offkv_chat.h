@@ -20,7 +20,9 @@ extern "C" {
 
 typedef struct okv_chat_template okv_chat_template;
 
-/* Parses a Jinja template (NUL-terminated source). A parsed template is
+/* Parses a Jinja template (NUL-terminated source). A malformed or
+ * unsupported construct is OKV_ERR_FORMAT with its line:column. A parsed
+ * template is
  * never modified by rendering, so one template may be rendered from several
  * threads at once. */
 okv_status okv_chat_template_parse(const char *src, okv_chat_template **out, okv_error *err);
@@ -42,8 +44,12 @@ typedef struct okv_chat_args {
 } okv_chat_args;
 
 /* Renders the template; *out is a NUL-terminated heap string (free() it),
- * *len its length (len may be NULL). A template's raise_exception(msg) makes
- * this fail with msg in err->message. */
+ * *len its length (len may be NULL). JSON inputs read as Python's json.loads
+ * reads them (1 is an int, 1.0 a float, object keys keep their order).
+ * Failures: OKV_ERR_INVALID for bad JSON inputs and for render-time errors
+ * (using an undefined value, type errors, a template's raise_exception(msg),
+ * whose msg is in err->message), each naming its template line:column;
+ * OKV_ERR_NOMEM when a render needs more than 256 MiB. */
 okv_status okv_chat_render(const okv_chat_template *tmpl, const okv_chat_args *args,
                            char **out, size_t *len, okv_error *err);
 
