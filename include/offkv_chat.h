@@ -22,9 +22,8 @@ typedef struct okv_chat_template okv_chat_template;
 
 /* Parses a Jinja template (NUL-terminated source). A malformed or
  * unsupported construct is OKV_ERR_FORMAT with its line:column. A parsed
- * template is
- * never modified by rendering, so one template may be rendered from several
- * threads at once. */
+ * template is never modified by rendering, so one template may be rendered
+ * from several threads at once. */
 okv_status okv_chat_template_parse(const char *src, okv_chat_template **out, okv_error *err);
 void okv_chat_template_free(okv_chat_template *tmpl);
 
