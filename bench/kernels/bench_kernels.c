@@ -280,6 +280,15 @@ int main(int argc, char **argv) {
     }
 
     if (SECTION("attn")) {
+        printf("\nattention decode, 32768 keys (cache larger than L3), 32/8 heads x 64\n");
+        printf("%-5s %-6s %3s %9s %9s\n", "kv", "isa", "thr", "us", "KV GB/s");
+        for (int d = 0; d < 3; d++)
+            for (int t = 0; t < 2; t++) {
+                double sec = time_attend(tabs[n_tabs - 1], tps[t], 32, 8, 64, dts[d], 32768, 1, 5);
+                double bytes = 2.0 * 32768 * 8 * 64 * okv_dtype_size(dts[d]);
+                printf("%-5s %-6s %3d %9.1f %9.1f\n", okv_dtype_name(dts[d]), tabs[n_tabs - 1]->name, t + 1,
+                       sec * 1e6, bytes / sec / 1e9);
+            }
         printf("\nattention prefill chunk, T=128 queries at the end of 4096 keys, 32/8 heads x 64\n");
         printf("%-5s %-6s %3s %9s %9s\n", "kv", "isa", "thr", "ms", "GFLOP/s");
         for (int d = 0; d < 3; d++)
