@@ -637,6 +637,140 @@ static bool compare_values(rctx *c, const jnode *n, int op, jv a, jv b) {
     }
 }
 
+/* Appends s padded to `width` code points (left-justified with '-'). */
+static void put_padded(rctx *c, jbuf *b, jv s, int width, bool left) {
+    int64_t pad = (int64_t)width - (int64_t)utf8_count(s.u.s.p, s.u.s.n);
+    if (!left) for (int64_t i = 0; i < pad; i++) jb_putc(c->a, c->f, b, ' ');
+    jb_put(c->a, c->f, b, s.u.s.p, s.u.s.n);
+    if (left) for (int64_t i = 0; i < pad; i++) jb_putc(c->a, c->f, b, ' ');
+}
+
+/* Python's printf-style `fmt % args`: args is a tuple (positional), a dict
+ * (for %(key)s) or one value. Conversions s r d i u o x X e E f F g G c %. */
+static jv percent_format(rctx *c, const jnode *n, jv fmt, jv args) {
+    jv one[1] = {args};
+    const jv *pos = one;
+    size_t npos = 1, next = 0;
+    bool mapping = args.t == JV_DICT;
+    if (args.t == JV_LIST && args.u.l->tuple) { pos = args.u.l->v; npos = args.u.l->n; }
+    jbuf b = {0};
+    jb_put(c->a, c->f, &b, "", 0);
+    const char *p = fmt.u.s.p, *end = p + fmt.u.s.n;
+    while (p < end) {
+        const char *pct = memchr(p, '%', (size_t)(end - p));
+        if (!pct) { jb_put(c->a, c->f, &b, p, (size_t)(end - p)); break; }
+        jb_put(c->a, c->f, &b, p, (size_t)(pct - p));
+        p = pct + 1;
+        if (p >= end) fail(c, n, "incomplete format");
+        jv val;
+        bool have = false;
+        if (*p == '(') {
+            const char *close = memchr(p, ')', (size_t)(end - p));
+            if (!close) fail(c, n, "incomplete format key");
+            if (!mapping) fail(c, n, "format requires a mapping");
+            jv key = jv_str(p + 1, (size_t)(close - p - 1));
+            if (!jdict_get(args.u.d, key, &val)) fail(c, n, "KeyError: '%.*s'", (int)key.u.s.n, key.u.s.p);
+            have = true;
+            p = close + 1;
+        }
+        char flags[8];
+        int nf = 0;
+        while (p < end && strchr("-+ #0", *p) && nf < 6) flags[nf++] = *p++;
+        flags[nf] = 0;
+        int width = -1, prec = -1;
+        while (p < end && *p >= '0' && *p <= '9') { width = (width < 0 ? 0 : width) * 10 + (*p++ - '0'); if (width > 10000) fail(c, n, "format width too large"); }
+        if (p < end && *p == '.') {
+            p++;
+            prec = 0;
+            while (p < end && *p >= '0' && *p <= '9') { prec = prec * 10 + (*p++ - '0'); if (prec > 1000) fail(c, n, "format precision too large"); }
+        }
+        while (p < end && (*p == 'h' || *p == 'l' || *p == 'L')) p++;
+        if (p >= end) fail(c, n, "incomplete format");
+        char conv = *p++;
+        if (conv == '%') { jb_putc(c->a, c->f, &b, '%'); continue; }
+        if (!have) {
+            if (next >= npos) fail(c, n, "not enough arguments for format string");
+            val = pos[next++];
+        }
+        bool left = strchr(flags, '-') != NULL;
+        char spec[32], out[1200];
+        switch (conv) {
+        case 's': case 'r': case 'a': {
+            jbuf t = {0};
+            jb_put(c->a, c->f, &t, "", 0);
+            if (conv == 's') jv_str_into(c->a, c->f, &t, val); else jv_repr_into(c->a, c->f, &t, val);
+            jv sv = jv_str(t.p, t.n);
+            if (prec >= 0 && (size_t)prec < utf8_count(sv.u.s.p, sv.u.s.n))
+                sv.u.s.n = utf8_offset(sv.u.s.p, sv.u.s.n, (size_t)prec);
+            put_padded(c, &b, sv, width, left);
+            break;
+        }
+        case 'c': {
+            jv ch = val;
+            if (val.t == JV_INT || val.t == JV_BOOL) {
+                int64_t code = val.t == JV_INT ? val.u.i : val.u.b;
+                if (code < 0 || code > 0x10FFFF) fail(c, n, "%%c arg not in range(0x110000)");
+                utf8proc_uint8_t enc[4];
+                utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)code, enc);
+                ch = jv_str(ja_strndup(c->a, c->f, (const char *)enc, (size_t)k), (size_t)k);
+            } else if (val.t != JV_STR || utf8_count(val.u.s.p, val.u.s.n) != 1) {
+                fail(c, n, "%%c requires int or char");
+            }
+            put_padded(c, &b, ch, width, left);
+            break;
+        }
+        case 'd': case 'i': case 'u': case 'o': case 'x': case 'X': {
+            if (!jv_is_number(val) || (val.t == JV_FLOAT && conv != 'd' && conv != 'i' && conv != 'u'))
+                fail(c, n, "%%%c format: %s is required, not %s", conv,
+                     conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer", jv_type_name(val));
+            if (val.t == JV_FLOAT && !(fabs(val.u.f) < 9.2e18)) fail(c, n, "%%%c format: number out of range", conv);
+            int64_t v = val.t == JV_FLOAT ? (int64_t)val.u.f : val.t == JV_INT ? val.u.i : val.u.b;
+            /* Python: sign, then 0x/0X/0o with '#', then digits (at least
+             * `prec` of them); '0' pads between prefix and digits. */
+            uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+            int base = conv == 'o' ? 8 : (conv == 'x' || conv == 'X') ? 16 : 10;
+            const char *digs = conv == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+            char dig[80];
+            int nd = 0;
+            do { dig[nd++] = digs[mag % (uint64_t)base]; mag /= (uint64_t)base; } while (mag && nd < 70);
+            while (nd < prec && nd < 70) dig[nd++] = '0';
+            char head[4] = {0};
+            int nh = 0;
+            if (v < 0) head[nh++] = '-';
+            else if (strchr(flags, '+')) head[nh++] = '+';
+            else if (strchr(flags, ' ')) head[nh++] = ' ';
+            if (strchr(flags, '#') && base != 10) { head[nh++] = '0'; head[nh++] = conv == 'o' ? 'o' : conv; }
+            int body = nh + nd, padn = width > body ? width - body : 0;
+            bool zero = strchr(flags, '0') && !left;
+            if (!left && !zero) for (int k = 0; k < padn; k++) jb_putc(c->a, c->f, &b, ' ');
+            jb_put(c->a, c->f, &b, head, (size_t)nh);
+            if (zero) for (int k = 0; k < padn; k++) jb_putc(c->a, c->f, &b, '0');
+            while (nd > 0) jb_putc(c->a, c->f, &b, dig[--nd]);
+            if (left) for (int k = 0; k < padn; k++) jb_putc(c->a, c->f, &b, ' ');
+            break;
+        }
+        case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
+            if (!jv_is_number(val)) fail(c, n, "must be real number, not %s", jv_type_name(val));
+            snprintf(spec, sizeof spec, "%%%s%s%s%s%c", flags, width >= 0 ? "*" : "", prec >= 0 ? "." : "", prec >= 0 ? "*" : "", conv);
+            double d = jv_as_double(val);
+            if (width >= 0 && prec >= 0) snprintf(out, sizeof out, spec, width, prec, d);
+            else if (width >= 0) snprintf(out, sizeof out, spec, width, d);
+            else if (prec >= 0) snprintf(out, sizeof out, spec, prec, d);
+            else snprintf(out, sizeof out, spec, d);
+            jb_puts(c->a, c->f, &b, out);
+            break;
+        }
+        default:
+            fail(c, n, "unsupported format character '%c'", conv);
+        }
+    }
+    /* Python skips this check for mapping-like arguments (dicts, and lists,
+     * which CPython also treats as mappings here) */
+    bool mapping_like = mapping || (args.t == JV_LIST && !args.u.l->tuple);
+    if (!mapping_like && next < npos) fail(c, n, "not all arguments converted during string formatting");
+    return jv_str(b.p, b.n);
+}
+
 static jv arith(rctx *c, const jnode *n, int op, jv a, jv b) {
     static const char *const names[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     if (op == JOP_CONCAT) {
@@ -730,7 +864,7 @@ static jv arith(rctx *c, const jnode *n, int op, jv a, jv b) {
             for (size_t j = 0; j < a.u.l->n; j++) jlist_push(c->a, c->f, l, a.u.l->v[j]);
         return jv_list(l);
     }
-    if (op == JOP_MOD && a.t == JV_STR) fail(c, n, "string formatting with '%%' is not supported");
+    if (op == JOP_MOD && a.t == JV_STR) return percent_format(c, n, a, b);
     fail(c, n, "unsupported operand type(s) for %s: '%s' and '%s'", names[op], jv_type_name(a), jv_type_name(b));
 }
 
@@ -740,7 +874,7 @@ static const char *const FILTERS[] = {
     "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "first", "float", "int",
     "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject",
     "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort",
-    "string", "sum", "title", "tojson", "trim", "unique", "upper", "indent", "wordcount", NULL};
+    "string", "sum", "title", "tojson", "trim", "unique", "upper", "indent", "wordcount", "format", NULL};
 
 bool jinja_filter_known(const char *name) { return in_names(name, FILTERS); }
 
@@ -1068,7 +1202,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         if (x.t == JV_UNDEF) fail_undefined(c, n, x);
         if (x.t == JV_INT) return x;
         if (x.t == JV_BOOL) return jv_int(x.u.b);
-        if (x.t == JV_FLOAT) return isfinite(x.u.f) ? jv_int((int64_t)x.u.f) : dflt;
+        if (x.t == JV_FLOAT) return fabs(x.u.f) < 9.2e18 ? jv_int((int64_t)x.u.f) : dflt;
         if (x.t == JV_STR) {
             jv t = str_strip(x, NULL, true, true);
             const char *z = cstr(c, t);
@@ -1076,7 +1210,7 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
             long long v = strtoll(z, &end, given(s[1]) ? (int)need_int(c, n, s[1], "base") : 10);
             if (*z && !*end) return jv_int(v);
             double d = strtod(z, &end);
-            if (*z && !*end && isfinite(d)) return jv_int((int64_t)d);
+            if (*z && !*end && fabs(d) < 9.2e18) return jv_int((int64_t)d);
         }
         return dflt;
     }
@@ -1148,6 +1282,21 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
             line0 = false;
         }
         return jv_str(b.p, b.n);
+    }
+    if (!strcmp(name, "format")) { /* str(value) % (kwargs or args) */
+        if (a->npos && a->nk) fail(c, n, "format(): can't handle positional and keyword arguments at the same time");
+        jv fargs;
+        if (a->nk) {
+            jdict *d = jdict_new(c->a, c->f);
+            for (int k = 0; k < a->nk; k++) jdict_set(c->a, c->f, d, jv_cstr(c->a, c->f, a->knames[k]), a->kvals[k]);
+            fargs = jv_dict(d);
+        } else {
+            jlist *l = jlist_new(c->a, c->f);
+            l->tuple = true;
+            for (int k = 0; k < a->npos; k++) jlist_push(c->a, c->f, l, a->pos[k]);
+            fargs = jv_list(l);
+        }
+        return percent_format(c, n, to_str(c, x), fargs);
     }
     if (!strcmp(name, "wordcount")) { /* number of \w+ runs */
         jv str = to_str(c, x);

@@ -20,9 +20,9 @@ Usage (from the repo root, after building the offkv CLI):
   python3 tests/chat/diff_jinja2.py --offkv build/src/cli/offkv [--seed 1] [--n 300]
 
 Known, accepted differences in `engine` mode are skipped: Python object
-reprs (`range(...)`, `<generator ...>`), results of Jinja's lazy filters
-(select/map/unique/... print as generators), and `%` string formatting,
-which the C engine rejects with an error.
+reprs (`range(...)`, `<generator ...>`, `dict_keys(...)`), which templates
+never print on purpose. (Also accepted, not generated here: integers beyond
+int64, which Python keeps exact and the C engine refuses or turns to floats.)
 """
 import argparse, json, os, random, subprocess, sys, tempfile
 from datetime import datetime, timezone
@@ -270,8 +270,6 @@ def check_engine(offkv, rng, n):
             cfg = os.path.join(d, 'cfg.json')
             json.dump({'chat_template': tpl}, open(cfg, 'w'))
             got = run_offkv(offkv, cfg, None, [{'messages': [], 'kwargs': VARS}])[0]
-            if 'error' in got and ('%' in tpl and "formatting with '%'" in got['error']):
-                continue
             if ('rendered' in want and got.get('rendered') != want['rendered']) or ('error' in want) != ('error' in got):
                 bad += 1
                 if shown < 5:

@@ -158,6 +158,10 @@ static const ok_case OK_CASES[] = {
      "{{ {'z': '\xc3\xa9\xf0\x9f\xa6\x99\x7f', 'a': [1, 2]} | tojson(ensure_ascii=true, separators=(',', ':'), sort_keys=true) }}",
      NULL,
      "aba|{\"a\":[1,2],\"z\":\"\\u00e9\\ud83e\\udd99\\u007f\"}"},
+    /* printf-style % formatting and the format filter */
+    {"{{ 'a%sb%dc' % ('x', 2.7) }}|{{ '%-4s|%05.1f|%+d|%#x|%o|%X' % ('ab', 3.14159, 5, 255, 8, -255) }}|{{ '%(k)s=%(v)r' % {'k': 'key', 'v': 'it'} }}|{{ '%s' % [1] }}|{{ '%d%%' | format(50) }}|{{ '%5.2s|%c' % ('\xc3""\xa9""\xe4""\xb8""\xad""\xc3""\xa9""', 65) }}",
+     NULL,
+     "axb2c|ab  |003.1|+5|0xff|10|-FF|key='it'|[1]|50%|   \xc3""\xa9""\xe4""\xb8""\xad""|A"},
 };
 
 typedef struct err_case {
@@ -206,6 +210,9 @@ static const err_case RENDER_ERRORS[] = {
     {"{% for a, b in [[1, 2, 3]] %}{% endfor %}", NULL, "too many values to unpack", ""},
     {"{{ none | tojson }}{{ x | tojson }}", NULL, "not JSON serializable", ""},
     {"{{ 'abc'.zfill(5) }}", NULL, "string method 'zfill' is not supported", ""},
+    {"{{ '%s %s' % ('a',) }}", NULL, "not enough arguments for format string", "1:12"},
+    {"{{ 'ab' % 1 }}", NULL, "not all arguments converted", ""},
+    {"{{ '%x' % 2.5 }}", NULL, "an integer is required", ""},
     {"{{ [1].append(2) }}", NULL, "method 'append'", ""},
     {"{% for x in 5 %}{% endfor %}", NULL, "'int' object is not iterable", ""},
     {"{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", NULL, "macro 'f' takes at most 1 argument", ""},
