@@ -822,10 +822,12 @@ static jv arith(rctx *c, const jnode *n, int op, jv a, jv b) {
                 return jv_float(m);
             }
         case JOP_POW:
-            if (ints && y >= 0) {
-                int64_t acc = 1;
-                for (int64_t i = 0; i < y; i++)
-                    if (__builtin_mul_overflow(acc, x, &acc)) fail(c, n, "integer overflow");
+            if (ints && y >= 0) { /* square-and-multiply, overflow-checked */
+                int64_t acc = 1, base = x;
+                for (int64_t e = y; e > 0; e >>= 1) {
+                    if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) fail(c, n, "integer overflow");
+                    if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail(c, n, "integer overflow");
+                }
                 return jv_int(acc);
             }
             if (fx == 0 && fy < 0) fail(c, n, "0.0 cannot be raised to a negative power");

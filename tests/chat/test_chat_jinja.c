@@ -162,6 +162,10 @@ static const ok_case OK_CASES[] = {
     {"{{ 'a%sb%dc' % ('x', 2.7) }}|{{ '%-4s|%05.1f|%+d|%#x|%o|%X' % ('ab', 3.14159, 5, 255, 8, -255) }}|{{ '%(k)s=%(v)r' % {'k': 'key', 'v': 'it'} }}|{{ '%s' % [1] }}|{{ '%d%%' | format(50) }}|{{ '%5.2s|%c' % ('\xc3""\xa9""\xe4""\xb8""\xad""\xc3""\xa9""', 65) }}",
      NULL,
      "axb2c|ab  |003.1|+5|0xff|10|-FF|key='it'|[1]|50%|   \xc3""\xa9""\xe4""\xb8""\xad""|A"},
+    /* integer powers by squaring (a huge exponent of 1 must not loop) */
+    {"{{ 1 ** 1000000000000 }}|{{ (-2) ** 3 }}|{{ 2 ** -1 }}",
+     NULL,
+     "1|-8|0.5"},
 };
 
 typedef struct err_case {
