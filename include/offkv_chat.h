@@ -40,6 +40,8 @@ typedef struct okv_chat_args {
     const char *pad_token;
     long long now_unix;           /* strftime_now's clock: 0 = local time now,
                                      else this UTC time (reproducible renders) */
+    long long max_steps;          /* cap on loop iterations + macro calls, since
+                                     templates are untrusted; 0 = 20 million */
 } okv_chat_args;
 
 /* Renders the template; *out is a NUL-terminated heap string (free() it),
@@ -48,7 +50,8 @@ typedef struct okv_chat_args {
  * Failures: OKV_ERR_INVALID for bad JSON inputs and for render-time errors
  * (using an undefined value, type errors, a template's raise_exception(msg),
  * whose msg is in err->message), each naming its template line:column;
- * OKV_ERR_NOMEM when a render needs more than 256 MiB. */
+ * OKV_ERR_NOMEM when a render needs more than 256 MiB. Exceeding max_steps
+ * is OKV_ERR_INVALID. */
 okv_status okv_chat_render(const okv_chat_template *tmpl, const okv_chat_args *args,
                            char **out, size_t *len, okv_error *err);
 

@@ -19,7 +19,8 @@ struct okv_chat_template {
 
 enum {
     PARSE_ARENA_LIMIT = 64 << 20,
-    RENDER_ARENA_LIMIT = 256 << 20
+    RENDER_ARENA_LIMIT = 256 << 20,
+    DEFAULT_MAX_STEPS = 20 * 1000 * 1000 /* a 1000-message Gemma-4 chat takes ~0.5M */
 };
 
 okv_status okv_chat_template_parse(const char *src, okv_chat_template **out, okv_error *err) {
@@ -96,7 +97,8 @@ okv_status okv_chat_render(const okv_chat_template *tmpl, const okv_chat_args *a
         for (size_t i = 0; i < extra.u.d->n; i++) jdict_set(&a, &f, ctx, extra.u.d->k[i], extra.u.d->v[i]);
     }
     size_t n = 0;
-    const char *text = jinja_render(&a, &f, &tmpl->body, ctx, (int64_t)args->now_unix, &n);
+    int64_t max_steps = args->max_steps > 0 ? (int64_t)args->max_steps : DEFAULT_MAX_STEPS;
+    const char *text = jinja_render(&a, &f, &tmpl->body, ctx, (int64_t)args->now_unix, max_steps, &n);
     char *res = malloc(n + 1);
     if (!res) {
         ja_free(&a);

@@ -203,9 +203,10 @@ jnodes jinja_parse(jarena *a, jfail *f, const char *src);
 
 /* Renders body with the given context dict (variables) into a NUL-terminated
  * arena string. `now` is strftime_now's clock (0: local time now; else UTC
- * seconds since the epoch, for reproducible renders). Fails through f. */
+ * seconds since the epoch, for reproducible renders); max_steps caps loop
+ * iterations plus macro calls. Fails through f. */
 const char *jinja_render(jarena *a, jfail *f, const jnodes *body, jdict *context, int64_t now,
-                         size_t *len);
+                         int64_t max_steps, size_t *len);
 
 /* Whether the renderer implements a filter / test (the parser rejects others). */
 bool jinja_filter_known(const char *name);

@@ -34,7 +34,10 @@ typedef struct rctx {
     int ctl;   /* 0, or a pending JN_BREAK / JN_CONTINUE */
     int depth;
     int64_t now; /* strftime_now's clock: 0 = local time now, else UTC seconds */
+    int64_t steps, max_steps; /* loop iterations + macro calls so far, and the cap */
 } rctx;
+
+static void count_step(rctx *c, const struct jnode *n);
 
 typedef struct jargs { /* evaluated call arguments */
     jv *pos;
@@ -59,6 +62,14 @@ static void fail(rctx *c, const jnode *n, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     jfail_at(c->f, OKV_ERR_INVALID, n ? n->line : 0, n ? n->col : 0, "%s", msg);
+}
+
+/* Templates come from model files and are untrusted: a render may take at
+ * most max_steps loop iterations plus macro calls, so nested range() loops
+ * cannot hang the caller. */
+static void count_step(rctx *c, const jnode *n) {
+    if (++c->steps > c->max_steps)
+        fail(c, n, "render exceeded %lld loop iterations and macro calls", (long long)c->max_steps);
 }
 
 static void fail_undefined(rctx *c, const jnode *n, jv v) {
@@ -1551,6 +1562,7 @@ static jv call_global(rctx *c, const jnode *n, const char *name, const jargs *a)
 
 static jv call_macro(rctx *c, const jnode *n, const jfunc *fn, const jargs *a) {
     const jnode *m = fn->macro;
+    count_step(c, n);
     if (++c->depth > 100) fail(c, n, "macro recursion too deep (calling '%s')", m->name);
     jv *slots = ja_alloc(c->a, c->f, (size_t)(m->ntargets ? m->ntargets : 1) * sizeof *slots);
     char what[160];
@@ -1701,21 +1713,39 @@ static jscope *iteration_scope(rctx *c, jscope *prev, jscope *outer) {
     return scope_push(c, outer);
 }
 
-/* Updates the loop object in place: Jinja's `loop` is one object per for
- * statement that advances, and updating existing keys allocates nothing. */
-static void loop_advance(rctx *c, jdict *loop, const jlist *items, size_t i) {
+/* The loop object's fields, in the order loop_create lays them out. */
+enum { LOOP_CYCLE, LOOP_INDEX, LOOP_INDEX0, LOOP_REVINDEX, LOOP_REVINDEX0, LOOP_FIRST, LOOP_LAST,
+       LOOP_LENGTH, LOOP_DEPTH, LOOP_DEPTH0, LOOP_PREVITEM, LOOP_NEXTITEM, LOOP_NFIELDS };
+
+/* Jinja's `loop` is one object per for statement that advances; its fields
+ * are laid out once and then updated in place by loop_advance. */
+static jdict *loop_create(rctx *c, jv *as_value) {
+    static const char *const names[LOOP_NFIELDS] = {
+        "cycle", "index", "index0", "revindex", "revindex0", "first", "last",
+        "length", "depth", "depth0", "previtem", "nextitem"};
+    jdict *loop = jdict_new(c->a, c->f);
+    jv lv = jv_dict(loop);
+    lv.t = JV_NS; /* attribute access reads its fields; it is no mapping */
+    for (int k = 0; k < LOOP_NFIELDS; k++) jdict_set(c->a, c->f, loop, jv_str(names[k], strlen(names[k])), jv_none());
+    loop->v[LOOP_CYCLE] = bound_method(c, lv, "cycle");
+    loop->v[LOOP_DEPTH] = jv_int(1);
+    loop->v[LOOP_DEPTH0] = jv_int(0);
+    *as_value = lv;
+    return loop;
+}
+
+static void loop_advance(jdict *loop, const jlist *items, size_t i) {
     size_t len = items->n;
-    jdict_set(c->a, c->f, loop, jv_str("index", 5), jv_int((int64_t)i + 1));
-    jdict_set(c->a, c->f, loop, jv_str("index0", 6), jv_int((int64_t)i));
-    jdict_set(c->a, c->f, loop, jv_str("revindex", 8), jv_int((int64_t)(len - i)));
-    jdict_set(c->a, c->f, loop, jv_str("revindex0", 9), jv_int((int64_t)(len - i - 1)));
-    jdict_set(c->a, c->f, loop, jv_str("first", 5), jv_bool(i == 0));
-    jdict_set(c->a, c->f, loop, jv_str("last", 4), jv_bool(i + 1 == len));
-    jdict_set(c->a, c->f, loop, jv_str("length", 6), jv_int((int64_t)len));
-    jdict_set(c->a, c->f, loop, jv_str("depth", 5), jv_int(1));
-    jdict_set(c->a, c->f, loop, jv_str("depth0", 6), jv_int(0));
-    jdict_set(c->a, c->f, loop, jv_str("previtem", 8), i > 0 ? items->v[i - 1] : jv_undef("there is no previous item"));
-    jdict_set(c->a, c->f, loop, jv_str("nextitem", 8), i + 1 < len ? items->v[i + 1] : jv_undef("there is no next item"));
+    jv *v = loop->v;
+    v[LOOP_INDEX] = jv_int((int64_t)i + 1);
+    v[LOOP_INDEX0] = jv_int((int64_t)i);
+    v[LOOP_REVINDEX] = jv_int((int64_t)(len - i));
+    v[LOOP_REVINDEX0] = jv_int((int64_t)(len - i - 1));
+    v[LOOP_FIRST] = jv_bool(i == 0);
+    v[LOOP_LAST] = jv_bool(i + 1 == len);
+    v[LOOP_LENGTH] = jv_int((int64_t)len);
+    v[LOOP_PREVITEM] = i > 0 ? items->v[i - 1] : jv_undef("there is no previous item");
+    v[LOOP_NEXTITEM] = i + 1 < len ? items->v[i + 1] : jv_undef("there is no next item");
 }
 
 static void render_for(rctx *c, const jnode *n) {
@@ -1734,17 +1764,16 @@ static void render_for(rctx *c, const jnode *n) {
         items = kept;
     }
     size_t len = items->n;
-    jdict *loop = jdict_new(c->a, c->f);
-    jv lv = jv_dict(loop);
-    lv.t = JV_NS; /* attribute access reads its fields; it is no mapping */
-    jdict_set(c->a, c->f, loop, jv_str("cycle", 5), bound_method(c, lv, "cycle"));
+    jv lv;
+    jdict *loop = loop_create(c, &lv);
     /* Jinja marks the loop as having iterated only when a body run reaches
      * its end, so a body that always `continue`s or `break`s still gets the
      * else branch. */
     bool iterated = false;
     for (size_t i = 0; i < len; i++) {
+        count_step(c, n);
         c->scope = it = iteration_scope(c, it, outer);
-        loop_advance(c, loop, items, i);
+        loop_advance(loop, items, i);
         scope_set(c, "loop", lv);
         bind_targets(c, n, items->v[i]);
         render_body(c, &n->body);
@@ -1820,12 +1849,13 @@ static void render_body(rctx *c, const jnodes *body) {
 }
 
 const char *jinja_render(jarena *a, jfail *f, const jnodes *body, jdict *context, int64_t now,
-                         size_t *len) {
+                         int64_t max_steps, size_t *len) {
     rctx c;
     memset(&c, 0, sizeof c);
     c.a = a;
     c.f = f;
     c.now = now;
+    c.max_steps = max_steps;
     jbuf out = {0};
     jb_put(a, f, &out, "", 0);
     c.out = &out;

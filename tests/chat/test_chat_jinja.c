@@ -305,6 +305,27 @@ static void test_context(void) {
     okv_chat_template_free(t);
 }
 
+/* The step cap stops runaway loops (templates are untrusted); a render
+ * within the cap is unaffected. */
+static void test_step_limit(void) {
+    okv_chat_template *t = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_chat_template_parse("{% set r = range(100) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}ok",
+                                     &t, &err), &err);
+    if (!t) return;
+    okv_chat_args args = {0};
+    args.messages_json = "[]";
+    args.max_steps = 5000;
+    char *out = NULL;
+    CHECK(okv_chat_render(t, &args, &out, NULL, &err) == OKV_ERR_INVALID && out == NULL);
+    CHECKF(strstr(err.message, "exceeded 5000 loop iterations") && strstr(err.message, "1:41"), "%s", err.message);
+    args.max_steps = 10100; /* 100 outer + 10000 inner iterations */
+    CHECK_OK(okv_chat_render(t, &args, &out, NULL, &err), &err);
+    CHECK(out && !strcmp(out, "ok"));
+    free(out);
+    okv_chat_template_free(t);
+}
+
 /* strftime_now with a fixed clock: 2024-07-26 12:00:00 UTC. */
 static void test_strftime_now(void) {
     okv_chat_template *t = NULL;
@@ -376,6 +397,7 @@ int main(void) {
     test_render_errors();
     test_context();
     test_strftime_now();
+    test_step_limit();
     test_config();
     test_deep_nesting();
     return okv_test_finish();
