@@ -160,6 +160,28 @@ static cJSON *tensors_doc(const okv_program_file *pf) {
     return arr;
 }
 
+/* A token in tokenizer_config.json is a string or {"content": string}. */
+static const char *token_text(const cJSON *v) {
+    if (cJSON_IsObject(v)) v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* What the bundled tokenizer_config.json says about chat: whether there is
+ * a template and the special token strings. */
+static void add_chat_facts(cJSON *tok, const okv_program_file *pf) {
+    int t = okv_format_find_tensor(pf, "tokenizer_config.json");
+    int jt = okv_format_find_tensor(pf, "chat_template.jinja");
+    cJSON *cfg = t >= 0 ? cJSON_ParseWithLength(pf->tensors[t].data, pf->tensors[t].nbytes) : NULL;
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    cJSON_AddBoolToObject(tok, "chat_template", jt >= 0 || cJSON_IsString(tmpl) || cJSON_IsArray(tmpl));
+    static const char *const names[] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = token_text(cJSON_GetObjectItemCaseSensitive(cfg, names[i]));
+        if (v) cJSON_AddStringToObject(tok, names[i], v);
+    }
+    cJSON_Delete(cfg);
+}
+
 cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     const okv_meta *m = &pf->meta;
     cJSON *doc = okv_describe_layout_doc(&pf->layout, m->architecture, okv_dtype_name(m->dtype));
@@ -178,6 +200,7 @@ cJSON *okv_describe_program_doc(const okv_program_file *pf) {
         int t = okv_format_find_tensor(pf, blobs[i]);
         cJSON_AddNumberToObject(tok, blobs[i], t >= 0 ? (double)pf->tensors[t].nbytes : 0);
     }
+    add_chat_facts(tok, pf);
     cJSON_AddItemToObject(doc, "graph", graph_doc(&pf->graph));
     cJSON_AddItemToObject(doc, "tensors", tensors_doc(pf));
     return doc;

@@ -218,6 +218,11 @@ int main(void) {
         CHECK(cfg && tj);
         e.tok_config = cfg ? strndup(cfg, cfg_len) : NULL;
         CHECK_OK(okv_tok_load_json(tj, len, &e.tok, &err), &err);
+        char *desc = NULL;
+        CHECK_OK(okv_program_describe(e.p, true, &desc, &err), &err);
+        CHECKF(desc && strstr(desc, "\"chat_template\":\ttrue") && strstr(desc, "\"eos_token\":\t\"<|eot_id|>\""),
+               "inspect shows the bundled chat facts");
+        free(desc);
         CHECK_OK(okv_cache_install("gen", e.p, NULL, &err), &err);
         CHECK_OK(okv_runner_create(e.p, "gen", NULL, &e.r, &err), &err);
         if (e.tok && e.r) {
