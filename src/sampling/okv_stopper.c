@@ -120,7 +120,7 @@ static size_t utf8_safe_cut(const char *text, size_t len) {
  * Returns len when there is none. */
 static size_t find_first_stop(const okv_stopper *st, const char *text, size_t len, int *which) {
     size_t best = len;
-    for (int i = 0; i < st->n_stops; i++) {
+    for (int i = 0; i < st->n_stops && len; i++) {
         const char *hit = memmem(text, len, st->stops[i], st->stop_len[i]);
         if (hit && (size_t)(hit - text) < best) {
             best = (size_t)(hit - text);
@@ -149,9 +149,9 @@ static size_t longest_stop_prefix_suffix(const okv_stopper *st, const char *text
 /* Moves held[0..n) into out and keeps the rest held. */
 static bool release(okv_stopper *st, size_t n, const char **emit, size_t *emit_len) {
     if (!reserve(&st->out, &st->out_cap, n + 1)) return false;
-    memcpy(st->out, st->held, n);
+    if (n) memcpy(st->out, st->held, n);   /* held may still be NULL when empty */
     st->out[n] = '\0';
-    memmove(st->held, st->held + n, st->held_len - n);
+    if (st->held_len > n) memmove(st->held, st->held + n, st->held_len - n);
     st->held_len -= n;
     *emit = st->out;
     *emit_len = n;

@@ -279,7 +279,27 @@ static void test_random_against_reference(void) {
     CHECK(stopped_runs > 200 && stopped_runs < 1800);   /* both kinds of run occur */
 }
 
+/* A generation's first pieces may be empty (NULL, 0) before any text was
+ * held: nothing is emitted and nothing is read from NULL. */
+static void test_empty_pieces(void) {
+    const char *stops[1] = {"END"};
+    okv_stopper *st;
+    okv_error err = {0};
+    CHECK_OK(okv_stopper_create(stops, 1, &st, &err), &err);
+    const char *emit = NULL;
+    size_t len = 99;
+    bool stopped = true;
+    CHECK_OK(okv_stopper_push(st, NULL, 0, &emit, &len, &stopped, &err), &err);
+    CHECK(len == 0 && !stopped);
+    CHECK_OK(okv_stopper_push(st, "ab", 2, &emit, &len, &stopped, &err), &err);
+    CHECK(len == 2 && !memcmp(emit, "ab", 2));
+    okv_stopper_flush(st, &emit, &len);
+    CHECK(len == 0);
+    okv_stopper_free(st);
+}
+
 int main(void) {
+    test_empty_pieces();
     test_basic_cases();
     test_held_back_then_released();
     test_split_characters();
