@@ -247,6 +247,7 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
     if (!st) st = bind_sources(&j, err);
     if (!st) report_unused(&j);
+    if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);
     if (!st) st = collect_text_files(&j, hf_dir, err);
     if (!st) st = write_program(&j, hf_dir, out_path, err);
     job_free(&j);

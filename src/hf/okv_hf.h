@@ -66,6 +66,7 @@ typedef struct okv_hf_model {
     int global_head_dim, global_kv_heads; /* full layers' geometry (0 = same) */
     int ple_dim, ple_vocab;     /* per-layer inputs (0 = none) */
     bool double_wide_mlp, k_eq_v, has_v_norm, has_layer_scalar;
+    char notes[512];            /* facts export should tell the user (may be empty) */
     /* generation */
     int bos_id;                 /* -1 if none */
     int eos_ids[16];

@@ -245,8 +245,14 @@ static okv_status parse_gemma3(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) 
     m->qk_norm = m->norm_plus_one = m->sandwich_norms = true;
     m->embed_scale = sqrtf((float)m->hidden);
     m->attn_scale = 1.0f / sqrtf((float)qpas);
-    /* attn_logit_softcapping is stored but unused by HF's Gemma3Attention. */
-    return OKV_OK;
+    /* attn_logit_softcapping is stored but unused by HF's Gemma3Attention:
+     * we follow HF and say so. */
+    double attn_cap;
+    st = get_double(c, "attn_logit_softcapping", &attn_cap, 0);
+    if (!st && attn_cap != 0)
+        snprintf(m->notes, sizeof m->notes, "attn_logit_softcapping = %g is ignored, as HF's Gemma3 attention ignores it",
+                 attn_cap);
+    return st;
 }
 
 /* Gemma-4 full-layer geometry: flat global_head_dim/num_global_key_value_heads

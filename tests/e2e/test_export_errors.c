@@ -152,7 +152,41 @@ static void test_bind_mismatch(void) {
     free(b);
 }
 
+/* Gemma-3's attn_logit_softcapping is ignored like HF does, with a notice;
+ * the logits are unchanged. */
+static void test_gemma3_attn_softcap_notice(void) {
+    char *dir = patched_checkpoint("gemma3-tiny", "g3-cap", "{\"attn_logit_softcapping\": 50.0}");
+    char notes[4096] = "";
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.notice = collect_notice;
+    o.notice_ctx = notes;
+    char *out = e2e_path("g3-cap.okv");
+    okv_error err = {0};
+    CHECK_OK(okv_export(dir, out, &o, &err), &err);
+    CHECKF(strstr(notes, "attn_logit_softcapping = 50 is ignored") != NULL, "notices: %s", notes);
+    okv_program *p = NULL;
+    CHECK_OK(okv_program_open(out, &p, &err), &err);
+    if (p) {
+        int32_t *ids;
+        int n = e2e_ref_tokens(FIXTURES "gemma3-tiny", &ids);
+        float *ref = e2e_ref_logits(FIXTURES "gemma3-tiny", (size_t)n * 512);
+        e2e_run_opts ro;
+        e2e_opts_default(&ro);
+        float *got = e2e_run(p, ids, n, &ro);
+        if (got) CHECK(e2e_max_diff(got, ref, (size_t)n * 512) <= 1e-4);
+        free(got);
+        free(ref);
+        free(ids);
+        okv_program_free(p);
+    }
+    free(out);
+    free(dir);
+}
+
 int main(void) {
+    test_gemma3_attn_softcap_notice();
     test_skipped_tensors("gemma3-mm-tiny", "vision_tower", "vision_tower");
     test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
     test_bind_mismatch();
