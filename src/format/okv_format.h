@@ -60,7 +60,7 @@ typedef enum okv_op {
     OKV_OP_GLU,         /* act(in0) * in1: i0 = okv_act */
     OKV_OP_ADD,         /* in0 + in1 */
     OKV_OP_MUL,         /* in0 * in1 */
-    OKV_OP_SCALE,       /* in0 * f0 */
+    OKV_OP_SCALE,       /* in0 * f0 (* the one-element f32 tensor w0 if present) */
     OKV_OP_SOFTCAP,     /* tanh(in0 / f0) * f0 */
     OKV_OP_SLICE,       /* columns [i0, i0 + width) of in0 */
     OKV_OP_SELECT_ROWS, /* the logit rows the caller wants (all or last) */
