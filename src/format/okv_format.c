@@ -291,7 +291,7 @@ static okv_status parse_layout(const cJSON *j, okv_layout *l, okv_error *err) {
     if (!st) st = read_int_array(j, "layer_to_cache", &l->layer_to_cache, -1, &l->n_layers, w, err);
     if (!st) st = read_int(j, "prefill_chunk_size", &l->prefill_chunk_size, 1, 1 << 30, w, err);
     if (!st) st = read_int(j, "max_ctx_len", &l->max_ctx_len, 1, 1 << 30, w, err);
-    if (!st) st = okv_layout_validate(l, err);
+    if (!st && okv_layout_validate(l, err)) st = err ? (err->status = OKV_ERR_FORMAT) : OKV_ERR_FORMAT; /* bad file, not bad call */
     return st;
 }
 

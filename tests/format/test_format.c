@@ -1,0 +1,140 @@
+/* The program file format: a hand-built program round-trips through
+ * write/open, and graphs that break the rules (geometry of an attention
+ * node vs its cache, values used before they exist, tensor shapes, bad
+ * layouts) are rejected at load with a message naming the node. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "okv_common.h"
+#include "okv_format.h"
+#include "okv_test.h"
+
+#define V 16
+#define H 8
+
+static float embed[V * H], norm_w[H], qw[H * H], kvw[4 * H], inv_freq[2];
+
+/* embed -> q, k, v -> attn(cache 0: 1 kv head x 4) -> select -> matmul(embed^T) */
+static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values) {
+    memset(pf, 0, sizeof *pf);
+    okv_layout_alloc(&pf->layout, 1, 1, NULL);
+    pf->layout.kv_heads[0] = 1;
+    pf->layout.head_dims[0] = 4;
+    pf->layout.windows[0] = 0;
+    pf->layout.layer_to_cache[0] = 0;
+    pf->layout.prefill_chunk_size = 4;
+    pf->layout.max_ctx_len = 32;
+    pf->meta = (okv_meta){.architecture = "Test", .dtype = OKV_F32, .vocab_size = V, .hidden_size = H, .n_layers = 1,
+                          .bos_id = -1, .source = "test"};
+    okv_tensor ts[] = {
+        {"embed", OKV_T_F32, 2, {V, H}, 0, sizeof embed, embed},
+        {"q", OKV_T_F32, 2, {H, H}, 0, sizeof qw, qw},
+        {"kv", OKV_T_F32, 2, {4, H}, 0, sizeof kvw, kvw},
+        {"rope", OKV_T_F32, 1, {2}, 0, sizeof inv_freq, inv_freq},
+        {"norm", OKV_T_F32, 1, {H}, 0, sizeof norm_w, norm_w},
+    };
+    memcpy(t, ts, sizeof ts);
+    okv_value vs[] = {{H, false}, {H, false}, {4, false}, {4, false}, {H, false}, {H, true}, {H, true}, {V, true}};
+    memcpy(values, vs, sizeof vs);
+    okv_node ns[] = {
+        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}, .f = {1}},
+        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 1, .w = {1, -1}},
+        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 2, .w = {2, -1}},
+        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 3, .w = {2, -1}},
+        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}, .i = {0, 2, 1, 4, 1}, .f = {0.5f}},
+        {.op = OKV_OP_SELECT_ROWS, .in = {4, -1, -1}, .out = 5, .w = {-1, -1}},
+        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}, .i = {H}, .f = {1e-5f}},
+        {.op = OKV_OP_MATMUL, .in = {6, -1, -1}, .out = 7, .w = {0, -1}},
+    };
+    memcpy(nodes, ns, sizeof ns);
+    pf->n_tensors = 5;
+    pf->tensors = t;
+    pf->graph = (okv_graph){8, 8, values, nodes, 7};
+}
+
+static char path[] = "/tmp/okv-format-XXXXXX";
+
+/* Writes pf and opens it; returns the open status (message in err). */
+static okv_status write_and_open(const okv_program_file *pf, okv_error *err) {
+    okv_status st = okv_format_write(path, pf, err);
+    if (st) return st;
+    okv_program_file *got = NULL;
+    st = okv_format_open(path, &got, err);
+    okv_format_close(got);
+    return st;
+}
+
+typedef void (*mutate_fn)(okv_program_file *pf);
+
+static void attn_kv_heads(okv_program_file *pf) { pf->graph.nodes[4].i[2] = 2; pf->graph.nodes[4].i[1] = 2; }
+static void attn_head_dim(okv_program_file *pf) { pf->layout.head_dims[0] = 8; }
+static void attn_cache_id(okv_program_file *pf) { pf->graph.nodes[4].i[0] = 3; }
+static void use_before_def(okv_program_file *pf) { pf->graph.nodes[1].in[0] = 5; }
+static void wrong_shape(okv_program_file *pf) { pf->tensors[1].shape[0] = 4; pf->tensors[1].nbytes = 4 * H * 4; }
+static void rows_mixed(okv_program_file *pf) { pf->graph.nodes[6].in[0] = 4; }
+static void attend_only_with_kv(okv_program_file *pf) { pf->graph.nodes[4].i[4] = 0; }
+static void output_width(okv_program_file *pf) { pf->meta.vocab_size = V + 1; }
+static void layout_map(okv_program_file *pf) { pf->layout.layer_to_cache[0] = 1; }
+static void norm_dtype(okv_program_file *pf) { pf->graph.nodes[6].w[0] = 1; }
+
+static void test_rejects(void) {
+    static const struct { mutate_fn fn; const char *needle; } cases[] = {
+        {attn_kv_heads, "cache 0 has kv_heads 1"},
+        {attn_head_dim, "head_dim"},
+        {attn_cache_id, "cache id out of range"},
+        {use_before_def, "undefined"},
+        {wrong_shape, "wrong shape"},
+        {rows_mixed, "mix step rows and logit rows"},
+        {attend_only_with_kv, "attend-only"},
+        {output_width, "vocab_size"},
+        {layout_map, "layer_to_cache"},
+        {norm_dtype, "wrong shape"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        okv_program_file pf;
+        okv_tensor t[5];
+        okv_node nodes[8];
+        okv_value values[8];
+        build(&pf, t, nodes, values);
+        cases[c].fn(&pf);
+        okv_error err = {0};
+        okv_status st = write_and_open(&pf, &err);
+        CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle), "case %zu: status %d: %s", c, st, err.message);
+        okv_layout_free(&pf.layout);
+    }
+}
+
+static void test_roundtrip(void) {
+    okv_program_file pf;
+    okv_tensor t[5];
+    okv_node nodes[8];
+    okv_value values[8];
+    for (int i = 0; i < V * H; i++) embed[i] = (float)i / 7.0f;
+    build(&pf, t, nodes, values);
+    okv_error err = {0};
+    CHECK_OK(okv_format_write(path, &pf, &err), &err);
+    okv_program_file *got = NULL;
+    CHECK_OK(okv_format_open(path, &got, &err), &err);
+    if (got) {
+        CHECK(got->n_tensors == 5 && got->graph.n_nodes == 8 && got->graph.output == 7);
+        CHECK(!strcmp(got->meta.architecture, "Test") && got->meta.vocab_size == V);
+        int e = okv_format_find_tensor(got, "embed");
+        CHECK(e == 0 && !memcmp(got->tensors[e].data, embed, sizeof embed));
+        for (int k = 0; k < got->n_tensors; k++) CHECK((uintptr_t)got->tensors[k].data % OKV_ALIGN == 0);
+        CHECK(got->graph.nodes[4].op == OKV_OP_ATTN && got->graph.nodes[4].i[4] == 1 && got->graph.nodes[4].f[0] == 0.5f);
+        CHECK(got->layout.prefill_chunk_size == 4 && got->layout.max_ctx_len == 32);
+    }
+    okv_format_close(got);
+    okv_layout_free(&pf.layout);
+}
+
+int main(void) {
+    int fd = mkstemp(path);
+    if (fd < 0) return 1;
+    close(fd);
+    test_roundtrip();
+    test_rejects();
+    unlink(path);
+    return okv_test_finish();
+}
