@@ -27,18 +27,28 @@ static void check_layout(const okv_program *p, const char *dir) {
     okv_error err;
     if (okv_json_load(path, &ref, &err)) return;
     const cJSON *want = cJSON_GetObjectItemCaseSensitive(ref, "cache_layout");
+    char *text;
+    CHECK_OK(okv_program_describe(p, true, &text, &err), &err);
+    cJSON *got = cJSON_Parse(text);
+    /* inspect --json names at least these */
+    static const char *const keys[] = {"n_caches", "kv_heads", "head_dims", "windows", "layer_to_cache",
+                                       "prefill_chunk_size", "max_ctx_len", "architecture", "dtype", "tensors"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        CHECKF(cJSON_GetObjectItemCaseSensitive(got, keys[k]) != NULL, "%s: inspect --json lacks %s", dir, keys[k]);
+    CHECK(!strcmp(okv_json_str(got, "architecture"), okv_json_str(ref, "arch")));
+    CHECK(!strcmp(okv_json_str(got, "dtype"), "f32"));
+    const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(got, "tensors"), 0);
+    CHECK(okv_json_str(t0, "name") && okv_json_str(t0, "dtype") && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(t0, "shape")) &&
+          okv_json_has(t0, "offset") && okv_json_has(t0, "nbytes"));
     if (want) {
-        char *text;
-        CHECK_OK(okv_program_describe(p, true, &text, &err), &err);
-        cJSON *got = cJSON_Parse(text);
         const cJSON *e;
         cJSON_ArrayForEach(e, want) {
             const cJSON *g = cJSON_GetObjectItemCaseSensitive(got, e->string);
             CHECKF(g && cJSON_Compare(e, g, true), "%s: layout field %s differs from reference.json", dir, e->string);
         }
-        cJSON_Delete(got);
-        free(text);
     }
+    cJSON_Delete(got);
+    free(text);
     cJSON_Delete(ref);
 }
 
