@@ -129,12 +129,68 @@ static void test_roundtrip(void) {
     okv_layout_free(&pf.layout);
 }
 
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+/* Mutates the JSON header of a valid program (fixing up the checksum so the
+ * parser and validator see the damage) a few thousand times: opening must
+ * fail cleanly or succeed, never crash (run under ASan/UBSan too). */
+static void test_header_fuzz(void) {
+    okv_program_file pf;
+    okv_tensor t[5];
+    okv_node nodes[8];
+    okv_value values[8];
+    build(&pf, t, nodes, values);
+    okv_error err = {0};
+    CHECK_OK(okv_format_write(path, &pf, &err), &err);
+    okv_layout_free(&pf.layout);
+    char *data;
+    size_t len;
+    if (okv_read_file(path, &data, &len, &err)) { CHECK(0); return; }
+    uint8_t *u = (uint8_t *)data;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | u[16 + i];
+    static const char alphabet[] = "{}[],:\"-0123456789e.ntfaxyz ";
+    uint64_t rng = 12345;
+    int rejected = 0, accepted = 0;
+    char *copy = malloc(len);
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(copy, data, len);
+        int edits = 1 + iter % 4;
+        for (int e = 0; e < edits; e++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t off = 48 + (rng >> 33) % hlen;
+            copy[off] = alphabet[(rng >> 20) % (sizeof alphabet - 1)];
+        }
+        uint32_t crc = crc32_of((uint8_t *)copy + 48, hlen);
+        for (int i = 0; i < 4; i++) copy[12 + i] = (char)(crc >> (8 * i));
+        FILE *f = fopen(path, "wb");
+        fwrite(copy, 1, len, f);
+        fclose(f);
+        okv_program_file *got = NULL;
+        if (okv_format_open(path, &got, &err) == OKV_OK) accepted++;
+        else rejected++;
+        okv_format_close(got);
+    }
+    CHECKF(rejected > 1000, "%d of 3000 mutated headers rejected", rejected);
+    printf("header fuzz: %d rejected, %d accepted (harmless edits)\n", rejected, accepted);
+    free(copy);
+    free(data);
+}
+
 int main(void) {
     int fd = mkstemp(path);
     if (fd < 0) return 1;
     close(fd);
     test_roundtrip();
     test_rejects();
+    test_header_fuzz();
     unlink(path);
     return okv_test_finish();
 }
