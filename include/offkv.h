@@ -98,6 +98,8 @@ typedef struct okv_runner_options {
     int n_threads;            /* 0 = number of CPUs */
     bool reference_attention; /* use the plain reference update_and_attend */
     bool plain_kernels;       /* disable SIMD dispatch (for testing) */
+    int max_logit_rows;       /* most logit rows one step returns (0 = prefill_chunk_size);
+                                 1 suffices for generation and saves [chunk, vocab] floats */
 } okv_runner_options;
 
 typedef enum okv_logits_rows { OKV_LOGITS_ALL = 0, OKV_LOGITS_LAST = 1, OKV_LOGITS_NONE = 2 } okv_logits_rows;

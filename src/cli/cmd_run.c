@@ -160,6 +160,7 @@ int okv_cli_run(int argc, char **argv) {
     int rc = parse_run_args(argc, argv, &a);
     if (rc) return rc;
     okv_cli_session s;
+    a.run.runner.max_logit_rows = 1;   /* generation only reads the last row */
     if (okv_cli_session_open(a.program, &a.run, &s, true)) return 1;
     okv_error err = {0};
     okv_tok *tok = NULL;

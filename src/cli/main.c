@@ -317,6 +317,7 @@ static int cmd_generate(int argc, char **argv) {
     int n = 0;
     if (okv_cli_read_tokens(tokens, &prompt, &n)) return 2;
     okv_cli_session s;
+    o.runner.max_logit_rows = 1;   /* greedy generation only reads the last row */
     if (okv_cli_session_open(path, &o, &s, true)) { free(prompt); return 1; }
     int rc = 0, V = s.info.vocab_size, chunk = s.info.prefill_chunk_size;
     float *logits = malloc(sizeof(float) * (size_t)V);

@@ -113,7 +113,8 @@ struct okv_runner {
     okv_threadpool *tp;
     const okv_kernels *k;
     bool ref_attn;
-    int max_T;
+    int max_T;            /* largest step (the program's prefill_chunk_size) */
+    int max_logit_rows;   /* largest number of logit rows a step may ask for */
     float *arena;
     size_t *offset;       /* [n_values] float offset of each value in the arena */
 };
@@ -153,7 +154,8 @@ static okv_status plan_memory(okv_runner *r, okv_error *err) {
     int n_bufs = 0;
     for (int n = 0; n < g->n_nodes; n++) {
         int v = g->nodes[n].out;
-        size_t need = (size_t)g->values[v].width * (size_t)r->max_T;
+        int rows = g->values[v].logit_rows ? r->max_logit_rows : r->max_T;
+        size_t need = (size_t)g->values[v].width * (size_t)rows;
         int best = pick_buffer(buf_size, busy, n_bufs, need);
         if (best < 0) best = n_bufs++;
         if (buf_size[best] < need) buf_size[best] = need;
@@ -185,6 +187,7 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     if (!r) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     r->p = p;
     r->max_T = p->pf->layout.prefill_chunk_size;
+    r->max_logit_rows = o->max_logit_rows > 0 && o->max_logit_rows < r->max_T ? o->max_logit_rows : r->max_T;
     r->ref_attn = o->reference_attention;
     r->k = okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
     okv_status st = okv_registry_acquire(cache_key, &r->kv, err);
@@ -309,6 +312,9 @@ okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *pos
                            float *logits, okv_error *err) {
     if (T < 1 || T > r->max_T)
         return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens: must be 1..%d (the program's prefill_chunk_size)", T, r->max_T);
+    if (rows == OKV_LOGITS_ALL && T > r->max_logit_rows)
+        return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens asks for all logit rows, but this runner was created for at "
+                        "most %d (okv_runner_options.max_logit_rows)", T, r->max_logit_rows);
     okv_status st = check_ids(r, ids, T, err);
     if (!st) st = okv_kv_begin_step(r->kv, positions, T, err);
     if (st) return st;

@@ -201,6 +201,31 @@ static void test_two_sequences(okv_program *p, const model *m) {
     close_runner(b, "seq-b");
 }
 
+/* A runner made for one logit row serves generation (LAST/NONE) with the
+ * same logits, and refuses steps that ask for all rows. */
+static void test_max_logit_rows(okv_program *p, const model *m) {
+    okv_runner_options ro;
+    okv_runner_options_default(&ro);
+    ro.max_logit_rows = 1;
+    okv_error err = {0};
+    okv_runner *r = NULL;
+    CHECK_OK(okv_cache_install("rows", p, NULL, &err), &err);
+    CHECK_OK(okv_runner_create(p, "rows", &ro, &r, &err), &err);
+    if (!r) return;
+    int32_t pos[8];
+    float logits[512 * 8];
+    for (int k = 0; k < 8; k++) pos[k] = k;
+    CHECK(okv_runner_step(r, m->ids, pos, 8, OKV_LOGITS_ALL, logits, &err) == OKV_ERR_INVALID);
+    CHECK(strstr(err.message, "max_logit_rows") != NULL);
+    CHECK_OK(okv_runner_step(r, m->ids, pos, 7, OKV_LOGITS_NONE, NULL, &err), &err);
+    CHECK_OK(okv_runner_step(r, m->ids + 7, pos + 7, 1, OKV_LOGITS_ALL, logits, &err), &err);
+    CHECK(e2e_max_diff(logits, m->ref + (size_t)7 * m->V, (size_t)m->V) <= 1e-4);
+    for (int k = 0; k < 8; k++) pos[k] = 8 + k;
+    CHECK_OK(okv_runner_step(r, m->ids + 8, pos, 8, OKV_LOGITS_LAST, logits, &err), &err);
+    CHECK(e2e_max_diff(logits, m->ref + (size_t)15 * m->V, (size_t)m->V) <= 1e-4);
+    close_runner(r, "rows");
+}
+
 int main(void) {
     model gemma, llama;
     model_load(&gemma, "gemma3-tiny");
@@ -219,6 +244,7 @@ int main(void) {
         test_window_override(g, &gemma, 0, "gemma3 --kv-windows 0");
         test_ring_bytes(g, &gemma);
         test_two_sequences(l, &llama);
+        test_max_logit_rows(g, &gemma);
     }
     okv_program_free(g);
     okv_program_free(l);
