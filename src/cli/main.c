@@ -150,6 +150,8 @@ static int parse_id_text(const char *text, int32_t **ids, int *n) {
 /* A JSON file with a "tokens" array (or a bare array), or whitespace
  * separated ids, either in a file or given inline. */
 int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
     FILE *f = fopen(arg, "rb");
     char *text = NULL;
     if (f) {
@@ -177,6 +179,7 @@ int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
     } else if (parse_id_text(src, ids, n)) rc = okv_cli_usage_error("--tokens %s: expected whitespace-separated token ids", arg);
     free(text);
     if (!rc && *n == 0) rc = okv_cli_usage_error("--tokens %s: no tokens", arg);
+    if (rc) { free(*ids); *ids = NULL; }
     return rc;
 }
 
