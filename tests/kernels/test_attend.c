@@ -274,6 +274,15 @@ static void test_attention(void) {
         scenario s = cases[i];
         run_scenario(&s, tables, n_tables, tp2, true);
     }
+    /* the grid the foundation issue names: T x GQA ratio x storage dtype,
+     * continuing a sequence (p0 > 0) */
+    static const int Ts[] = {1, 2, 7, 64}, ratios[] = {1, 2, 4, 8};
+    for (int ti = 0; ti < 4; ti++)
+        for (int ri = 0; ri < 4; ri++)
+            for (int d = 0; d < 3; d++) {
+                scenario s = {"grid", 2 * ratios[ri], 2, 64, (okv_dtype)d, Ts[ti], 33, 0, 0, 0, 1};
+                run_scenario(&s, tables, n_tables, tp2, true);
+            }
     /* every storage dtype on one shape, fast vs reference on the same data */
     for (int d = 0; d < 3; d++) {
         scenario s = {"dtype sweep", 8, 2, 128, (okv_dtype)d, 7, 70, 0, 0, 0, 1};
