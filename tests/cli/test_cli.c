@@ -97,6 +97,10 @@ static void test_errors(void) {
     expect_fail(args, 2, "--dtype");
     snprintf(args, sizeof args, "export %s -o %s/x.okv --prefill-chunk-size 0", FIX, dir);
     expect_fail(args, 2, "--prefill-chunk-size");
+    snprintf(args, sizeof args, "export /nonexistent-ckpt -o %s/none.okv", dir);
+    expect_fail(args, 1, "/nonexistent-ckpt/config.json");
+    snprintf(args, sizeof args, "%s/none.okv", dir);
+    CHECK(!okv_file_exists(args));
     expect_fail("logits /nonexistent.okv --tokens \"1 2\" --out /tmp/x", 1, "/nonexistent.okv");
     snprintf(args, sizeof args, "generate %s/m.okv --tokens \"1 2 x\"", dir);
     expect_fail(args, 2, "--tokens");

@@ -50,6 +50,40 @@ static void test_config_refusals(void) {
     free(d);
 }
 
+/* A checkpoint whose model.safetensors is the fixture's cut to `keep` bytes. */
+static char *truncated_checkpoint(const char *name, size_t keep) {
+    char *dir = e2e_path(name), path[640];
+    mkdir(dir, 0755);
+    char *data;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(FIXTURES "llama32-tiny/model.safetensors", &data, &len, &err)) exit(1);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite(data, 1, keep < len ? keep : len, f);
+    fclose(f);
+    free(data);
+    if (okv_read_file(FIXTURES "llama32-tiny/config.json", &data, &len, &err)) exit(1);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    f = fopen(path, "wb");
+    fwrite(data, 1, len, f);
+    fclose(f);
+    free(data);
+    return dir;
+}
+
+static void test_bad_safetensors(void) {
+    char *d = truncated_checkpoint("st-short-len", 5);
+    expect_export_error(d, 0, OKV_ERR_FORMAT, "model.safetensors");
+    free(d);
+    d = truncated_checkpoint("st-half-header", 200);
+    expect_export_error(d, 0, OKV_ERR_FORMAT, "model.safetensors");
+    free(d);
+    d = truncated_checkpoint("st-data-cut", 300000);   /* header intact, data offsets now past the end */
+    expect_export_error(d, 0, OKV_ERR_FORMAT, "data");
+    free(d);
+}
+
 static void test_chunk_bounds(void) {
     /* Gemma-3 window 8: a chunk above the window names that bound */
     expect_export_error(FIXTURES "gemma3-tiny", 9, OKV_ERR_INVALID, "smallest sliding window (8)");
@@ -191,6 +225,7 @@ int main(void) {
     test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
     test_bind_mismatch();
     test_config_refusals();
+    test_bad_safetensors();
     test_chunk_bounds();
     test_corrupt_program();
     e2e_cleanup();
