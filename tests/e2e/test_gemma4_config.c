@@ -74,7 +74,69 @@ static void test_donor_rule(void) {
     free(dir);
 }
 
+/* num_kv_shared_layers 0 (or absent): every layer owns a cache. */
+static void test_no_sharing(void) {
+    const char *patches[] = {"{\"num_kv_shared_layers\": 0}", "{\"num_kv_shared_layers\": null}"};
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "g4-noshare%d", k);
+        char *dir = patched_checkpoint(G4, name, patches[k]);
+        cJSON *j = layout_of(dir);
+        if (j) {
+            CHECK((int)cJSON_GetObjectItemCaseSensitive(j, "n_caches")->valuedouble == 10);
+            for (int l = 0; l < 10; l++)
+                CHECK((int)cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "layer_to_cache"), l)->valuedouble == l);
+            cJSON_Delete(j);
+        }
+        free(dir);
+    }
+}
+
+static void collect_notice(void *ctx, const char *msg) { strncat((char *)ctx, msg, 2000 - strlen((char *)ctx)); }
+
+/* attention_k_eq_v: full layers take v from the raw k projection; their
+ * v_proj is skipped; chunkings still agree; the logits move. */
+static void test_k_eq_v(void) {
+    char *dir = patched_checkpoint(G4, "g4-keqv", "{\"attention_k_eq_v\": true}");
+    char notes[2048] = "", *out = e2e_path("g4-keqv.okv");
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.notice = collect_notice;
+    o.notice_ctx = notes;
+    okv_error err = {0};
+    CHECK_OK(okv_export(dir, out, &o, &err), &err);
+    CHECKF(strstr(notes, "self_attn.v_proj.weight (1)") != NULL, "notices: %s", notes);
+    okv_program *p = NULL;
+    CHECK_OK(okv_program_open(out, &p, &err), &err);
+    if (p) {
+        int32_t *ids;
+        int n = e2e_ref_tokens(FIXTURES G4, &ids);
+        float *ref = e2e_ref_logits(FIXTURES G4, (size_t)n * 512);
+        e2e_run_opts ro;
+        e2e_opts_default(&ro);
+        ro.chunk = 1;
+        float *a = e2e_run(p, ids, n, &ro);
+        ro.chunk = 8;
+        ro.runner.reference_attention = true;
+        float *b = e2e_run(p, ids, n, &ro);
+        if (a && b) {
+            CHECK(e2e_max_diff(a, b, (size_t)n * 512) <= 1e-4);
+            CHECK(e2e_max_diff(a, ref, (size_t)n * 512) > 1e-2);
+        }
+        free(a);
+        free(b);
+        free(ref);
+        free(ids);
+        okv_program_free(p);
+    }
+    free(out);
+    free(dir);
+}
+
 int main(void) {
+    test_no_sharing();
+    test_k_eq_v();
     test_per_layer_config();
     test_donor_rule();
     e2e_cleanup();
