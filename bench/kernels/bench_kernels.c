@@ -9,9 +9,12 @@
  *   5. thread pool dispatch latency
  *   6. the core's FMA peak with 256-bit and 512-bit vectors (why there is no
  *      AVX-512 path: Zen 4 runs 512-bit FMAs as two 256-bit halves)
+ *   7. decode: the GEMVs of one Llama-3.2-1B token (q k v o gate up down per
+ *      layer, then the 128256-row LM head) in bf16 on 2 threads, each shape
+ *      alone and as back-to-back layers, as GB/s and an estimated tok/s
  *
- * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] (default:
- * all sections). Best of N repetitions everywhere; weights
+ * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
+ * [decode] (default: all sections). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
 #include <math.h>
@@ -80,7 +83,7 @@ static double measure_bandwidth(okv_threadpool *tp, const float *buf, size_t n, 
 /* ---- 2./3. matmul ------------------------------------------------------------------ */
 
 typedef struct wset {
-    void *copies[8];
+    void *copies[80];
     int n_copies;
     okv_dtype dt;
     int N, K;
@@ -91,7 +94,7 @@ static wset make_wset(okv_dtype dt, int N, int K) {
     wset w = {{0}, 0, dt, N, K};
     size_t n = (size_t)N * K, bytes = n * okv_dtype_size(dt);
     w.n_copies = (int)((128u << 20) / bytes) + 1;
-    if (w.n_copies > 8) w.n_copies = 8;
+    if (w.n_copies > 80) w.n_copies = 80;
     float *tmp = malloc(n * 4);
     for (size_t i = 0; i < n; i++) tmp[i] = frand() * 0.05f;
     for (int c = 0; c < w.n_copies; c++) {
@@ -187,6 +190,70 @@ __attribute__((target("avx512f"))) static double fma_peak_512(long iters) {
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
     if (_mm512_reduce_add_ps(s) == 12345.0f) printf(" ");
     return 12.0 * 16 * 2 * iters / dt / 1e9;
+}
+
+/* ---- 7. decode shapes ------------------------------------------------------------------ */
+
+enum { DEC_SHAPES = 7, DEC_LAYERS = 16, DEC_SEQ_LAYERS = 4 };
+static const char *const dec_names[DEC_SHAPES] = {"q", "k", "v", "o", "gate", "up", "down"};
+static const int dec_shape[DEC_SHAPES][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+                                             {8192, 2048}, {8192, 2048}, {2048, 8192}}; /* N x K */
+
+static void bench_decode(const okv_kernels *k, okv_threadpool *tp, double bw, int quick) {
+    int reps = quick ? 10 : 40;
+    printf("\ndecode GEMVs of one Llama-3.2-1B token, bf16, %s, %d threads\n", k->name, okv_threadpool_size(tp));
+    printf("%-6s %-12s %9s %9s %8s\n", "matmul", "W (NxK)", "us", "GB/s", "of bw");
+    double layer_sec = 0, layer_bytes = 0;
+    for (int s = 0; s < DEC_SHAPES; s++) {
+        wset w = make_wset(OKV_BF16, dec_shape[s][0], dec_shape[s][1]);
+        double bytes = (double)w.N * w.K * 2, sec = time_matmul(k, tp, &w, 1, reps);
+        printf("%-6s %5dx%-6d %9.1f %9.1f %7.0f%%\n", dec_names[s], w.N, w.K, sec * 1e6, bytes / sec / 1e9,
+               100 * bytes / sec / 1e9 / bw);
+        layer_sec += sec;
+        layer_bytes += bytes;
+        free_wset(&w);
+    }
+    /* the LM head: 525 MB, one copy is already far beyond L3 */
+    int vocab = 128256, dim = 2048;
+    uint16_t *head = aligned_alloc(64, (size_t)vocab * dim * 2);
+    for (size_t i = 0; i < (size_t)vocab * dim; i++) head[i] = okv_f32_to_bf16(frand() * 0.05f);
+    wset hw = {{head}, 1, OKV_BF16, vocab, dim};
+    double head_sec = time_matmul(k, tp, &hw, 1, quick ? 3 : 8), head_bytes = (double)vocab * dim * 2;
+    printf("%-6s %5dx%-6d %9.1f %9.1f %7.0f%%\n", "head", vocab, dim, head_sec * 1e6, head_bytes / head_sec / 1e9,
+           100 * head_bytes / head_sec / 1e9 / bw);
+    free(head);
+    double tok = DEC_LAYERS * layer_sec + head_sec, tok_bytes = DEC_LAYERS * layer_bytes + head_bytes;
+    printf("one token (16 layers + head, shapes timed alone): %.2f ms, %.1f GB/s, %.1f tok/s\n", tok * 1e3,
+           tok_bytes / tok / 1e9, 1 / tok);
+
+    /* the same shapes back to back, as a model runs them: 4 layers of distinct
+     * weights (464 MB) so every layer comes from DRAM */
+    void *lw[DEC_SEQ_LAYERS][DEC_SHAPES];
+    int dmax = 8192;
+    float *x = malloc(sizeof(float) * dmax), *y = malloc(sizeof(float) * dmax);
+    for (int i = 0; i < dmax; i++) x[i] = frand();
+    for (int l = 0; l < DEC_SEQ_LAYERS; l++)
+        for (int s = 0; s < DEC_SHAPES; s++) {
+            size_t n = (size_t)dec_shape[s][0] * dec_shape[s][1];
+            uint16_t *w = aligned_alloc(64, n * 2);
+            for (size_t i = 0; i < n; i++) w[i] = okv_f32_to_bf16(frand() * 0.05f);
+            lw[l][s] = w;
+        }
+    double best = 1e30;
+    for (int r = 0; r < (quick ? 5 : 20); r++) {
+        double t0 = now();
+        for (int l = 0; l < DEC_SEQ_LAYERS; l++)
+            for (int s = 0; s < DEC_SHAPES; s++)
+                k->matmul(tp, y, x, 1, dec_shape[s][1], lw[l][s], OKV_BF16, dec_shape[s][0], NULL);
+        double dt = (now() - t0) / DEC_SEQ_LAYERS;
+        if (dt < best) best = dt;
+    }
+    printf("layers back to back: %.1f us per layer, %.1f GB/s (shapes alone: %.1f us)\n", best * 1e6,
+           layer_bytes / best / 1e9, layer_sec * 1e6);
+    for (int l = 0; l < DEC_SEQ_LAYERS; l++)
+        for (int s = 0; s < DEC_SHAPES; s++) free(lw[l][s]);
+    free(x);
+    free(y);
 }
 
 static int want(int argc, char **argv, const char *name) {
@@ -322,6 +389,9 @@ int main(int argc, char **argv) {
         printf("\nFMA peak, one core: %.1f GFLOP/s with 256-bit vectors, %.1f with 512-bit%s\n", p256, p512,
                __builtin_cpu_supports("avx512f") ? "" : " (no avx512f)");
     }
+
+    /* 7 */
+    if (SECTION("decode")) bench_decode(tabs[n_tabs - 1], tps[1], bw[1], quick);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

@@ -9,11 +9,21 @@
  * in registers (rt rows of x, nt rows of W) and walks K once: each W vector
  * is converted (f16/bf16 -> f32) once and used rt times, each x vector nt
  * times. Prefill uses 4x3 tiles (12 accumulators + 3 W + 1 x = 16 ymm) over
- * K chunks that keep the x tile in L1. Decode (T = 1) is a GEMV that must
- * simply stream W at full bandwidth: measured on Zen 4, one W row at a time
- * (a single sequential stream) is fastest while x fits in L1, 1x4 tiles
- * (x loaded once per 4 rows) beyond. Threads split N into blocks
- * (okv_matmul_block_rows). There is no AVX-512 path: Zen 4 executes 512-bit
+ * K chunks that keep the x tile in L1; threads split N into L2-sized blocks
+ * (okv_matmul_block_rows). Decode (T = 1) is a GEMV that must simply stream
+ * W at full bandwidth. Measured on Zen 4 (bench_kernels decode):
+ *   - one W row at a time (a single sequential stream) is fastest while x
+ *     fits in L1 with room to spare (K <= 4096 f32); beyond, re-reading x
+ *     from L2 for every row costs more L1 fill bandwidth than W itself (a
+ *     2048x8192 bf16 GEMV on one core: 12 GB/s vs 34 GB/s without x), so
+ *     1x8 tiles load each x vector once per 8 rows (24 GB/s; 1x4: 21);
+ *   - each thread streams one contiguous, equal range of rows (bytes): on
+ *     2 threads that reaches the read-bandwidth probe where many interleaved
+ *     L2-sized blocks stayed ~20% below it; range boundaries are multiples
+ *     of 8 rows so the tiling, and hence every output's bits, do not depend
+ *     on the number of threads.
+ * Software prefetch and splitting K (x halves in L1, W read with gaps) were
+ * measured and were slower. There is no AVX-512 path: Zen 4 executes 512-bit
  * FMAs as two 256-bit halves (same measured peak, see bench_kernels) and
  * the GEMV is bound by memory, not instructions. */
 #include <immintrin.h>
@@ -50,7 +60,8 @@ INLINE_TGT __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
 /* ---- matmul ------------------------------------------------------------------ */
 
 enum { MM_K_CHUNK = 1024,     /* 4 rows x 1024 f32 = 16 KiB of x: half of L1 */
-       MM_ROW_MAX_K = 4096 };  /* GEMV row by row while x (16 KiB) fits in L1 */
+       MM_ROW_MAX_K = 4096,    /* GEMV row by row while x (16 KiB) fits in L1 */
+       MM_GEMV_TILE = 8 };     /* GEMV rows sharing one x load beyond that */
 
 typedef struct matmul_job {
     float *y;
@@ -131,6 +142,40 @@ INLINE_TGT void mm_row(const matmul_job *j, int t, int n, int k0, int k1, okv_dt
     else *out += s;
 }
 
+/* GEMV tile: y[n0..n0+8) = x . W rows n0..n0+7 (T = 1, whole K), each x
+ * vector loaded once for 8 rows, one accumulator per row (8 + 1 x + 1 W =
+ * 10 ymm). */
+INLINE_TGT void mm_rows8(const matmul_job *j, int n0, okv_dtype dt) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2, K = (size_t)j->K;
+    const char *w = (const char *)j->W + (size_t)n0 * K * esz;
+    __m256 acc[MM_GEMV_TILE];
+#pragma GCC unroll 8
+    for (int r = 0; r < MM_GEMV_TILE; r++) acc[r] = _mm256_setzero_ps();
+    size_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv = _mm256_loadu_ps(j->x + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < MM_GEMV_TILE; r++) acc[r] = _mm256_fmadd_ps(xv, load8(w + r * K * esz, dt, k), acc[r]);
+    }
+    float s[MM_GEMV_TILE];
+    _mm_storeu_ps(s, hsum8x4(acc[0], acc[1], acc[2], acc[3]));
+    _mm_storeu_ps(s + 4, hsum8x4(acc[4], acc[5], acc[6], acc[7]));
+    for (int r = 0; r < MM_GEMV_TILE; r++) {
+        for (size_t kk = k; kk < K; kk++) s[r] += j->x[kk] * okv_k_load(w + r * K * esz, dt, kk);
+        j->y[n0 + r] = s[r] + (j->bias ? j->bias[n0 + r] : 0.0f);
+    }
+}
+
+/* Decode GEMV (T = 1) over rows [n0, n1): W streams once, in order. Tiles
+ * start at multiples of 8 (n0 is one), so which rows are tiled depends only
+ * on N. */
+INLINE_TGT void mm_gemv(const matmul_job *j, int n0, int n1, okv_dtype dt) {
+    int n = n0;
+    if (j->K > MM_ROW_MAX_K)
+        for (; n + MM_GEMV_TILE <= n1; n += MM_GEMV_TILE) mm_rows8(j, n, dt);
+    for (; n < n1; n++) mm_row(j, 0, n, 0, j->K, dt);
+}
+
 /* Output features [n0, n1) for all T rows, in tiles. For prefill, K is cut
  * into chunks so the 4 x rows of a tile stay in L1 while the W block's
  * chunk (in L2) is swept; a decode GEMV streams whole rows. */
@@ -162,11 +207,22 @@ INLINE_TGT void mm_block(const matmul_job *j, int n0, int n1, okv_dtype dt) {
 static TGT void mm_block_f32(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_F32); }
 static TGT void mm_block_f16(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_F16); }
 static TGT void mm_block_bf16(const matmul_job *j, int n0, int n1) { mm_block(j, n0, n1, OKV_BF16); }
+static TGT void mm_gemv_f32(const matmul_job *j, int n0, int n1) { mm_gemv(j, n0, n1, OKV_F32); }
+static TGT void mm_gemv_f16(const matmul_job *j, int n0, int n1) { mm_gemv(j, n0, n1, OKV_F16); }
+static TGT void mm_gemv_bf16(const matmul_job *j, int n0, int n1) { mm_gemv(j, n0, n1, OKV_BF16); }
 
 static void matmul_avx2_task(void *ctx, int task, int thread) {
     const matmul_job *j = ctx;
     int n0 = task * j->block_rows, n1 = n0 + j->block_rows;
     if (n1 > j->N) n1 = j->N;
+    if (j->T == 1) {
+        switch (j->wdt) {
+        case OKV_F32: mm_gemv_f32(j, n0, n1); break;
+        case OKV_F16: mm_gemv_f16(j, n0, n1); break;
+        case OKV_BF16: mm_gemv_bf16(j, n0, n1); break;
+        }
+        return;
+    }
     switch (j->wdt) {
     case OKV_F32: mm_block_f32(j, n0, n1); break;
     case OKV_F16: mm_block_f16(j, n0, n1); break;
@@ -174,11 +230,19 @@ static void matmul_avx2_task(void *ctx, int task, int thread) {
     }
 }
 
+/* Rows per GEMV task: N split into one contiguous range per thread, each a
+ * multiple of the tile height (the last one takes the rest). */
+static int gemv_task_rows(int N, int n_threads) {
+    int rows = (N + n_threads - 1) / n_threads;
+    return (rows + MM_GEMV_TILE - 1) / MM_GEMV_TILE * MM_GEMV_TILE;
+}
+
 void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
                      const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
-    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
+    if (T == 1) j.block_rows = gemv_task_rows(N, okv_threadpool_size(tp));
+    else j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_avx2_task, &j);
 }
 

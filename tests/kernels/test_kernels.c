@@ -114,6 +114,10 @@ static void test_matmul(void) {
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 37, 515, 67, true);
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 9, 2048, 130, false);
         check_matmul_shape(tp1, tp2, (okv_dtype)d, 5, 4105, 7, true); /* GEMV rows past the L1-sized x */
+        /* decode GEMV past the L1-sized x: 8-row tiles, a remainder, a K tail,
+         * and 2-thread ranges that start mid-N */
+        check_matmul_shape(tp1, tp2, (okv_dtype)d, 1, 4105, 37, true);
+        check_matmul_shape(tp1, tp2, (okv_dtype)d, 1, 4104, 16, false);
     }
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
