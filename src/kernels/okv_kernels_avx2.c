@@ -19,15 +19,16 @@
  *     1x8 tiles load each x vector once per 8 rows (24 GB/s; 1x4: 21);
  *   - each thread streams one contiguous, equal range of rows (bytes): on
  *     2 threads that reaches the read-bandwidth probe where many interleaved
- *     L2-sized blocks stayed ~20% below it; range boundaries are multiples
- *     of 8 rows so the tiling, and hence every output's bits, do not depend
- *     on the number of threads.
+ *     L2-sized blocks stayed ~20% below it. Ranges are claimed in 128 KiB
+ *     chunks and a thread that finishes early helps with the others' (see
+ *     gemv_job), so an unlucky thread does not leave the other waiting.
  * Software prefetch and splitting K (x halves in L1, W read with gaps) were
  * measured and were slower. There is no AVX-512 path: Zen 4 executes 512-bit
  * FMAs as two 256-bit halves (same measured peak, see bench_kernels) and
  * the GEMV is bound by memory, not instructions. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "okv_kernels_internal.h"
@@ -212,17 +213,10 @@ static TGT void mm_gemv_f16(const matmul_job *j, int n0, int n1) { mm_gemv(j, n0
 static TGT void mm_gemv_bf16(const matmul_job *j, int n0, int n1) { mm_gemv(j, n0, n1, OKV_BF16); }
 
 static void matmul_avx2_task(void *ctx, int task, int thread) {
+    (void)thread;
     const matmul_job *j = ctx;
     int n0 = task * j->block_rows, n1 = n0 + j->block_rows;
     if (n1 > j->N) n1 = j->N;
-    if (j->T == 1) {
-        switch (j->wdt) {
-        case OKV_F32: mm_gemv_f32(j, n0, n1); break;
-        case OKV_F16: mm_gemv_f16(j, n0, n1); break;
-        case OKV_BF16: mm_gemv_bf16(j, n0, n1); break;
-        }
-        return;
-    }
     switch (j->wdt) {
     case OKV_F32: mm_block_f32(j, n0, n1); break;
     case OKV_F16: mm_block_f16(j, n0, n1); break;
@@ -230,19 +224,80 @@ static void matmul_avx2_task(void *ctx, int task, int thread) {
     }
 }
 
-/* Rows per GEMV task: N split into one contiguous range per thread, each a
- * multiple of the tile height (the last one takes the rest). */
-static int gemv_task_rows(int N, int n_threads) {
-    int rows = (N + n_threads - 1) / n_threads;
-    return (rows + MM_GEMV_TILE - 1) / MM_GEMV_TILE * MM_GEMV_TILE;
+/* ---- decode GEMV work split ----------------------------------------------------- */
+
+enum { GEMV_MAX_RANGES = 64,          /* more threads than this: fewer, larger ranges */
+       GEMV_CHUNK_BYTES = 128 * 1024 }; /* of W per claim: ~4 us at 30 GB/s */
+
+/* A counter alone on its cache line, so two owners claiming chunks of their
+ * own ranges never share a line. */
+typedef struct gemv_counter {
+    _Alignas(64) atomic_int next;
+} gemv_counter;
+
+/* N is cut into one contiguous range per thread; a range is taken chunk by
+ * chunk from its counter. A task drains its own range first (so each thread
+ * streams one sequential region), then helps drain the others: whoever
+ * finishes early takes the next chunks of a slower range, so the threads
+ * end within a chunk of each other (with a fixed split a sleeping or slowed
+ * thread made the other wait, and wake, for up to half a GEMV). Range and
+ * chunk starts are multiples of the tile height, so the tiling (and every
+ * output's bits) depend only on N. */
+typedef struct gemv_job {
+    matmul_job mm;
+    int n_ranges, range_rows, chunk_rows;
+    gemv_counter ranges[GEMV_MAX_RANGES];
+} gemv_job;
+
+static void gemv_chunk(const matmul_job *j, int n0, int n1) {
+    switch (j->wdt) {
+    case OKV_F32: mm_gemv_f32(j, n0, n1); break;
+    case OKV_F16: mm_gemv_f16(j, n0, n1); break;
+    case OKV_BF16: mm_gemv_bf16(j, n0, n1); break;
+    }
+}
+
+static void gemv_task(void *ctx, int task, int thread) {
+    (void)thread;
+    gemv_job *g = ctx;
+    for (int i = 0; i < g->n_ranges; i++) {
+        int r = (task + i) % g->n_ranges; /* own range first, then the others */
+        int r0 = r * g->range_rows, r1 = r0 + g->range_rows < g->mm.N ? r0 + g->range_rows : g->mm.N;
+        for (;;) {
+            int c = atomic_fetch_add_explicit(&g->ranges[r].next, 1, memory_order_relaxed);
+            int n0 = r0 + c * g->chunk_rows;
+            if (n0 >= r1) break;
+            gemv_chunk(&g->mm, n0, n0 + g->chunk_rows < r1 ? n0 + g->chunk_rows : r1);
+        }
+    }
+}
+
+/* Rows rounded up to a whole number of GEMV tiles. */
+static int round_to_tile(int rows) { return (rows + MM_GEMV_TILE - 1) / MM_GEMV_TILE * MM_GEMV_TILE; }
+
+static void gemv_run(okv_threadpool *tp, const matmul_job *j) {
+    gemv_job g;
+    g.mm = *j;
+    size_t row_bytes = (size_t)j->K * (j->wdt == OKV_F32 ? 4 : 2);
+    int chunk = (int)(GEMV_CHUNK_BYTES / (row_bytes ? row_bytes : 1));
+    g.chunk_rows = round_to_tile(chunk > 0 ? chunk : 1);
+    int n_ranges = okv_threadpool_size(tp);
+    if (n_ranges > GEMV_MAX_RANGES) n_ranges = GEMV_MAX_RANGES;
+    g.range_rows = round_to_tile((j->N + n_ranges - 1) / n_ranges);
+    g.n_ranges = (j->N + g.range_rows - 1) / g.range_rows;
+    for (int r = 0; r < g.n_ranges; r++) atomic_init(&g.ranges[r].next, 0);
+    okv_threadpool_run(tp, g.n_ranges, gemv_task, &g);
 }
 
 void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
                      const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
-    if (T == 1) j.block_rows = gemv_task_rows(N, okv_threadpool_size(tp));
-    else j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
+    if (T == 1) {
+        gemv_run(tp, &j);
+        return;
+    }
+    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_avx2_task, &j);
 }
 
