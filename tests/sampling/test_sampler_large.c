@@ -6,29 +6,11 @@
 
 #include "offkv_sample.h"
 #include "okv_test.h"
+#include "sampler_test_util.h"
 
 enum { BIG = 262144 };
 
-static okv_sampler *make(int32_t vocab, bool do_sample, float temperature, int32_t top_k,
-                         float top_p, float min_p, float penalty, uint64_t seed) {
-    okv_sampler_params p = okv_sampler_params_default();
-    p.do_sample = do_sample;
-    p.temperature = temperature;
-    p.top_k = top_k;
-    p.top_p = top_p;
-    p.min_p = min_p;
-    p.repetition_penalty = penalty;
-    p.seed = seed;
-    okv_sampler *s = NULL;
-    okv_error err;
-    CHECK_OK(okv_sampler_create(vocab, &p, &s, &err), &err);
-    return s;
-}
 
-static uint32_t lcg(uint32_t *x) {
-    *x = *x * 1664525u + 1013904223u;
-    return *x >> 8;
-}
 
 /* Logits quantised to steps of 1/8 over [-scale/2, scale/2): many ties. */
 static void fill_random(float *x, int n, uint32_t seed, float scale) {
