@@ -3,10 +3,13 @@
  * "N passed, N failed" and exits non-zero if anything failed. */
 #ifndef OKV_TEST_H
 #define OKV_TEST_H
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int okv_t_pass, okv_t_fail;
 
@@ -18,6 +21,26 @@ static int okv_t_pass, okv_t_fail;
 #define CHECK_OK(expr, errp) do { okv_status s_ = (expr); if (s_ == OKV_OK) okv_t_pass++; else { \
     okv_t_fail++; fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, (errp)->message); } } while (0)
 #define CHECK_NEAR(a, b, tol) CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", (double)(a), (double)(b), (double)(tol))
+
+/* Removes a directory tree the test made (no symlink is followed). */
+static inline void okv_test_rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t n = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(n);
+        if (!p) break;
+        snprintf(p, n, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) okv_test_rm_tree(p);
+        else unlink(p);
+        free(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
 
 static inline int okv_test_finish(void) {
     printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);

@@ -116,8 +116,6 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     test_pipeline();
     test_errors();
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd)) return 1;
+    okv_test_rm_tree(dir);
     return okv_test_finish();
 }

@@ -29,10 +29,7 @@ static inline const char *e2e_tmp(void) {
 }
 
 static inline void e2e_cleanup(void) {
-    if (!e2e_tmpdir[0]) return;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e2e_tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", e2e_tmpdir);
+    if (e2e_tmpdir[0]) okv_test_rm_tree(e2e_tmpdir);
 }
 
 static inline char *e2e_path(const char *name) {

@@ -236,8 +236,6 @@ int main(void) {
         okv_program_free(e.p);
     }
     free(path);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    if (system(cmd)) return 1;
+    okv_test_rm_tree(tmpdir);
     return okv_test_finish();
 }

@@ -20,21 +20,6 @@
 
 static char g_tmp[64];
 
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char *p = okv_path_join(dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
-        else unlink(p);
-        free(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* g_tmp/name (static buffer, valid until the next call). */
 static const char *tmp_path(const char *name) {
@@ -524,6 +509,6 @@ int main(void) {
     test_corrupt_indexes();
     test_fuzz();
     test_fuzz_index();
-    rm_tree(g_tmp);
+    okv_test_rm_tree(g_tmp);
     return okv_test_finish();
 }
