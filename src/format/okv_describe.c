@@ -144,21 +144,6 @@ static cJSON *graph_doc(const okv_graph *g) {
     return j;
 }
 
-static cJSON *tensors_doc(const okv_program_file *pf) {
-    cJSON *arr = cJSON_CreateArray();
-    for (int t = 0; t < pf->n_tensors; t++) {
-        const okv_tensor *ts = &pf->tensors[t];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "name", ts->name);
-        cJSON_AddStringToObject(o, "dtype", okv_tdtype_name(ts->dtype));
-        cJSON *sh = cJSON_AddArrayToObject(o, "shape");
-        for (int d = 0; d < ts->n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts->shape[d]));
-        cJSON_AddNumberToObject(o, "offset", (double)ts->offset);
-        cJSON_AddNumberToObject(o, "nbytes", (double)ts->nbytes);
-        cJSON_AddItemToArray(arr, o);
-    }
-    return arr;
-}
 
 /* A token in tokenizer_config.json is a string or {"content": string}. */
 static const char *token_text(const cJSON *v) {
@@ -202,6 +187,6 @@ cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     }
     add_chat_facts(tok, pf);
     cJSON_AddItemToObject(doc, "graph", graph_doc(&pf->graph));
-    cJSON_AddItemToObject(doc, "tensors", tensors_doc(pf));
+    cJSON_AddItemToObject(doc, "tensors", okv_tensors_to_json(pf, NULL));
     return doc;
 }

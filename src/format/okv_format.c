@@ -117,7 +117,7 @@ static cJSON *graph_to_json(const okv_graph *g) {
     return j;
 }
 
-static cJSON *tensors_to_json(const okv_program_file *pf, const uint64_t *offsets) {
+cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *offsets) {
     cJSON *arr = cJSON_CreateArray();
     for (int t = 0; t < pf->n_tensors; t++) {
         const okv_tensor *ts = &pf->tensors[t];
@@ -126,7 +126,7 @@ static cJSON *tensors_to_json(const okv_program_file *pf, const uint64_t *offset
         cJSON_AddStringToObject(o, "dtype", okv_tdtype_name(ts->dtype));
         cJSON *sh = cJSON_AddArrayToObject(o, "shape");
         for (int d = 0; d < ts->n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts->shape[d]));
-        cJSON_AddNumberToObject(o, "offset", (double)offsets[t]);
+        cJSON_AddNumberToObject(o, "offset", (double)(offsets ? offsets[t] : ts->offset));
         cJSON_AddNumberToObject(o, "nbytes", (double)ts->nbytes);
         cJSON_AddItemToArray(arr, o);
     }
@@ -178,7 +178,7 @@ static okv_status write_body(FILE *f, const okv_program_file *pf, const char *pa
     cJSON_AddItemToObject(root, "meta", meta_to_json(&pf->meta));
     cJSON_AddItemToObject(root, "layout", okv_layout_to_json(&pf->layout));
     cJSON_AddItemToObject(root, "graph", graph_to_json(&pf->graph));
-    cJSON_AddItemToObject(root, "tensors", tensors_to_json(pf, offsets));
+    cJSON_AddItemToObject(root, "tensors", okv_tensors_to_json(pf, offsets));
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!json) { free(offsets); return okv_fail(err, OKV_ERR_NOMEM, "%s: cannot build header", path); }

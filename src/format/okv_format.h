@@ -137,6 +137,9 @@ void okv_program_file_clear(okv_program_file *pf);
  * layer_to_cache, prefill_chunk_size, max_ctx_len). */
 struct cJSON;
 struct cJSON *okv_layout_to_json(const okv_layout *l);
+/* The tensor table as a JSON array (name, dtype, shape, offset, nbytes);
+ * offsets NULL = the tensors' own offsets. */
+struct cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *offsets);
 /* Finds a tensor by name; -1 if absent. */
 int okv_format_find_tensor(const okv_program_file *pf, const char *name);
 /* Checks the graph against tensors and layout (ids in range, widths agree). */
