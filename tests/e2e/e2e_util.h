@@ -207,4 +207,53 @@ static inline char *patched_checkpoint(const char *fixture, const char *name, co
     return dir;
 }
 
+
+/* The layout `inspect --config` reports for a checkpoint dir or config.json. */
+static inline cJSON *e2e_layout_of(const char *path) {
+    char *text = NULL;
+    okv_error err = {0};
+    okv_status st = okv_config_describe(path, true, NULL, &text, &err);
+    CHECKF(st == OKV_OK, "%s: %s", path, err.message);
+    cJSON *j = st ? NULL : cJSON_Parse(text);
+    free(text);
+    return j;
+}
+
+static inline void e2e_collect_notice(void *ctx, const char *msg) {
+    char *buf = ctx;
+    strncat(buf, msg, 4000 - strlen(buf));
+    strncat(buf, "\n", 4000 - strlen(buf));
+}
+
+/* fp32 export of dir to <tmp>/name, notices appended to notes[4096]. */
+static inline char *e2e_export_noted(const char *dir, const char *name, char *notes) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.notice = e2e_collect_notice;
+    o.notice_ctx = notes;
+    char *out = e2e_path(name);
+    okv_error err = {0};
+    okv_status st = okv_export(dir, out, &o, &err);
+    CHECKF(st == OKV_OK, "export %s: %s", dir, err.message);
+    if (st) { free(out); return NULL; }
+    return out;
+}
+
+/* Max |logits - oracle| of program p over the fixture's tokens (vocab 512). */
+static inline double e2e_oracle_diff(const okv_program *p, const char *fixture_dir, int chunk) {
+    int32_t *ids;
+    int n = e2e_ref_tokens(fixture_dir, &ids);
+    float *ref = e2e_ref_logits(fixture_dir, (size_t)n * 512);
+    e2e_run_opts ro;
+    e2e_opts_default(&ro);
+    ro.chunk = chunk;
+    float *got = e2e_run(p, ids, n, &ro);
+    double d = got ? e2e_max_diff(got, ref, (size_t)n * 512) : INFINITY;
+    free(got);
+    free(ref);
+    free(ids);
+    return d;
+}
+
 #endif

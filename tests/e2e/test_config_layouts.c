@@ -5,15 +5,6 @@
 
 #define CONFIGS "../shared/fixtures/configs/"
 
-static cJSON *layout_of(const char *path) {
-    char *text = NULL;
-    okv_error err = {0};
-    okv_status st = okv_config_describe(path, true, NULL, &text, &err);
-    CHECKF(st == OKV_OK, "%s: %s", path, err.message);
-    cJSON *j = st ? NULL : cJSON_Parse(text);
-    free(text);
-    return j;
-}
 
 static int at(const cJSON *j, const char *key, int i) {
     const cJSON *v = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, key), i);
@@ -26,7 +17,7 @@ static int num(const cJSON *j, const char *key) {
 }
 
 static void test_gemma4_e2b(void) {
-    cJSON *j = layout_of(CONFIGS "gemma-4-e2b-it/config.json");
+    cJSON *j = e2e_layout_of(CONFIGS "gemma-4-e2b-it/config.json");
     if (!j) return;
     CHECK(num(j, "n_caches") == 15);
     for (int c = 0; c < 15; c++) {
@@ -45,7 +36,7 @@ static void test_gemma4_e2b(void) {
 }
 
 static void test_flat(const char *dir, int n_layers, int kv_heads, int head_dim) {
-    cJSON *j = layout_of(dir);
+    cJSON *j = e2e_layout_of(dir);
     if (!j) return;
     CHECKF(num(j, "n_caches") == n_layers, "%s: %d caches", dir, num(j, "n_caches"));
     for (int c = 0; c < n_layers; c++) {
@@ -56,7 +47,7 @@ static void test_flat(const char *dir, int n_layers, int kv_heads, int head_dim)
 }
 
 static void test_gemma3_1b(void) {
-    cJSON *j = layout_of(CONFIGS "gemma-3-1b-it");
+    cJSON *j = e2e_layout_of(CONFIGS "gemma-3-1b-it");
     if (!j) return;
     CHECK(num(j, "n_caches") == 26);
     for (int c = 0; c < 26; c++) {

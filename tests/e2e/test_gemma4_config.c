@@ -16,32 +16,14 @@ static void test_per_layer_config(void) {
     okv_error err = {0};
     if (path) CHECK_OK(okv_program_open(path, &p, &err), &err);
     if (p) {
-        int32_t *ids;
-        int n = e2e_ref_tokens(FIXTURES G4, &ids);
-        float *ref = e2e_ref_logits(FIXTURES G4, (size_t)n * 512);
-        e2e_run_opts o;
-        e2e_opts_default(&o);
-        o.chunk = 5;
-        float *got = e2e_run(p, ids, n, &o);
-        if (got) CHECKF(e2e_max_diff(got, ref, (size_t)n * 512) <= 1e-3, "per_layer_config: %.3g", e2e_max_diff(got, ref, (size_t)n * 512));
-        free(got);
-        free(ref);
-        free(ids);
+        double d = e2e_oracle_diff(p, FIXTURES G4, 5);
+        CHECKF(d <= 1e-3, "per_layer_config: %.3g", d);
         okv_program_free(p);
     }
     free(path);
     free(dir);
 }
 
-static cJSON *layout_of(const char *dir) {
-    char *text = NULL;
-    okv_error err = {0};
-    okv_status st = okv_config_describe(dir, true, NULL, &text, &err);
-    CHECKF(st == OKV_OK, "%s: %s", dir, err.message);
-    cJSON *j = st ? NULL : cJSON_Parse(text);
-    free(text);
-    return j;
-}
 
 static void test_donor_rule(void) {
     /* 7 layers [S,S,S,F,S | S,F], the last 2 shared: layer 5 (sliding) reads
@@ -49,7 +31,7 @@ static void test_donor_rule(void) {
     char *dir = patched_checkpoint(G4, "g4-donor", "{\"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
         "\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"], "
         "\"num_hidden_layers\": 7, \"num_kv_shared_layers\": 2}");
-    cJSON *j = layout_of(dir);
+    cJSON *j = e2e_layout_of(dir);
     if (j) {
         int want[7] = {0, 1, 2, 3, 4, 4, 3};
         const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "layer_to_cache");
@@ -81,7 +63,7 @@ static void test_no_sharing(void) {
         char name[32];
         snprintf(name, sizeof name, "g4-noshare%d", k);
         char *dir = patched_checkpoint(G4, name, patches[k]);
-        cJSON *j = layout_of(dir);
+        cJSON *j = e2e_layout_of(dir);
         if (j) {
             CHECK((int)cJSON_GetObjectItemCaseSensitive(j, "n_caches")->valuedouble == 10);
             for (int l = 0; l < 10; l++)
@@ -92,23 +74,15 @@ static void test_no_sharing(void) {
     }
 }
 
-static void collect_notice(void *ctx, const char *msg) { strncat((char *)ctx, msg, 2000 - strlen((char *)ctx)); }
-
 /* attention_k_eq_v: full layers take v from the raw k projection; their
  * v_proj is skipped; chunkings still agree; the logits move. */
 static void test_k_eq_v(void) {
     char *dir = patched_checkpoint(G4, "g4-keqv", "{\"attention_k_eq_v\": true}");
-    char notes[2048] = "", *out = e2e_path("g4-keqv.okv");
-    okv_export_options o;
-    okv_export_options_default(&o);
-    o.dtype = OKV_F32;
-    o.notice = collect_notice;
-    o.notice_ctx = notes;
+    char notes[4096] = "", *out = e2e_export_noted(dir, "g4-keqv.okv", notes);
     okv_error err = {0};
-    CHECK_OK(okv_export(dir, out, &o, &err), &err);
     CHECKF(strstr(notes, "self_attn.v_proj.weight (1)") != NULL, "notices: %s", notes);
     okv_program *p = NULL;
-    CHECK_OK(okv_program_open(out, &p, &err), &err);
+    if (out) CHECK_OK(okv_program_open(out, &p, &err), &err);
     if (p) {
         int32_t *ids;
         int n = e2e_ref_tokens(FIXTURES G4, &ids);
