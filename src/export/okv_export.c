@@ -147,6 +147,24 @@ static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
     return OKV_OK;
 }
 
+/* Multimodal checkpoints name the text decoder differently across
+ * transformers versions ("language_model.model." before 4.52,
+ * "model.language_model." after): use whichever the file has. */
+static void pick_prefix(export_job *j) {
+    static const char *const candidates[] = {"model.", "language_model.model.", "model.language_model."};
+    char name[160];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", j->model.prefix);
+    if (okv_st_find(j->st, name)) return;
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", candidates[i]);
+        if (okv_st_find(j->st, name)) {
+            notice(j, "decoder tensors are under '%s' (config suggests '%s')", candidates[i], j->model.prefix);
+            snprintf(j->model.prefix, sizeof j->model.prefix, "%s", candidates[i]);
+            return;
+        }
+    }
+}
+
 static okv_status add_blob_file(export_job *j, const char *dir, const char *file, okv_error *err) {
     char *path = okv_path_join(dir, file);
     if (!path) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
@@ -243,8 +261,9 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     export_job j = {.opt = o};
     okv_status st = okv_hf_load_config(hf_dir, &j.model, err);
     if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
-    if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
+    if (!st) pick_prefix(&j);
+    if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
     if (!st) st = bind_sources(&j, err);
     if (!st) report_unused(&j);
     if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);

@@ -3,6 +3,7 @@
  * corrupted files with a precise error instead of crashing. Checkpoints are
  * the fixtures with an edited config.json (weights symlinked). */
 #include "e2e_util.h"
+#include "okv_safetensors.h"
 
 /* Export of dir must fail with status st and a message containing needle,
  * and leave no file at the output path. */
@@ -194,7 +195,43 @@ static void test_gemma3_attn_softcap_notice(void) {
     free(dir);
 }
 
+/* gemma3-mm-tiny rewritten the way newer transformers save it
+ * (model.language_model.* instead of language_model.model.*) exports to the
+ * same logits. */
+static void test_newer_multimodal_names(void) {
+    okv_st_set *set = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_st_open_dir(FIXTURES "gemma3-mm-tiny", &set, &err), &err);
+    if (!set) return;
+    int n = okv_st_count(set);
+    okv_st_write_tensor *w = calloc((size_t)n, sizeof *w);
+    char (*names)[200] = calloc((size_t)n, sizeof *names);
+    for (int i = 0; i < n; i++) {
+        const okv_st_tensor *t = okv_st_get(set, i);
+        if (!strncmp(t->name, "language_model.model.", 21)) snprintf(names[i], 200, "model.language_model.%s", t->name + 21);
+        else snprintf(names[i], 200, "%s", t->name);
+        w[i] = (okv_st_write_tensor){names[i], t->dtype, NULL, t->ndim, {0}, t->data};
+        memcpy(w[i].shape, t->shape, sizeof t->shape);
+    }
+    char *dir = patched_checkpoint("gemma3-mm-tiny", "g3mm-new", "{}"), path[640];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);   /* the symlink to the fixture */
+    CHECK_OK(okv_st_write(path, w, n, &err), &err);
+    char notes[4096] = "", *out = e2e_export_noted(dir, "g3mm-new.okv", notes);
+    CHECKF(strstr(notes, "'model.language_model.'") != NULL, "notices: %s", notes);
+    okv_program *p = NULL;
+    if (out) CHECK_OK(okv_program_open(out, &p, &err), &err);
+    if (p) CHECK(e2e_oracle_diff(p, FIXTURES "gemma3-mm-tiny", 5) <= 1e-4);
+    okv_program_free(p);
+    free(out);
+    free(dir);
+    free(names);
+    free(w);
+    okv_st_free(set);
+}
+
 int main(void) {
+    test_newer_multimodal_names();
     test_gemma3_attn_softcap_notice();
     test_skipped_tensors("gemma3-mm-tiny", "vision_tower", "vision_tower");
     test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
