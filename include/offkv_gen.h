@@ -32,6 +32,8 @@ typedef struct okv_gen_prompt_args {
     const char *tokenizer_config_json; /* NUL-terminated, or NULL */
     const char *template_override;     /* a template source (chat_template.jinja), or NULL */
     int32_t bos_id;              /* -1 if none; guards against a double BOS */
+    const char *messages_json;   /* a whole conversation (JSON array of {role, content});
+                                    when set, system/user are not used for templated prompts */
 } okv_gen_prompt_args;
 
 /* Builds the prompt ids (caller frees *ids). A rendered prompt is encoded
@@ -58,6 +60,25 @@ typedef struct okv_gen_options {
  * Generated ids are stored in out_ids (capacity max_new_tokens, may be NULL). */
 okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
                         const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err);
+
+/* ---- multi-turn chat over one cache ----------------------------------------
+ * A session keeps the conversation and the token ids its cache holds. Each
+ * turn renders the whole conversation again, rewinds the cache to the
+ * longest prefix it already holds (falling back to a clear when a ring
+ * cache cannot serve that point) and prefills only the rest. */
+typedef struct okv_chat_session okv_chat_session;
+
+/* base: mode, system, extra vars, tokenizer config, template, bos (its
+ * user/messages fields are ignored). The session borrows r, tok and key. */
+okv_status okv_chat_session_create(okv_runner *r, const char *cache_key, const okv_tok *tok,
+                                   const okv_gen_prompt_args *base, okv_chat_session **out, okv_error *err);
+void okv_chat_session_free(okv_chat_session *s);
+/* One user turn: generates the reply (streamed through o->on_text) and
+ * records it in the conversation. *reused = prompt tokens served from the
+ * cache (may be NULL); stats->prompt_tokens counts only the prefilled rest.
+ * out_ids as in okv_generate. */
+okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t *out_ids,
+                                 okv_gen_stats *stats, size_t *reused, okv_error *err);
 
 #ifdef __cplusplus
 }

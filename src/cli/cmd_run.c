@@ -3,6 +3,8 @@
  *   offkv run PROGRAM.okv --prompt TEXT [--system TEXT] [--chat auto|none] [--chat-arg KEY=JSON]...
  *       [--temperature F] [--top-k N] [--top-p F] [--min-p F] [--repetition-penalty F] [--seed N]
  *       [--greedy] [--stop STRING]... [--max-new-tokens N] [--tokenizer FILE] [cache options]
+ *   offkv run PROGRAM.okv --interactive [...]   a conversation on stdin, one turn per line; each turn
+ *       reuses the cache up to the longest prefix it already holds (/reset, /quit)
  *
  * Sampling defaults come from the program's bundled generation_config.json
  * (as HF's generate() would use them); any flag overrides them. The stats
@@ -30,7 +32,7 @@ typedef struct run_args {
     /* sampling overrides: NaN / -1 = not given */
     double temperature, top_p, min_p, penalty;
     long long top_k, seed;
-    bool greedy;
+    bool greedy, interactive;
     okv_cli_run_opts run;
 } run_args;
 
@@ -53,6 +55,7 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (!strcmp(o, "--greedy")) { a->greedy = true; continue; }
+        if (!strcmp(o, "--interactive") || !strcmp(o, "-i")) { a->interactive = true; continue; }
         if (o[0] != '-') { if (a->program) return okv_cli_usage_error("run: unexpected argument '%s'", o); a->program = o; continue; }
         if (!v) return okv_cli_usage_error("%s needs a value", o);
         i++;
@@ -80,7 +83,8 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         else return okv_cli_usage_error("run: unknown option '%s'", o);
         if (!ok) return okv_cli_usage_error("invalid value for option: '%s'", v);
     }
-    if (!a->program || !a->prompt) return okv_cli_usage_error("usage: offkv run PROGRAM.okv --prompt TEXT [options]%s", "");
+    if (!a->program || (!a->prompt && !a->interactive))
+        return okv_cli_usage_error("usage: offkv run PROGRAM.okv --prompt TEXT | --interactive [options]%s", "");
     return 0;
 }
 
@@ -155,6 +159,67 @@ static void print_text(void *ctx, const char *text, size_t len) {
     fflush(stdout);
 }
 
+static void print_stats(const okv_gen_stats *stats, size_t reused) {
+    char line[256];
+    okv_gen_stats_format(stats, line, sizeof line);
+    if (reused) fprintf(stderr, "offkv: %s | %zu more prompt tokens reused from the cache\n", line, reused);
+    else fprintf(stderr, "offkv: %s\n", line);
+}
+
+/* One prompt in, one reply out. */
+static okv_status run_once(const run_args *a, okv_cli_session *s, const okv_tok *tok, const okv_gen_prompt_args *pa,
+                           const okv_gen_options *go, okv_error *err) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool templated = false;
+    okv_status st = okv_gen_prompt(tok, pa, &ids, &n, &templated, err);
+    if (!st && a->chat == OKV_CHAT_AUTO && !templated) fprintf(stderr, "offkv: note: no chat template; prompt used as is\n");
+    okv_gen_stats stats;
+    if (!st) st = okv_generate(s->runner, tok, ids, n, 0, go, NULL, &stats, err);
+    printf("\n");
+    if (!st) print_stats(&stats, 0);
+    free(ids);
+    return st;
+}
+
+/* A conversation read from stdin, one user turn per line (/reset starts
+ * over, /quit or end of input stops); each turn reuses the cached prefix. */
+static okv_status run_interactive(const run_args *a, okv_cli_session *s, const okv_tok *tok,
+                                  const okv_gen_prompt_args *pa, const okv_gen_options *go, okv_error *err) {
+    okv_chat_session *chat = NULL;
+    okv_status st = okv_chat_session_create(s->runner, s->key, tok, pa, &chat, err);
+    char *line = NULL;
+    size_t cap = 0;
+    const char *first = a->prompt;
+    while (!st) {
+        const char *turn = first;
+        first = NULL;
+        if (!turn) {
+            fprintf(stderr, "> ");
+            ssize_t len = getline(&line, &cap, stdin);
+            if (len < 0) break;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (!strcmp(line, "/quit")) break;
+            if (!strcmp(line, "/reset")) {
+                okv_chat_session_free(chat);
+                chat = NULL;
+                st = okv_chat_session_create(s->runner, s->key, tok, pa, &chat, err);
+                continue;
+            }
+            if (!len) continue;
+            turn = line;
+        }
+        okv_gen_stats stats;
+        size_t reused = 0;
+        st = okv_chat_session_turn(chat, turn, go, NULL, &stats, &reused, err);
+        printf("\n");
+        if (!st) print_stats(&stats, reused);
+    }
+    free(line);
+    okv_chat_session_free(chat);
+    return st;
+}
+
 int okv_cli_run(int argc, char **argv) {
     run_args a;
     int rc = parse_run_args(argc, argv, &a);
@@ -167,31 +232,19 @@ int okv_cli_run(int argc, char **argv) {
     char *tok_config = blob_string(s.program, "tokenizer_config.json");
     char *tmpl = blob_string(s.program, "chat_template.jinja");
     char *vars = chat_vars_json(&a);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    bool templated = false;
     okv_status st = load_tokenizer(s.program, a.program, a.tokenizer, &tok, &err);
     if (!st) {
-        okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id};
-        st = okv_gen_prompt(tok, &pa, &ids, &n, &templated, &err);
-    }
-    if (!st && a.chat == OKV_CHAT_AUTO && !templated) fprintf(stderr, "offkv: note: no chat template; prompt used as is\n");
-    if (!st) {
+        okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id, NULL};
         int32_t eos[32];
         int capacity = a.run.cache.max_capacity > 0 ? a.run.cache.max_capacity : s.info.max_ctx_len;
         okv_gen_options go = {.max_new_tokens = a.max_new, .sampling = sampling_params(s.program, &a), .stops = a.stops,
                               .n_stops = a.n_stops, .eos_ids = eos, .n_eos = collect_eos(&s, tok, tok_config, eos, 32),
                               .context_limit = capacity, .on_text = print_text};
-        okv_gen_stats stats;
         st = okv_sampler_params_check(&go.sampling, &err);
-        if (!st) st = okv_generate(s.runner, tok, ids, n, 0, &go, NULL, &stats, &err);
-        printf("\n");
-        char line[256];
-        okv_gen_stats_format(&stats, line, sizeof line);
-        if (!st) fprintf(stderr, "offkv: %s\n", line);
+        if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);
     }
     if (st) rc = okv_cli_die(&err);
-    free(ids); free(vars); free(tmpl); free(tok_config);
+    free(vars); free(tmpl); free(tok_config);
     okv_tok_free(tok);
     okv_cli_session_close(&s);
     return rc;

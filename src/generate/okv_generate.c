@@ -45,7 +45,7 @@ static okv_status render_chat(const okv_gen_prompt_args *a, char **out, okv_erro
     }
     okv_chat_template *tmpl = NULL;
     okv_status st = okv_chat_template_parse(src, &tmpl, err);
-    char *msgs = messages_json(a->system, a->user);
+    char *msgs = a->messages_json ? okv_strdup(a->messages_json) : messages_json(a->system, a->user);
     if (!st) {
         okv_chat_args args = {.messages_json = msgs, .add_generation_prompt = true, .extra_vars_json = a->extra_vars_json,
                               .bos_token = cfg.bos_token, .eos_token = cfg.eos_token, .unk_token = cfg.unk_token,

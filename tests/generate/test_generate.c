@@ -77,7 +77,7 @@ static void test_prompt(env *e) {
     int32_t *ids;
     size_t n;
     bool templated;
-    okv_gen_prompt_args a = {OKV_CHAT_AUTO, "You are terse.", "Hello", NULL, e->tok_config, NULL, 128000};
+    okv_gen_prompt_args a = {OKV_CHAT_AUTO, "You are terse.", "Hello", NULL, e->tok_config, NULL, 128000, NULL};
     CHECK_OK(okv_gen_prompt(e->tok, &a, &ids, &n, &templated, &err), &err);
     CHECK(templated);
     CHECK(n > 10 && ids[0] == 128000 && ids[1] != 128000);
@@ -91,12 +91,12 @@ static void test_prompt(env *e) {
     free(text);
     free(ids);
     /* raw: the post-processor adds BOS once, even when the text starts with one */
-    okv_gen_prompt_args raw = {OKV_CHAT_NONE, NULL, "<|begin_of_text|>Once upon a time", NULL, e->tok_config, NULL, 128000};
+    okv_gen_prompt_args raw = {OKV_CHAT_NONE, NULL, "<|begin_of_text|>Once upon a time", NULL, e->tok_config, NULL, 128000, NULL};
     CHECK_OK(okv_gen_prompt(e->tok, &raw, &ids, &n, &templated, &err), &err);
     CHECK(!templated && n > 2 && ids[0] == 128000 && ids[1] != 128000);
     free(ids);
     /* template requested but absent */
-    okv_gen_prompt_args none = {OKV_CHAT_TEMPLATE, NULL, "x", NULL, NULL, NULL, 128000};
+    okv_gen_prompt_args none = {OKV_CHAT_TEMPLATE, NULL, "x", NULL, NULL, NULL, 128000, NULL};
     CHECK(okv_gen_prompt(e->tok, &none, &ids, &n, &templated, &err) == OKV_ERR_NOT_FOUND);
 }
 
@@ -205,6 +205,55 @@ static void test_generation(env *e) {
     free(prompt);
 }
 
+/* Two turns through a session: the second reuses the cached prefix and its
+ * greedy reply equals a fresh run of the whole second-turn prompt. */
+static void test_chat_session(env *e) {
+    okv_error err = {0};
+    reset_cache(e);
+    okv_gen_prompt_args base = {OKV_CHAT_TEMPLATE, "You are terse.", NULL, NULL, e->tok_config, NULL, 128000, NULL};
+    okv_chat_session *s = NULL;
+    CHECK_OK(okv_chat_session_create(e->r, "gen", e->tok, &base, &s, &err), &err);
+    if (!s) return;
+    text_buf t1 = {0}, t2 = {0};
+    okv_gen_options o = greedy_options(12, &t1);
+    okv_gen_stats st;
+    int32_t out1[12], out2[12], fresh[12];
+    size_t reused = 99;
+    CHECK_OK(okv_chat_session_turn(s, "Hello", &o, out1, &st, &reused, &err), &err);
+    CHECK(reused == 0 && st.generated_tokens == 12);
+    o = greedy_options(12, &t2);
+    CHECK_OK(okv_chat_session_turn(s, "And then?", &o, out2, &st, &reused, &err), &err);
+    int64_t prefilled = st.prompt_tokens;
+    CHECKF(reused > 20 && prefilled > 0, "reused %zu, prefilled %lld", reused, (long long)prefilled);
+
+    /* the same conversation rendered in one go, from an empty cache */
+    cJSON *msgs = cJSON_CreateArray(), *m;
+    const char *turns[4][2] = {{"system", "You are terse."}, {"user", "Hello"}, {"assistant", t1.data}, {"user", "And then?"}};
+    for (int k = 0; k < 4; k++) {
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", turns[k][0]);
+        cJSON_AddStringToObject(m, "content", turns[k][1]);
+        cJSON_AddItemToArray(msgs, m);
+    }
+    char *json = cJSON_PrintUnformatted(msgs);
+    okv_gen_prompt_args full = base;
+    full.messages_json = json;
+    int32_t *ids;
+    size_t n;
+    CHECK_OK(okv_gen_prompt(e->tok, &full, &ids, &n, NULL, &err), &err);
+    CHECK(n == reused + (size_t)prefilled);
+    reset_cache(e);
+    text_buf t3 = {0};
+    o = greedy_options(12, &t3);
+    CHECK_OK(okv_generate(e->r, e->tok, ids, n, 0, &o, fresh, &st, &err), &err);
+    CHECK(memcmp(out2, fresh, sizeof fresh) == 0);
+    CHECK(t2.len == t3.len && !memcmp(t2.data, t3.data, t2.len));
+    free(ids);
+    free(json);
+    cJSON_Delete(msgs);
+    okv_chat_session_free(s);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     char *path = make_program();
@@ -228,6 +277,7 @@ int main(void) {
         if (e.tok && e.r) {
             test_prompt(&e);
             test_generation(&e);
+            test_chat_session(&e);
         }
         okv_runner_free(e.r);
         okv_cache_remove("gen", &err);

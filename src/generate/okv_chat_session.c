@@ -1,0 +1,158 @@
+/* okv_chat_session.c — multi-turn chat over one runtime-owned cache.
+ *
+ * This is where an off-graph cache pays off: the session remembers which
+ * token ids its cache holds; each turn re-renders the whole conversation
+ * with the model's template, rewinds the cache to the longest common prefix
+ * (templates may re-tokenize the previous reply differently, so the prefix
+ * is computed, not assumed) and prefills only the new tail. A ring cache
+ * that cannot serve the rewind point is cleared and the prompt re-prefilled. */
+#include <stdlib.h>
+
+#include "offkv_gen.h"
+#include "okv_common.h"
+
+struct okv_chat_session {
+    okv_runner *runner;
+    char *key;
+    const okv_tok *tok;
+    okv_gen_prompt_args base;
+    cJSON *messages;
+    int32_t *cached;      /* ids the cache holds, in position order */
+    size_t n_cached, cap_cached;
+    char *reply;          /* the reply text streamed in the current turn */
+    size_t reply_len, reply_cap;
+    const okv_gen_options *user_opts;
+};
+
+okv_status okv_chat_session_create(okv_runner *r, const char *cache_key, const okv_tok *tok,
+                                   const okv_gen_prompt_args *base, okv_chat_session **out, okv_error *err) {
+    okv_chat_session *s = calloc(1, sizeof *s);
+    if (!s) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    s->runner = r;
+    s->key = okv_strdup(cache_key);
+    s->tok = tok;
+    s->base = *base;
+    s->messages = cJSON_CreateArray();
+    if (!s->key || !s->messages) { okv_chat_session_free(s); return okv_fail(err, OKV_ERR_NOMEM, "out of memory"); }
+    if (base->system) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", base->system);
+        cJSON_AddItemToArray(s->messages, m);
+    }
+    *out = s;
+    return OKV_OK;
+}
+
+void okv_chat_session_free(okv_chat_session *s) {
+    if (!s) return;
+    cJSON_Delete(s->messages);
+    free(s->key);
+    free(s->cached);
+    free(s->reply);
+    free(s);
+}
+
+static void add_message(okv_chat_session *s, const char *role, const char *content) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(s->messages, m);
+}
+
+/* Streams text to the caller and keeps a copy as the reply. */
+static void capture_text(void *ctx, const char *text, size_t len) {
+    okv_chat_session *s = ctx;
+    if (s->reply_len + len + 1 > s->reply_cap) {
+        size_t cap = (s->reply_len + len + 1) * 2;
+        char *p = realloc(s->reply, cap);
+        if (!p) return;
+        s->reply = p;
+        s->reply_cap = cap;
+    }
+    memcpy(s->reply + s->reply_len, text, len);
+    s->reply_len += len;
+    s->reply[s->reply_len] = 0;
+    if (s->user_opts->on_text) s->user_opts->on_text(s->user_opts->ctx, text, len);
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    return k;
+}
+
+/* Rewinds the cache to the longest prefix of ids it holds (leaving at least
+ * one token to prefill, which yields the next-token logits). */
+static size_t reuse_prefix(okv_chat_session *s, const int32_t *ids, size_t n) {
+    size_t keep = common_prefix(s->cached, s->n_cached, ids, n);
+    if (keep >= n) keep = n - 1;
+    okv_error err;
+    if (okv_cache_rewind(s->key, (int)keep, &err) != OKV_OK) {
+        okv_cache_clear(s->key, &err);
+        keep = 0;
+    }
+    return keep;
+}
+
+/* What the cache holds after the turn: the prompt, then the generated ids
+ * that were fed back (all but the last sampled one, as a rule). */
+static okv_status remember_cached(okv_chat_session *s, const int32_t *prompt, size_t n, const int32_t *gen, size_t n_gen,
+                                  okv_error *err) {
+    int len = 0;
+    okv_status st = okv_cache_length(s->key, &len, err);
+    if (st) return st;
+    size_t want = (size_t)len;
+    if (want > s->cap_cached) {
+        int32_t *p = realloc(s->cached, want * sizeof *p);
+        if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+        s->cached = p;
+        s->cap_cached = want;
+    }
+    for (size_t i = 0; i < want; i++) s->cached[i] = i < n ? prompt[i] : (i - n < n_gen ? gen[i - n] : -1);
+    s->n_cached = want;
+    return OKV_OK;
+}
+
+okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t *out_ids,
+                                 okv_gen_stats *stats, size_t *reused, okv_error *err) {
+    add_message(s, "user", user);
+    char *msgs = cJSON_PrintUnformatted(s->messages);
+    okv_gen_prompt_args a = s->base;
+    a.mode = OKV_CHAT_TEMPLATE;
+    a.messages_json = msgs;
+    a.user = user;
+    int32_t *ids = NULL, *gen = NULL;
+    size_t n = 0;
+    okv_status st = msgs ? okv_gen_prompt(s->tok, &a, &ids, &n, NULL, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    free(msgs);
+    if (!st && n == 0) st = okv_fail(err, OKV_ERR_INVALID, "the rendered prompt is empty");
+    if (!st) {
+        gen = out_ids ? out_ids : malloc(sizeof(int32_t) * (size_t)(o->max_new_tokens > 0 ? o->max_new_tokens : 1));
+        if (!gen) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    }
+    if (st) {   /* the turn did not happen: forget the user message */
+        cJSON_DeleteItemFromArray(s->messages, cJSON_GetArraySize(s->messages) - 1);
+        free(ids);
+        return st;
+    }
+    size_t keep = reuse_prefix(s, ids, n);
+    if (reused) *reused = keep;
+    okv_gen_options go = *o;
+    go.on_text = capture_text;
+    go.ctx = s;
+    s->user_opts = o;
+    s->reply_len = 0;
+    st = okv_generate(s->runner, s->tok, ids + keep, n - keep, (int)keep, &go, gen, stats, err);
+    if (!st) st = remember_cached(s, ids, n, gen, (size_t)stats->generated_tokens, err);
+    if (!st) add_message(s, "assistant", s->reply ? s->reply : "");
+    else {   /* unknown cache state and no reply: start the next turn from scratch, without this one */
+        s->n_cached = 0;
+        okv_error e2;
+        okv_cache_clear(s->key, &e2);
+        cJSON_DeleteItemFromArray(s->messages, cJSON_GetArraySize(s->messages) - 1);
+    }
+    if (gen != out_ids) free(gen);
+    free(ids);
+    return st;
+}
