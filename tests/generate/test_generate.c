@@ -207,24 +207,25 @@ static void test_generation(env *e) {
 
 /* Two turns through a session: the second reuses the cached prefix and its
  * greedy reply equals a fresh run of the whole second-turn prompt. */
-static void test_chat_session(env *e) {
+static void chat_session_case(env *e, okv_runner *r, const char *key, int max_new, bool expect_reuse) {
     okv_error err = {0};
-    reset_cache(e);
+    okv_cache_clear(key, &err);
     okv_gen_prompt_args base = {OKV_CHAT_TEMPLATE, "You are terse.", NULL, NULL, e->tok_config, NULL, 128000, NULL};
     okv_chat_session *s = NULL;
-    CHECK_OK(okv_chat_session_create(e->r, "gen", e->tok, &base, &s, &err), &err);
+    CHECK_OK(okv_chat_session_create(r, key, e->tok, &base, &s, &err), &err);
     if (!s) return;
     text_buf t1 = {0}, t2 = {0};
-    okv_gen_options o = greedy_options(12, &t1);
+    okv_gen_options o = greedy_options(max_new, &t1);
     okv_gen_stats st;
-    int32_t out1[12], out2[12], fresh[12];
+    int32_t out1[64], out2[64], fresh[64];
     size_t reused = 99;
     CHECK_OK(okv_chat_session_turn(s, "Hello", &o, out1, &st, &reused, &err), &err);
-    CHECK(reused == 0 && st.generated_tokens == 12);
-    o = greedy_options(12, &t2);
+    CHECK(reused == 0 && st.generated_tokens == max_new);
+    o = greedy_options(max_new, &t2);
     CHECK_OK(okv_chat_session_turn(s, "And then?", &o, out2, &st, &reused, &err), &err);
     int64_t prefilled = st.prompt_tokens;
-    CHECKF(reused > 20 && prefilled > 0, "reused %zu, prefilled %lld", reused, (long long)prefilled);
+    if (expect_reuse) CHECKF(reused > 20 && prefilled > 0, "reused %zu, prefilled %lld", reused, (long long)prefilled);
+    else CHECKF(reused == 0, "a ring that cannot serve the prefix is cleared (reused %zu)", reused);
 
     /* the same conversation rendered in one go, from an empty cache */
     cJSON *msgs = cJSON_CreateArray(), *m;
@@ -242,16 +243,34 @@ static void test_chat_session(env *e) {
     size_t n;
     CHECK_OK(okv_gen_prompt(e->tok, &full, &ids, &n, NULL, &err), &err);
     CHECK(n == reused + (size_t)prefilled);
-    reset_cache(e);
+    okv_cache_clear(key, &err);
     text_buf t3 = {0};
-    o = greedy_options(12, &t3);
-    CHECK_OK(okv_generate(e->r, e->tok, ids, n, 0, &o, fresh, &st, &err), &err);
-    CHECK(memcmp(out2, fresh, sizeof fresh) == 0);
+    o = greedy_options(max_new, &t3);
+    CHECK_OK(okv_generate(r, e->tok, ids, n, 0, &o, fresh, &st, &err), &err);
+    CHECK(memcmp(out2, fresh, sizeof(int32_t) * (size_t)max_new) == 0);
     CHECK(t2.len == t3.len && !memcmp(t2.data, t3.data, t2.len));
     free(ids);
     free(json);
     cJSON_Delete(msgs);
     okv_chat_session_free(s);
+}
+
+static void test_chat_session(env *e) {
+    chat_session_case(e, e->r, "gen", 12, true);
+    /* every cache a ring of window 4 (chunk 16: 19 slots): after a long reply
+     * the shared prefix is out of reach, the session clears and re-prefills */
+    int32_t w = 4;
+    okv_cache_options co;
+    okv_cache_options_default(&co);
+    co.windows = &w;
+    co.n_windows = 1;
+    okv_error err = {0};
+    okv_runner *r = NULL;
+    CHECK_OK(okv_cache_install("gen-ring", e->p, &co, &err), &err);
+    CHECK_OK(okv_runner_create(e->p, "gen-ring", NULL, &r, &err), &err);
+    if (r) chat_session_case(e, r, "gen-ring", 40, false);
+    okv_runner_free(r);
+    okv_cache_remove("gen-ring", &err);
 }
 
 int main(void) {
