@@ -64,16 +64,6 @@ enum { MM_K_CHUNK = 1024,     /* 4 rows x 1024 f32 = 16 KiB of x: half of L1 */
        MM_ROW_MAX_K = 4096,    /* GEMV row by row while x (16 KiB) fits in L1 */
        MM_GEMV_TILE = 8 };     /* GEMV rows sharing one x load beyond that */
 
-typedef struct matmul_job {
-    float *y;
-    const float *x;
-    int T, K, N;
-    const void *W;
-    okv_dtype wdt;
-    const float *bias;
-    int block_rows;
-} matmul_job;
-
 /* y[t0..t0+rt, n0..n0+nt) (+)= x rows . W rows over k in [k0, k1). The first
  * chunk (k0 == 0) stores sum + bias, later chunks add to it. With constant
  * dt/rt/nt after inlining, the loops unroll and acc lives in registers. */
@@ -292,7 +282,7 @@ static void gemv_run(okv_threadpool *tp, const matmul_job *j) {
 void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
                      const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
-    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0};
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
     if (T == 1) {
         gemv_run(tp, &j);
         return;

@@ -101,4 +101,16 @@ void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
  * stays in L2 and there are enough blocks to balance the threads. */
 int okv_matmul_block_rows(int N, int K, okv_dtype wdt, int n_threads, int align);
 
+/* One y[T,N] = x[T,K] @ W[N,K]^T (+bias) call as the pool tasks see it. */
+typedef struct matmul_job {
+    float *y;
+    const float *x;
+    int T, K, N;
+    const void *W;
+    okv_dtype wdt;
+    const float *bias;
+    int block_rows;
+    float *rows; /* plain path, per thread: one W row converted to f32 [K] (NULL: convert per use) */
+} matmul_job;
+
 #endif

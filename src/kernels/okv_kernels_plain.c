@@ -25,17 +25,6 @@ int okv_matmul_block_rows(int N, int K, okv_dtype wdt, int n_threads, int align)
     return rows < align ? align : rows;
 }
 
-typedef struct matmul_job {
-    float *y;
-    const float *x;
-    int T, K, N;
-    const void *W;
-    okv_dtype wdt;
-    const float *bias;
-    int block_rows;
-    float *rows; /* per thread: one W row converted to f32 [K] (NULL: convert per use) */
-} matmul_job;
-
 /* sum a[k]*b[k] with 8 independent partial sums: a compiler can keep them in
  * one vector register, and they are shorter dependency chains anyway. */
 static float dot8(const float *a, const float *b, int K) {

@@ -10,18 +10,8 @@
 #include "okv_common.h"
 #include "okv_kernels.h"
 #include "okv_test.h"
+#include "kernel_test_util.h"
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
-}
 
 static float stored(const void *pool, okv_dtype dt, size_t i) {
     switch (dt) {
@@ -293,6 +283,7 @@ static void test_attention(void) {
 }
 
 int main(void) {
+    rng_state = 0x2545f4914f6cdd1dull;
     test_kv_write();
     test_kv_write_rounding();
     test_attention();

@@ -8,20 +8,10 @@
 #include "okv_common.h"
 #include "okv_kernels.h"
 #include "okv_test.h"
+#include "kernel_test_util.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-
-static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
-}
 
 /* A weight matrix stored in dt plus the exact f32 value of every element. */
 typedef struct weights {
@@ -266,6 +256,7 @@ static void test_elementwise(void) {
 }
 
 int main(void) {
+    rng_state = 0x9e3779b97f4a7c15ull;
     tables[0] = okv_kernels_select(OKV_ISA_PLAIN);
     tables[1] = okv_kernels_select(OKV_ISA_AUTO);
     n_tables = tables[1] == tables[0] ? 1 : 2;
