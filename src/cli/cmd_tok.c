@@ -5,6 +5,7 @@
  *   offkv tokenize   --tokenizer tokenizer.json --jsonl IN.jsonl [--no-special] [--out FILE]
  *   offkv detokenize --tokenizer tokenizer.json --ids "9906 1917" [--skip-special] [--out FILE]
  *   offkv detokenize --tokenizer tokenizer.json --jsonl IN.jsonl [--skip-special] [--out FILE]
+ *   (a program file in place of --tokenizer uses the tokenizer bundled in it)
  *
  * tokenize --text prints ids one per line (a JSON array with --json);
  * --jsonl reads {"text": ..., "add_special_tokens": bool?} lines and writes
@@ -42,8 +43,8 @@ static int tok_cli_error(const char *cmd, const char *fmt, ...) {
 static int tok_cli_usage(const char *cmd, const char *msg, const char *arg) {
     tok_cli_error(cmd, "%s%s", msg, arg ? arg : "");
     fprintf(stderr,
-            "usage: offkv tokenize   --tokenizer tokenizer.json (--text TEXT [--json] | --jsonl IN.jsonl) [--no-special] [--out FILE]\n"
-            "       offkv detokenize --tokenizer tokenizer.json (--ids \"ID ID ...\" | --jsonl IN.jsonl) [--skip-special] [--out FILE]\n");
+            "usage: offkv tokenize   (PROGRAM.okv | --tokenizer tokenizer.json) (--text TEXT [--json] | --jsonl IN.jsonl) [--no-special] [--out FILE]\n"
+            "       offkv detokenize (PROGRAM.okv | --tokenizer tokenizer.json) (--ids \"ID ID ...\" | --jsonl IN.jsonl) [--skip-special] [--out FILE]\n");
     return 1;
 }
 
@@ -70,7 +71,7 @@ static int tok_cli_parse(int argc, char **argv, tok_cli_opts *o) {
             *val = argv[++i];
         }
     }
-    if (!o->src.tokenizer_json && !o->src.program) return tok_cli_usage(cmd, "--tokenizer is required", NULL);
+    if (!o->src.tokenizer_json && !o->src.program) return tok_cli_usage(cmd, "give a program file or --tokenizer tokenizer.json", NULL);
     return 0;
 }
 
@@ -195,6 +196,18 @@ static int tokenize_line(void *vctx, const cJSON *j, const char *path, long line
     return 0;
 }
 
+/* The tokenizer the options name and the output stream, or an exit code. */
+static int open_tokenizer_and_out(const char *cmd, const tok_cli_opts *o, okv_tok **tok, FILE **out) {
+    okv_error err = {0};
+    if (okv_cli_open_tokenizer(&o->src, tok, &err)) return tok_cli_error(cmd, "%s", err.message);
+    *out = open_out(o);
+    if (!*out) {
+        okv_tok_free(*tok);
+        return tok_cli_error(cmd, "%s: cannot open for writing", o->out);
+    }
+    return 0;
+}
+
 int okv_cli_tokenize(int argc, char **argv) {
     tok_cli_opts o;
     int rc = tok_cli_parse(argc, argv, &o);
@@ -202,13 +215,9 @@ int okv_cli_tokenize(int argc, char **argv) {
     if (!o.text == !o.jsonl) return tok_cli_usage(argv[0], "give exactly one of --text and --jsonl", NULL);
     if (o.ids || o.skip_special) return tok_cli_usage(argv[0], "--ids/--skip-special belong to detokenize", NULL);
     okv_tok *tok;
+    FILE *out;
     okv_error err = {0};
-    if (okv_cli_open_tokenizer(&o.src, &tok, &err)) return tok_cli_error(argv[0], "%s", err.message);
-    FILE *out = open_out(&o);
-    if (!out) {
-        okv_tok_free(tok);
-        return tok_cli_error(argv[0], "%s: cannot open for writing", o.out);
-    }
+    if ((rc = open_tokenizer_and_out(argv[0], &o, &tok, &out))) return rc;
     if (o.jsonl) {
         tokenize_ctx c = {tok, &o, out};
         rc = for_each_jsonl(argv[0], o.jsonl, tokenize_line, &c);
@@ -323,13 +332,9 @@ int okv_cli_detokenize(int argc, char **argv) {
     if (o.text || o.json || o.no_special)
         return tok_cli_usage(argv[0], "--text/--json/--no-special belong to tokenize", NULL);
     okv_tok *tok;
+    FILE *out;
     okv_error err = {0};
-    if (okv_cli_open_tokenizer(&o.src, &tok, &err)) return tok_cli_error(argv[0], "%s", err.message);
-    FILE *out = open_out(&o);
-    if (!out) {
-        okv_tok_free(tok);
-        return tok_cli_error(argv[0], "%s: cannot open for writing", o.out);
-    }
+    if ((rc = open_tokenizer_and_out(argv[0], &o, &tok, &out))) return rc;
     if (o.jsonl) {
         detok_ctx c = {tok, &o, out};
         rc = for_each_jsonl(argv[0], o.jsonl, detokenize_line, &c);
