@@ -381,13 +381,13 @@ int main(int argc, char **argv) {
         for (int r = 0; r < 5; r++) {
             double x = fma_peak_256(20000000);
             if (x > p256) p256 = x;
-            if (__builtin_cpu_supports("avx512f")) {
+            if (okv_cpu()->avx512f) {
                 x = fma_peak_512(10000000);
                 if (x > p512) p512 = x;
             }
         }
         printf("\nFMA peak, one core: %.1f GFLOP/s with 256-bit vectors, %.1f with 512-bit%s\n", p256, p512,
-               __builtin_cpu_supports("avx512f") ? "" : " (no avx512f)");
+               okv_cpu()->avx512f ? "" : " (no avx512f)");
     }
 
     /* 7 */

@@ -80,6 +80,14 @@ typedef struct okv_kernels {
 
 /* Table for the requested ISA; falls back to plain if the CPU lacks it. */
 const okv_kernels *okv_kernels_select(okv_isa isa);
+/* What the CPU and OS let us use (CPUID + XGETBV, read once). AMX also
+ * needs the per-process permission the AMX kernels ask for. */
+typedef struct okv_cpu_caps {
+    bool sse42, avx, avx2, fma, f16c, avxvnni;
+    bool avx512f, avx512dq, avx512bw, avx512vl, avx512vnni, avx512bf16, avx512fp16;
+    bool amx_tile, amx_bf16, amx_int8;
+} okv_cpu_caps;
+const okv_cpu_caps *okv_cpu(void);
 /* Human-readable CPU feature summary, e.g. "avx2 fma f16c avx512f" (a
  * static string, computed once). */
 const char *okv_cpu_features(void);
