@@ -1,0 +1,55 @@
+/* okv_quant.h — weight quantization schemes: what a quantized matrix is,
+ * how floats become one (at export), how one becomes floats again (tests,
+ * embedding rows), and how many bytes it takes (the loader's validation).
+ *
+ * A scheme quantizes a matrix W[N, K] group-wise along K (the input
+ * dimension, the one a matmul sums over): every run of `group` consecutive
+ * elements of a row shares one scale d (and, asymmetric, one offset m).
+ * Codes are unsigned integers c in [0, 2^bits):
+ *     symmetric:   w = d * (c - 2^(bits-1))      (c - 8 for 4 bits, c - 128 for 8)
+ *     asymmetric:  w = d * c + m
+ * This neutral form maps GGUF blocks exactly: Q8_0 = sym 8-bit group 32,
+ * Q4_0 = sym 4-bit group 32, Q4_1 = asym 4-bit group 32 (d, m in f16).
+ *
+ * How codes and scales are laid out in memory is this layer's choice, made
+ * for the kernels' sake (see okv_quant.c's head comment for the layout and
+ * its measurement); everybody else goes through the functions below. */
+#ifndef OKV_QUANT_H
+#define OKV_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offkv_base.h"
+
+typedef struct okv_qscheme {
+    int bits;               /* 4 or 8 */
+    int group;              /* 32, 64, 128 or 256 elements along K */
+    bool asym;              /* offset m per group (else symmetric around 0) */
+    okv_dtype scale_dtype;  /* dtype of d and m in memory (f16) */
+} okv_qscheme;
+
+/* Checks bits/group/scale dtype are a scheme we implement, and that K is a
+ * multiple of the group (what = tensor name for the message). */
+okv_status okv_qscheme_check(const okv_qscheme *s, int64_t N, int64_t K, const char *what, okv_error *err);
+/* "q4 g32 asym f16" style name; buf of at least 32 bytes. */
+const char *okv_qscheme_name(const okv_qscheme *s, char *buf, size_t n);
+/* Bytes of a quantized W[N, K] (scheme already checked). */
+uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K);
+
+/* Quantizes W[N, K] (f32) into dst (okv_quant_bytes). Chooses each group's
+ * d (and m) from its range; round to nearest. Non-finite input is an error
+ * naming `what` and the element. */
+okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t K, void *dst, const char *what,
+                        okv_error *err);
+/* Lays out given codes and scales exactly (GGUF blocks carried over without
+ * re-quantization): codes[N*K] in [0, 2^bits), d[N*K/group], m[N*K/group]
+ * (NULL for symmetric); d and m must be exactly representable in the scale
+ * dtype (they are rounded to it otherwise). */
+void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *codes, const float *d, const float *m,
+                    void *dst);
+/* Row r of a quantized W[N, K] as f32 into dst[K]. */
+void okv_dequant_row(const okv_qscheme *s, const void *W, int64_t N, int64_t K, int64_t r, float *dst);
+
+#endif
