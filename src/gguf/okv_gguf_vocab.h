@@ -12,7 +12,7 @@
  *   v.model = "gpt2"; v.pre = "smollm"; v.n_tokens = n; v.tokens = spans; ...
  *   okv_gguf_vocab_texts t;
  *   if (okv_gguf_vocab_synthesize(&v, &t, &err)) fail(err.message);
- *   ... bundle t.tokenizer_json / t.tokenizer_config_json ...
+ *   ... bundle t.tokenizer_json, t.tokenizer_config_json, t.generation_config_json ...
  *   okv_gguf_vocab_texts_free(&t);
  *
  * The struct only borrows: every pointer stays owned by the caller (e.g. the
@@ -65,6 +65,9 @@ typedef struct okv_gguf_vocab {
     /* tokenizer.ggml.add_bos_token / add_eos_token: -1 absent, 0 false, 1 true.
      * Absent means the model kind's default (llama: BOS yes, gpt2: no). */
     int add_bos, add_eos;
+    /* tokenizer.ggml.add_space_prefix (llama only): -1 absent (= true, as
+     * llama.cpp), 0, 1. Gemma's GGUFs say false, Llama-2 style ones true. */
+    int add_space_prefix;
     /* tokenizer.chat_template; ptr NULL = absent. */
     okv_gguf_span chat_template;
 } okv_gguf_vocab;
@@ -75,12 +78,18 @@ typedef struct okv_gguf_vocab_texts {
     size_t tokenizer_json_len;
     char *tokenizer_config_json;
     size_t tokenizer_config_json_len;
+    /* {"bos_token_id", "eos_token_id": [eos, eot...]}: the end-of-generation
+     * ids (eos, eot, and an end-of-turn token found by name when eot_id is
+     * absent, as llama.cpp does), for the program's EOS list. */
+    char *generation_config_json;
+    size_t generation_config_json_len;
 } okv_gguf_vocab_texts;
 
-/* All counts zero, all ids -1, add_bos/add_eos -1. */
+/* All counts zero, all ids -1, add_bos/add_eos/add_space_prefix -1. */
 okv_gguf_vocab okv_gguf_vocab_empty(void);
 
-/* Builds tokenizer.json and tokenizer_config.json from v. Errors are one line
+/* Builds tokenizer.json, tokenizer_config.json and generation_config.json
+ * from v. Errors are one line
  * naming the GGUF key at fault (unknown model or pre-tokenizer, array length
  * mismatch, an id out of range, a merge naming an unknown token, invalid
  * UTF-8). On error *out is zeroed. */
