@@ -7,10 +7,12 @@
 
 static const okv_kernels kernels_plain = {
     OKV_ISA_PLAIN, "plain", okv_matmul_plain, okv_rmsnorm_plain, okv_glu_plain, okv_attend_plain,
+    okv_matmul_q_plain,
 };
 
 static const okv_kernels kernels_avx2 = {
     OKV_ISA_AVX2, "avx2", okv_matmul_avx2, okv_rmsnorm_avx2, okv_glu_avx2, okv_attend_avx2,
+    okv_matmul_q_plain,
 };
 
 static bool cpu_has_avx2(void) {

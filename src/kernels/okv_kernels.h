@@ -16,6 +16,7 @@
 
 #include "offkv_base.h"
 #include "okv_cache.h"
+#include "okv_quant.h"
 
 /* ---- thread pool ----------------------------------------------------------- */
 
@@ -76,6 +77,14 @@ typedef struct okv_kernels {
      * of kv_heads; runs must be in position order. If scratch memory cannot
      * be allocated the output is filled with NaN. */
     void (*attend)(okv_threadpool *tp, const okv_attn_args *a);
+    /* y[T,N] = x[T,K] @ dequant(W)[N,K]^T (+ bias[N] if non-NULL), W[N,K]
+     * quantized with scheme s (okv_quant.h; checked by the caller). Fast
+     * versions quantize x to int8 per group and use integer dots (error
+     * bounds in okv_qmatmul.c). Each output is computed by one task, so
+     * results do not depend on the number of threads. If scratch memory
+     * cannot be allocated the output is filled with NaN. */
+    void (*matmul_q)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                     const okv_qscheme *s, int N, const float *bias);
 } okv_kernels;
 
 /* Table for the requested ISA; falls back to plain if the CPU lacks it. */

@@ -96,6 +96,13 @@ void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, con
 void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act);
 void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
 
+/* Quantized matmul (okv_qmatmul*.c): the f32 reference (dequantizes each W
+ * row once for all rows of x), and per ISA the integer-dot versions. */
+void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                        const okv_qscheme *s, int N, const float *bias);
+/* y[T, N] = NaN: what a quantized matmul without scratch memory returns. */
+void okv_qmm_fail(float *y, int T, int N);
+
 /* Splitting N output features into blocks of whole rows for the pool:
  * blocks of `rows` rows (a multiple of `align`) sized so one block of W
  * stays in L2 and there are enough blocks to balance the threads. */

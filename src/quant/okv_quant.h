@@ -52,4 +52,19 @@ void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *c
 /* Row r of a quantized W[N, K] as f32 into dst[K]. */
 void okv_dequant_row(const okv_qscheme *s, const void *W, int64_t N, int64_t K, int64_t r, float *dst);
 
+/* ---- for the kernels: where the planes of a quantized W[N, K] are ---------- */
+
+/* Codes row r starts at codes + r * code_stride (bytes, in the superblock
+ * order okv_quant.c describes); its `groups` f16 scales at d + r *
+ * scale_stride, offsets (asymmetric only, else NULL) at m + r * scale_stride. */
+typedef struct okv_qview {
+    const uint8_t *codes;
+    const uint16_t *d, *m;
+    size_t code_stride, scale_stride;
+    int bits, group, groups;
+    bool asym;
+} okv_qview;
+enum { OKV_QSB_GROUPS = 16 }; /* groups per superblock (one 32-bit lane each) */
+okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K);
+
 #endif

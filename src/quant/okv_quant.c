@@ -1,0 +1,238 @@
+/* okv_quant.c — the in-memory layout of a quantized matrix, and the
+ * conversions into it (quantize, pack) and out of it (dequantize a row).
+ *
+ * Layout of W[N, K] (G = K / group groups per row), three planes:
+ *     codes  [N][K * bits / 8]   bytes, order below
+ *     d      [N][G]              f16 scales, group order
+ *     m      [N][G]              f16 offsets, group order (asymmetric only)
+ * Inside a row the groups are taken 16 at a time ("superblocks"; the last
+ * one has the remaining L = G mod 16 groups). A superblock's codes are
+ * stored in units of 4 consecutive codes per group, interleaved across its
+ * groups: unit u (u < group/4) holds codes 4u..4u+3 of group 0, then of
+ * group 1, ... group L-1 (4L bytes). So one 64-byte vector of a unit puts
+ * group l's codes in 32-bit lane l, and vpdpbusd (4 byte products summed
+ * into each 32-bit lane) accumulates every group's integer dot product in
+ * its own lane, with no horizontal sums or shuffles until the superblock's
+ * 16 scales are applied with one vector multiply. AVX2 reads the same
+ * units as two 8-lane halves. 4-bit codes pack units in pairs: byte b of
+ * pair p is unit 2p's byte b in the low nibble and unit 2p+1's in the high
+ * one, so one load, an AND and a shift give two whole units.
+ *
+ * Planes rather than blocks interleaved with their scales: the kernels read
+ * a superblock's 16 scales as one 32-byte vector, and the codes plane keeps
+ * every row 32-byte aligned when K is a multiple of 64. Measured in the
+ * GEMV (bench_kernels qgemv, 2 threads, same run, medians): see
+ * okv_qmatmul_avx512.c's head comment for the numbers.
+ *
+ * Quantization (round to nearest, codes computed from the *stored* f16
+ * scale so the error bound holds for what the kernels read):
+ *   symmetric:  d = max|w| / (2^(bits-1) - 1), rounded up to f16;
+ *               c = 2^(bits-1) + round(w / d), so c - 2^(bits-1) is in
+ *               [-7, 7] (4 bits) or [-127, 127] (8 bits): code 0 is unused,
+ *               which keeps the error within half a step for every element
+ *               (a Q4_0-style d = max / -8 would clip the opposite extreme).
+ *   asymmetric: m = min w rounded down to f16, d = (max - m) / (2^bits - 1)
+ *               rounded up, c = round((w - m) / d).
+ * Rounding d up and m down keeps every w inside [m, m + (2^bits-1) d], so
+ * no element clips even when d lands in f16's subnormal range; the error is
+ * at most d/2 per element (plus f32 rounding). A scale or offset beyond the
+ * f16 range is an error naming the tensor, row and group. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "okv_common.h"
+#include "okv_quant.h"
+
+enum { SB_GROUPS = OKV_QSB_GROUPS };
+
+okv_status okv_qscheme_check(const okv_qscheme *s, int64_t N, int64_t K, const char *what, okv_error *err) {
+    if (!what) what = "tensor";
+    if (s->bits != 4 && s->bits != 8)
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantization bits %d (want 4 or 8)", what, s->bits);
+    if (s->group != 32 && s->group != 64 && s->group != 128 && s->group != 256)
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantization group size %d (want 32, 64, 128 or 256)", what,
+                        s->group);
+    if (s->scale_dtype != OKV_F16)
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantization scale dtype %s (want f16)", what,
+                        okv_dtype_name(s->scale_dtype));
+    if (N < 0 || K <= 0 || N > INT32_MAX || K > INT32_MAX)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: quantized shape [%lld, %lld] out of range", what, (long long)N,
+                        (long long)K);
+    if (K % s->group)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: input dimension %lld is not a multiple of the group size %d", what,
+                        (long long)K, s->group);
+    if (okv_quant_bytes(s, N, K) == UINT64_MAX)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: quantized size of [%lld, %lld] overflows", what, (long long)N,
+                        (long long)K);
+    return OKV_OK;
+}
+
+const char *okv_qscheme_name(const okv_qscheme *s, char *buf, size_t n) {
+    snprintf(buf, n, "q%d g%d %s %s", s->bits, s->group, s->asym ? "asym" : "sym", okv_dtype_name(s->scale_dtype));
+    return buf;
+}
+
+/* UINT64_MAX when the size does not fit (or the scheme is not one we know). */
+uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K) {
+    if (N < 0 || K < 0 || (s->bits != 4 && s->bits != 8) || s->group <= 0 || K % s->group) return UINT64_MAX;
+    uint64_t codes, scales, planes = s->asym ? 2 : 1, total;
+    if (__builtin_mul_overflow((uint64_t)N, (uint64_t)K, &codes)) return UINT64_MAX;
+    codes = s->bits == 4 ? codes / 2 + (codes & 1) : codes;
+    if (__builtin_mul_overflow((uint64_t)N, (uint64_t)(K / s->group), &scales) ||
+        __builtin_mul_overflow(scales, 2 * planes, &scales) || __builtin_add_overflow(codes, scales, &total))
+        return UINT64_MAX;
+    return total;
+}
+
+okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K) {
+    okv_qview v;
+    v.bits = s->bits;
+    v.group = s->group;
+    v.groups = (int)(K / s->group);
+    v.asym = s->asym;
+    v.code_stride = (size_t)K * (size_t)s->bits / 8;
+    v.scale_stride = (size_t)v.groups;
+    v.codes = W;
+    v.d = (const uint16_t *)((const uint8_t *)W + (size_t)N * v.code_stride);
+    v.m = s->asym ? v.d + (size_t)N * v.scale_stride : NULL;
+    return v;
+}
+
+/* Where natural element k of a row lives inside its codes row: byte offset,
+ * and for 4 bits the nibble shift (0 or 4). */
+static size_t code_pos(int bits, int group, int groups, int64_t k, int *shift) {
+    int g = (int)(k / group), j = (int)(k % group);
+    int sb = g / SB_GROUPS, l = g % SB_GROUPS;
+    int lanes = groups - sb * SB_GROUPS < SB_GROUPS ? groups - sb * SB_GROUPS : SB_GROUPS;
+    int u = j / 4, i = j % 4;
+    size_t sb_start = (size_t)sb * SB_GROUPS * group; /* codes before this superblock */
+    if (bits == 8) {
+        *shift = 0;
+        return sb_start + (size_t)u * 4 * lanes + 4 * l + i;
+    }
+    *shift = (u & 1) * 4;
+    return sb_start / 2 + (size_t)(u / 2) * 4 * lanes + 4 * l + i;
+}
+
+static uint8_t get_code(const okv_qview *v, const uint8_t *row, int64_t k) {
+    int shift;
+    size_t p = code_pos(v->bits, v->group, v->groups, k, &shift);
+    return v->bits == 8 ? row[p] : (uint8_t)((row[p] >> shift) & 15);
+}
+
+static void put_code(const okv_qview *v, uint8_t *row, int64_t k, uint8_t c) {
+    int shift;
+    size_t p = code_pos(v->bits, v->group, v->groups, k, &shift);
+    if (v->bits == 8) row[p] = c;
+    else row[p] = (uint8_t)((row[p] & ~(15 << shift)) | ((c & 15) << shift));
+}
+
+/* The f16 nearest to x from above (below): x <= result (x >= result).
+ * Overflow gives +-inf, which the callers reject. */
+static uint16_t f16_up(float x) {
+    uint16_t h = okv_f32_to_f16(x);
+    if (okv_f16_to_f32(h) < x) h = (h & 0x8000) ? (uint16_t)(h == 0x8000 ? 0x0001 : h - 1) : (uint16_t)(h + 1);
+    return h;
+}
+
+static uint16_t f16_down(float x) { return (uint16_t)(f16_up(-x) ^ 0x8000); }
+
+static bool f16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
+
+/* One group of n weights -> codes (natural order) and its d (and m). */
+static okv_status quantize_group(const okv_qscheme *s, const float *w, int n, uint8_t *codes, uint16_t *d16,
+                                 uint16_t *m16, const char *what, int64_t row, int64_t col0, okv_error *err) {
+    float lo = w[0], hi = w[0], amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(w[i]))
+            return okv_fail(err, OKV_ERR_INVALID, "%s: element [%lld, %lld] is %s; cannot quantize", what,
+                            (long long)row, (long long)(col0 + i), isnan(w[i]) ? "NaN" : "infinite");
+        lo = w[i] < lo ? w[i] : lo;
+        hi = w[i] > hi ? w[i] : hi;
+        amax = fabsf(w[i]) > amax ? fabsf(w[i]) : amax;
+    }
+    if (!s->asym) {
+        int half = 1 << (s->bits - 1), qmax = half - 1;
+        *d16 = f16_up(amax / (float)qmax);
+        if (!f16_finite(*d16))
+            return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: row %lld group at column %lld: max |w| %g is beyond the f16 scale range",
+                            what, (long long)row, (long long)col0, (double)amax);
+        float d = okv_f16_to_f32(*d16), id = d > 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < n; i++) {
+            float q = nearbyintf(w[i] * id);
+            q = q > (float)qmax ? (float)qmax : q < (float)-qmax ? (float)-qmax : q;
+            codes[i] = (uint8_t)(half + (int)q);
+        }
+        return OKV_OK;
+    }
+    int cmax = (1 << s->bits) - 1;
+    *m16 = f16_down(lo);
+    float m = okv_f16_to_f32(*m16);
+    *d16 = f16_up((hi - m) / (float)cmax);
+    if (!f16_finite(*m16) || !f16_finite(*d16))
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: row %lld group at column %lld: range [%g, %g] is beyond f16 scales",
+                        what, (long long)row, (long long)col0, (double)lo, (double)hi);
+    float d = okv_f16_to_f32(*d16), id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float q = nearbyintf((w[i] - m) * id);
+        q = q > (float)cmax ? (float)cmax : q < 0.0f ? 0.0f : q;
+        codes[i] = (uint8_t)q;
+    }
+    return OKV_OK;
+}
+
+okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t K, void *dst, const char *what,
+                        okv_error *err) {
+    if (!what) what = "tensor";
+    okv_status st = okv_qscheme_check(s, N, K, what, err);
+    if (st) return st;
+    okv_qview v = okv_quant_view(s, dst, N, K);
+    uint8_t codes[256];
+    for (int64_t r = 0; r < N; r++) {
+        uint8_t *crow = (uint8_t *)v.codes + (size_t)r * v.code_stride;
+        uint16_t *drow = (uint16_t *)v.d + (size_t)r * v.scale_stride;
+        uint16_t *mrow = v.m ? (uint16_t *)v.m + (size_t)r * v.scale_stride : NULL;
+        memset(crow, 0, v.code_stride);
+        for (int g = 0; g < v.groups; g++) {
+            int64_t k0 = (int64_t)g * s->group;
+            uint16_t m16 = 0;
+            st = quantize_group(s, W + (size_t)r * K + k0, s->group, codes, &drow[g], &m16, what, r, k0, err);
+            if (st) return st;
+            if (mrow) mrow[g] = m16;
+            for (int i = 0; i < s->group; i++) put_code(&v, crow, k0 + i, codes[i]);
+        }
+    }
+    return OKV_OK;
+}
+
+void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *codes, const float *d, const float *m,
+                    void *dst) {
+    okv_qview v = okv_quant_view(s, dst, N, K);
+    uint8_t mask = (uint8_t)((1 << s->bits) - 1);
+    for (int64_t r = 0; r < N; r++) {
+        uint8_t *crow = (uint8_t *)v.codes + (size_t)r * v.code_stride;
+        memset(crow, 0, v.code_stride);
+        for (int64_t k = 0; k < K; k++) put_code(&v, crow, k, codes[(size_t)r * K + k] & mask);
+        for (int g = 0; g < v.groups; g++) {
+            size_t i = (size_t)r * v.groups + g;
+            ((uint16_t *)v.d)[i] = okv_f32_to_f16(d[i]);
+            if (v.m) ((uint16_t *)v.m)[i] = okv_f32_to_f16(m ? m[i] : 0.0f);
+        }
+    }
+}
+
+void okv_dequant_row(const okv_qscheme *s, const void *W, int64_t N, int64_t K, int64_t r, float *dst) {
+    okv_qview v = okv_quant_view(s, W, N, K);
+    const uint8_t *crow = v.codes + (size_t)r * v.code_stride;
+    const uint16_t *drow = v.d + (size_t)r * v.scale_stride, *mrow = v.m ? v.m + (size_t)r * v.scale_stride : NULL;
+    int off = s->asym ? 0 : 1 << (s->bits - 1);
+    for (int g = 0; g < v.groups; g++) {
+        float d = okv_f16_to_f32(drow[g]), m = mrow ? okv_f16_to_f32(mrow[g]) : 0.0f;
+        for (int i = 0; i < s->group; i++) {
+            int64_t k = (int64_t)g * s->group + i;
+            float c = (float)((int)get_code(&v, crow, k) - off);
+            dst[k] = mrow ? d * c + m : d * c;
+        }
+    }
+}

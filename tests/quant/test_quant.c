@@ -1,0 +1,270 @@
+/* Tests the quantization layer: scheme checks and sizes, quantize ->
+ * dequantize round trips within half a step per group (bounds derived here
+ * from each group's range, not read back from the code under test), edge
+ * groups (all zero, one huge outlier, scales in f16's subnormal range),
+ * non-finite weights as errors naming tensor and element, pack reproducing
+ * given codes and scales exactly, and the documented byte layout. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "okv_common.h"
+#include "okv_quant.h"
+#include "okv_test.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static const int BITS[] = {4, 8}, GROUPS[] = {32, 64, 128, 256};
+
+static okv_qscheme scheme(int bits, int group, bool asym) {
+    okv_qscheme s = {bits, group, asym, OKV_F16};
+    return s;
+}
+
+/* Spacing of f16 values around x (at least the subnormal spacing 2^-24). */
+static double f16_ulp(double x) {
+    double a = fabs(x), u = ldexp(1.0, -24);
+    if (a >= ldexp(1.0, -14)) u = ldexp(1.0, (int)floor(log2(a)) - 10);
+    return u;
+}
+
+/* Largest error the documented rounding allows for one group: half of the
+ * step d, where d is the ideal step rounded up to f16 (and for asym the
+ * range grows by m's rounding down), plus f32 rounding of the result. */
+static double group_tol(const okv_qscheme *s, const float *w, int n) {
+    double lo = w[0], hi = w[0], amax = 0;
+    for (int i = 0; i < n; i++) {
+        lo = fmin(lo, w[i]);
+        hi = fmax(hi, w[i]);
+        amax = fmax(amax, fabs(w[i]));
+    }
+    double d;
+    if (!s->asym) {
+        d = amax / ((1 << (s->bits - 1)) - 1);
+    } else {
+        double m = lo - f16_ulp(lo);
+        d = (hi - m) / ((1 << s->bits) - 1);
+    }
+    d += f16_ulp(d);
+    return 0.5 * d * (1 + 1e-6) + 4e-7 * amax + 1e-30;
+}
+
+/* Quantizes W, dequantizes every row and checks each group's error. */
+static int round_trip_errors(const okv_qscheme *s, const float *W, int N, int K, double *worst_rel) {
+    uint64_t bytes = okv_quant_bytes(s, N, K);
+    void *q = malloc(bytes);
+    float *row = malloc(sizeof(float) * K);
+    okv_error err = {0};
+    int bad = 0;
+    CHECK_OK(okv_quantize(s, W, N, K, q, "w", &err), &err);
+    *worst_rel = 0;
+    for (int r = 0; r < N; r++) {
+        okv_dequant_row(s, q, N, K, r, row);
+        for (int g = 0; g < K / s->group; g++) {
+            const float *wg = W + (size_t)r * K + (size_t)g * s->group;
+            double tol = group_tol(s, wg, s->group);
+            for (int i = 0; i < s->group; i++) {
+                double e = fabs(row[g * s->group + i] - wg[i]);
+                if (e > tol) {
+                    if (bad < 3)
+                        fprintf(stderr, "  q%d g%d %s [%d,%d]: %.9g vs %.9g (tol %.3g)\n", s->bits, s->group,
+                                s->asym ? "asym" : "sym", r, g * s->group + i, row[g * s->group + i], wg[i], tol);
+                    bad++;
+                }
+                if (tol > 0 && e / tol > *worst_rel) *worst_rel = e / tol;
+            }
+        }
+    }
+    free(q);
+    free(row);
+    return bad;
+}
+
+static void test_round_trips(void) {
+    for (int b = 0; b < 2; b++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int a = 0; a < 2; a++) {
+                okv_qscheme s = scheme(BITS[b], GROUPS[gi], a);
+                /* one group, several groups, a superblock plus a tail of 3 */
+                int Ks[3] = {s.group, 5 * s.group, 19 * s.group};
+                for (int ki = 0; ki < 3; ki++) {
+                    int N = 3, K = Ks[ki];
+                    float *W = malloc(sizeof(float) * N * K);
+                    for (int i = 0; i < N * K; i++) W[i] = frand() * (i / K + 1) * 0.3f + (a ? 0.05f : 0.0f);
+                    double worst;
+                    int bad = round_trip_errors(&s, W, N, K, &worst);
+                    CHECKF(bad == 0, "q%d g%d asym=%d K=%d: %d elements beyond half a step", s.bits, s.group, a, K,
+                           bad);
+                    /* the rounding really uses most of its half step (a coarser
+                     * or a lossless quantizer would be a different scheme) */
+                    CHECKF(worst > 0.5, "q%d g%d asym=%d K=%d: worst error only %.2f of the bound", s.bits, s.group,
+                           a, K, worst);
+                    free(W);
+                }
+            }
+}
+
+/* Rows with special groups: all zero, one huge outlier, tiny (subnormal
+ * f16 scales) and tinier (below the smallest f16 step) values, constants. */
+static void test_edge_groups(void) {
+    for (int b = 0; b < 2; b++)
+        for (int a = 0; a < 2; a++) {
+            okv_qscheme s = scheme(BITS[b], 32, a);
+            int N = 1, K = 6 * 32;
+            float W[6 * 32];
+            for (int i = 0; i < K; i++) W[i] = frand();
+            for (int i = 0; i < 32; i++) W[i] = 0.0f;                   /* group 0: zeros */
+            W[32 + 7] = 1000.0f;                                        /* group 1: outlier */
+            for (int i = 64; i < 96; i++) W[i] = frand() * 3e-6f;       /* group 2: subnormal d */
+            for (int i = 96; i < 128; i++) W[i] = frand() * 1e-9f;      /* group 3: below f16 steps */
+            for (int i = 128; i < 160; i++) W[i] = -0.3f;               /* group 4: constant */
+            double worst;
+            int bad = round_trip_errors(&s, W, N, K, &worst);
+            CHECKF(bad == 0, "edge groups q%d asym=%d: %d elements beyond half a step", s.bits, a, bad);
+            void *q = malloc(okv_quant_bytes(&s, N, K));
+            float row[6 * 32];
+            okv_error err = {0};
+            CHECK_OK(okv_quantize(&s, W, N, K, q, "edge", &err), &err);
+            okv_dequant_row(&s, q, N, K, 0, row);
+            int nonzero = 0;
+            for (int i = 0; i < 32; i++) nonzero += row[i] != 0.0f;
+            CHECKF(nonzero == 0, "q%d asym=%d: all-zero group dequantizes to %d nonzero values", s.bits, a, nonzero);
+            CHECKF(fabsf(row[39] - 1000.0f) <= 1000.0f / 7 / 2, "outlier %g", row[39]);
+            /* the outlier only costs its own group: group 5 keeps a fine step */
+            double e5 = 0;
+            for (int i = 160; i < 192; i++) e5 = fmax(e5, fabs(row[i] - W[i]));
+            CHECKF(e5 < 0.2, "group after the outlier has error %g", e5);
+            free(q);
+        }
+}
+
+static void test_non_finite(void) {
+    float vals[3] = {NAN, INFINITY, -INFINITY};
+    for (int v = 0; v < 3; v++)
+        for (int a = 0; a < 2; a++) {
+            okv_qscheme s = scheme(4, 32, a);
+            float W[2 * 64];
+            for (int i = 0; i < 128; i++) W[i] = frand();
+            W[64 + 45] = vals[v];
+            void *q = malloc(okv_quant_bytes(&s, 2, 64));
+            okv_error err = {0};
+            okv_status st = okv_quantize(&s, W, 2, 64, q, "model.layers.3.mlp.up_proj.weight", &err);
+            CHECK(st != OKV_OK);
+            CHECKF(strstr(err.message, "model.layers.3.mlp.up_proj.weight") && strstr(err.message, "[1, 45]"),
+                   "message: %s", err.message);
+            CHECK(!strchr(err.message, '\n'));
+            free(q);
+        }
+    /* a scale beyond f16 is an error too, not an infinite weight */
+    okv_qscheme s = scheme(8, 32, false);
+    float W[32];
+    for (int i = 0; i < 32; i++) W[i] = 1e9f;
+    uint8_t q[64];
+    okv_error err = {0};
+    CHECK(okv_quantize(&s, W, 1, 32, q, "big", &err) != OKV_OK);
+    CHECKF(strstr(err.message, "big") != NULL, "message: %s", err.message);
+}
+
+/* Given codes and exactly representable scales come back exactly. */
+static void test_pack_exact(void) {
+    for (int b = 0; b < 2; b++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int a = 0; a < 2; a++) {
+                okv_qscheme s = scheme(BITS[b], GROUPS[gi], a);
+                int N = 3, K = 18 * s.group, G = K / s.group;
+                uint8_t *codes = malloc((size_t)N * K);
+                float *d = malloc(sizeof(float) * N * G), *m = malloc(sizeof(float) * N * G);
+                for (int i = 0; i < N * K; i++) codes[i] = (uint8_t)((rng_state = rng_state * 6364136223846793005ull + 1) >> 56) & ((1 << s.bits) - 1);
+                for (int i = 0; i < N * G; i++) {
+                    d[i] = ldexpf((float)(1 + i % 5), -(i % 9));  /* few mantissa bits: f16-exact */
+                    m[i] = ldexpf((float)(i % 7) - 3.0f, -(i % 4));
+                }
+                void *q = malloc(okv_quant_bytes(&s, N, K));
+                okv_quant_pack(&s, N, K, codes, d, a ? m : NULL, q);
+                float *row = malloc(sizeof(float) * K);
+                int bad = 0, off = a ? 0 : 1 << (s.bits - 1);
+                for (int r = 0; r < N; r++) {
+                    okv_dequant_row(&s, q, N, K, r, row);
+                    for (int k = 0; k < K; k++) {
+                        int gidx = r * G + k / s.group;
+                        double want = (double)d[gidx] * (codes[r * K + k] - off) + (a ? m[gidx] : 0.0);
+                        bad += row[k] != (float)want;
+                    }
+                }
+                CHECKF(bad == 0, "pack q%d g%d asym=%d: %d values differ", s.bits, s.group, a, bad);
+                free(codes);
+                free(d);
+                free(m);
+                free(q);
+                free(row);
+            }
+}
+
+/* The layout the kernels rely on (okv_quant.c head comment), checked from
+ * the outside: 18 groups of 32 = a superblock of 16 and a tail of 2. */
+static void test_layout(void) {
+    int K = 18 * 32, G = 18;
+    uint8_t codes[18 * 32];
+    float d[18];
+    for (int k = 0; k < K; k++) codes[k] = (uint8_t)(k % 251);
+    for (int g = 0; g < G; g++) d[g] = (float)(g + 1);
+    okv_qscheme s8 = scheme(8, 32, false);
+    uint8_t q[18 * 32 + 36];
+    CHECK(okv_quant_bytes(&s8, 1, K) == sizeof q);
+    okv_quant_pack(&s8, 1, K, codes, d, NULL, q);
+    /* unit u of superblock 0 = codes 4u..4u+3 of groups 0..15 */
+    CHECK(q[0] == codes[0] && q[3] == codes[3] && q[4] == codes[32] && q[63] == codes[15 * 32 + 3]);
+    CHECK(q[64] == codes[4] && q[64 + 4 * 5 + 2] == codes[5 * 32 + 6]);
+    /* tail superblock: 2 lanes, 8-byte units */
+    CHECK(q[512] == codes[512] && q[516] == codes[544] && q[520] == codes[516]);
+    uint16_t d16;
+    memcpy(&d16, q + K + 2 * 17, 2);
+    CHECK(okv_f16_to_f32(d16) == 18.0f);
+    okv_qscheme s4 = scheme(4, 32, true);
+    uint8_t p[9 * 32 + 72];
+    for (int k = 0; k < K; k++) codes[k] = (uint8_t)(k % 13);
+    okv_quant_pack(&s4, 1, K, codes, d, d, p);
+    /* pair 0: low nibbles unit 0, high nibbles unit 1 */
+    CHECK(p[0] == (codes[0] | codes[4] << 4) && p[5] == (codes[33] | codes[37] << 4));
+}
+
+static void test_checks(void) {
+    okv_error err = {0};
+    okv_qscheme s = scheme(4, 32, true);
+    CHECK(okv_qscheme_check(&s, 2048, 2048, "w", &err) == OKV_OK);
+    CHECK(okv_qscheme_check(&s, 10, 100, "blk.0.ffn_up", &err) != OKV_OK);
+    CHECKF(strstr(err.message, "blk.0.ffn_up") && strstr(err.message, "100") && strstr(err.message, "32"),
+           "message: %s", err.message);
+    okv_qscheme bad_bits = scheme(3, 32, false), bad_group = scheme(4, 48, false), bad_dt = s;
+    bad_dt.scale_dtype = OKV_BF16;
+    CHECK(okv_qscheme_check(&bad_bits, 1, 32, "w", &err) != OKV_OK && strstr(err.message, "3"));
+    CHECK(okv_qscheme_check(&bad_group, 1, 96, "w", &err) != OKV_OK && strstr(err.message, "48"));
+    CHECK(okv_qscheme_check(&bad_dt, 1, 32, "w", &err) != OKV_OK);
+    CHECK(okv_qscheme_check(&s, (int64_t)1 << 40, 64, "w", &err) != OKV_OK);
+    char buf[32];
+    CHECK(!strcmp(okv_qscheme_name(&s, buf, sizeof buf), "q4 g32 asym f16"));
+    okv_qscheme q8 = scheme(8, 128, false);
+    CHECK(!strcmp(okv_qscheme_name(&q8, buf, sizeof buf), "q8 g128 sym f16"));
+    /* sizes: codes + f16 scales (+ offsets) */
+    CHECK(okv_quant_bytes(&s, 2, 64) == 64 + 2 * 2 * 2 * 2);
+    CHECK(okv_quant_bytes(&q8, 3, 256) == 768 + 3 * 2 * 2);
+    CHECK(okv_quant_bytes(&s, 128256, 2048) == 128256ull * 1024 + 128256ull * 64 * 4);
+    CHECK(okv_quant_bytes(&s, INT64_MAX / 2, 64) == UINT64_MAX);
+    CHECK(okv_quant_bytes(&s, 1, 33) == UINT64_MAX);
+}
+
+int main(void) {
+    test_checks();
+    test_round_trips();
+    test_edge_groups();
+    test_non_finite();
+    test_pack_exact();
+    test_layout();
+    return okv_test_finish();
+}
