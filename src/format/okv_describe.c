@@ -75,9 +75,21 @@ static void render_tensors(sbuf *b, const cJSON *tensors) {
         const cJSON *d;
         cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(t, "shape"))
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", shape[0] ? ", " : "", (long long)d->valuedouble);
-        sb_printf(b, "  %-52s %-5s [%s] %.0f bytes\n", okv_json_str(t, "name"), okv_json_str(t, "dtype"), shape,
+        const char *scheme = okv_json_str(t, "scheme");
+        sb_printf(b, "  %-52s %-15s [%s] %.0f bytes\n", okv_json_str(t, "name"), scheme ? scheme : okv_json_str(t, "dtype"), shape,
                   cJSON_GetObjectItemCaseSensitive(t, "nbytes")->valuedouble);
     }
+}
+
+/* "bytes by scheme: q4 g32 asym f16 1234 (56.1%), f32 ... | total N" */
+static void render_schemes(sbuf *b, const cJSON *doc) {
+    const cJSON *by = cJSON_GetObjectItemCaseSensitive(doc, "bytes_by_scheme"), *e;
+    const cJSON *total = cJSON_GetObjectItemCaseSensitive(doc, "total_bytes");
+    if (!cJSON_IsObject(by) || !cJSON_IsNumber(total)) return;
+    sb_printf(b, "bytes by scheme:");
+    cJSON_ArrayForEach(e, by)
+        sb_printf(b, " %s %.0f (%.1f%%),", e->string, e->valuedouble, total->valuedouble > 0 ? 100.0 * e->valuedouble / total->valuedouble : 0.0);
+    sb_printf(b, " total %.0f bytes (%.1f MiB)\n", total->valuedouble, total->valuedouble / (1024.0 * 1024.0));
 }
 
 char *okv_describe_render(const cJSON *doc, bool json) {
@@ -114,6 +126,7 @@ char *okv_describe_render(const cJSON *doc, bool json) {
     }
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(doc, "tensors");
     if (tensors) render_tensors(&b, tensors);
+    render_schemes(&b, doc);
     return b.p;
 }
 
@@ -167,6 +180,24 @@ static void add_chat_facts(cJSON *tok, const okv_program_file *pf) {
     cJSON_Delete(cfg);
 }
 
+/* Each tensor's scheme as one string ("bf16", "q4 g32 asym f16") and the
+ * bytes per scheme, so a user sees what quantization bought. */
+static void add_scheme_facts(cJSON *doc, cJSON *tensors, const okv_program_file *pf) {
+    cJSON *by = cJSON_CreateObject();
+    double total = 0;
+    for (int t = 0; t < pf->n_tensors; t++) {
+        char name[64];
+        okv_tensor_scheme_name(&pf->tensors[t], name, sizeof name);
+        cJSON_AddStringToObject(cJSON_GetArrayItem(tensors, t), "scheme", name);
+        cJSON *e = cJSON_GetObjectItemCaseSensitive(by, name);
+        if (e) cJSON_SetNumberValue(e, e->valuedouble + (double)pf->tensors[t].nbytes);
+        else cJSON_AddNumberToObject(by, name, (double)pf->tensors[t].nbytes);
+        total += (double)pf->tensors[t].nbytes;
+    }
+    cJSON_AddItemToObject(doc, "bytes_by_scheme", by);
+    cJSON_AddNumberToObject(doc, "total_bytes", total);
+}
+
 cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     const okv_meta *m = &pf->meta;
     cJSON *doc = okv_describe_layout_doc(&pf->layout, m->architecture, okv_dtype_name(m->dtype));
@@ -187,6 +218,8 @@ cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     }
     add_chat_facts(tok, pf);
     cJSON_AddItemToObject(doc, "graph", graph_doc(&pf->graph));
-    cJSON_AddItemToObject(doc, "tensors", okv_tensors_to_json(pf, NULL));
+    cJSON *tensors = okv_tensors_to_json(pf, NULL);
+    cJSON_AddItemToObject(doc, "tensors", tensors);
+    add_scheme_facts(doc, tensors, pf);
     return doc;
 }

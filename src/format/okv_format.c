@@ -29,16 +29,40 @@ int okv_op_parse(const char *name) {
     return -1;
 }
 
-size_t okv_tdtype_size(okv_tdtype t) { return t == OKV_T_U8 ? 1 : okv_dtype_size((okv_dtype)t); }
+size_t okv_tdtype_size(okv_tdtype t) {
+    return t == OKV_T_U8 ? 1 : t == OKV_T_Q ? 0 : okv_dtype_size((okv_dtype)t);
+}
 
-const char *okv_tdtype_name(okv_tdtype t) { return t == OKV_T_U8 ? "u8" : okv_dtype_name((okv_dtype)t); }
+const char *okv_tdtype_name(okv_tdtype t) {
+    return t == OKV_T_U8 ? "u8" : t == OKV_T_Q ? "q" : okv_dtype_name((okv_dtype)t);
+}
 
 static int tdtype_parse(const char *s, okv_tdtype *out) {
     if (s && !strcmp(s, "u8")) { *out = OKV_T_U8; return 0; }
+    if (s && !strcmp(s, "q")) { *out = OKV_T_Q; return 0; }
     okv_dtype d;
     if (okv_dtype_parse(s, &d)) return -1;
     *out = (okv_tdtype)d;
     return 0;
+}
+
+uint64_t okv_tensor_nbytes(const okv_tensor *t) {
+    if (t->dtype == OKV_T_Q) {
+        if (t->n_dims != 2 || okv_qscheme_check(&t->quant, t->shape[0], t->shape[1], t->name, NULL)) return 0;
+        return okv_quant_bytes(&t->quant, t->shape[0], t->shape[1]);
+    }
+    uint64_t count = okv_tdtype_size(t->dtype);
+    for (int d = 0; d < t->n_dims; d++) {
+        if (t->shape[d] < 0 || (t->shape[d] && count > UINT64_MAX / (uint64_t)t->shape[d])) return 0;
+        count *= (uint64_t)t->shape[d];
+    }
+    return count;
+}
+
+const char *okv_tensor_scheme_name(const okv_tensor *t, char *buf, size_t n) {
+    if (t->dtype == OKV_T_Q) return okv_qscheme_name(&t->quant, buf, n);
+    snprintf(buf, n, "%s", okv_tdtype_name(t->dtype));
+    return buf;
 }
 
 static uint32_t crc32_bytes(const void *data, size_t n) {
@@ -128,6 +152,13 @@ cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *offsets) 
         for (int d = 0; d < ts->n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts->shape[d]));
         cJSON_AddNumberToObject(o, "offset", (double)(offsets ? offsets[t] : ts->offset));
         cJSON_AddNumberToObject(o, "nbytes", (double)ts->nbytes);
+        if (ts->dtype == OKV_T_Q) {
+            cJSON *q = cJSON_AddObjectToObject(o, "quant");
+            cJSON_AddNumberToObject(q, "bits", ts->quant.bits);
+            cJSON_AddNumberToObject(q, "group", ts->quant.group);
+            cJSON_AddBoolToObject(q, "asym", ts->quant.asym);
+            cJSON_AddStringToObject(q, "scale_dtype", okv_dtype_name(ts->quant.scale_dtype));
+        }
         cJSON_AddItemToArray(arr, o);
     }
     return arr;
@@ -168,13 +199,15 @@ static okv_status write_body(FILE *f, const okv_program_file *pf, const char *pa
     uint64_t *offsets = calloc((size_t)pf->n_tensors + 1, sizeof *offsets);
     if (!offsets) return okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", path);
     uint64_t data_size = 0;
+    uint32_t version = OKV_FORMAT_VERSION_MIN;   /* the oldest version that can hold these tensors */
     for (int t = 0; t < pf->n_tensors; t++) {
         offsets[t] = data_size;
         data_size = align_up(data_size + pf->tensors[t].nbytes);
+        if (pf->tensors[t].dtype == OKV_T_Q) version = 2;
     }
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "offkv");
-    cJSON_AddNumberToObject(root, "version", OKV_FORMAT_VERSION);
+    cJSON_AddNumberToObject(root, "version", version);
     cJSON_AddItemToObject(root, "meta", meta_to_json(&pf->meta));
     cJSON_AddItemToObject(root, "layout", okv_layout_to_json(&pf->layout));
     cJSON_AddItemToObject(root, "graph", graph_to_json(&pf->graph));
@@ -187,7 +220,7 @@ static okv_status write_body(FILE *f, const okv_program_file *pf, const char *pa
     uint64_t data_off = align_up(FIXED_HEADER_SIZE + hlen);
     uint8_t fixed[FIXED_HEADER_SIZE] = {0};
     memcpy(fixed, OKV_MAGIC, 8);
-    put_u32(fixed + 8, OKV_FORMAT_VERSION);
+    put_u32(fixed + 8, version);
     put_u32(fixed + 12, crc32_bytes(json, hlen));
     put_u64(fixed + 16, hlen);
     put_u64(fixed + 24, data_off);
@@ -354,7 +387,35 @@ static okv_status parse_graph(const cJSON *j, okv_graph *g, okv_error *err) {
     return read_int(j, "output", &g->output, 0, g->n_values - 1, "program graph", err);
 }
 
-static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t data_size, okv_error *err) {
+/* The "quant" object of a quantized tensor: a scheme this build implements,
+ * for a 2-D [N, K] whose K the group divides. */
+static okv_status parse_quant(const cJSON *o, okv_tensor *t, okv_error *err) {
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "quant");
+    if (!cJSON_IsObject(q)) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': dtype q without a 'quant' object", t->name);
+    if (t->n_dims != 2) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': a quantized tensor must be 2-D, not %d-D", t->name, t->n_dims);
+    char what[320];
+    snprintf(what, sizeof what, "tensor '%s' quant", t->name);
+    int bits, group;
+    const cJSON *asym = cJSON_GetObjectItemCaseSensitive(q, "asym");
+    const char *sd = okv_json_str(q, "scale_dtype");
+    okv_status st = read_int(q, "bits", &bits, 1, 64, what, err);
+    if (!st) st = read_int(q, "group", &group, 1, 1 << 20, what, err);
+    if (st) return st;
+    if (!cJSON_IsBool(asym)) return okv_fail(err, OKV_ERR_FORMAT, "%s: 'asym' must be true or false", what);
+    if (!sd || okv_dtype_parse(sd, &t->quant.scale_dtype))
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: 'scale_dtype' missing or not a float dtype", what);
+    t->quant.bits = bits;
+    t->quant.group = group;
+    t->quant.asym = cJSON_IsTrue(asym);
+    char name[300];
+    snprintf(name, sizeof name, "tensor '%s'", t->name);
+    okv_error qerr = {0};
+    if (okv_qscheme_check(&t->quant, t->shape[0], t->shape[1], name, &qerr))
+        return okv_fail(err, OKV_ERR_FORMAT, "%s", qerr.message);   /* a bad file, whatever status the check uses */
+    return OKV_OK;
+}
+
+static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t data_size, uint32_t version, okv_error *err) {
     const char *name = okv_json_str(o, "name"), *dt = okv_json_str(o, "dtype");
     if (!name || !dt || tdtype_parse(dt, &t->dtype))
         return okv_fail(err, OKV_ERR_FORMAT, "program tensor %d: 'name'/'dtype' missing or invalid", idx);
@@ -380,7 +441,18 @@ static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t 
         return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': missing or negative offset/nbytes", name);
     t->offset = (uint64_t)off;
     t->nbytes = (uint64_t)nb;
-    if (t->nbytes != count * okv_tdtype_size(t->dtype))
+    if (t->dtype == OKV_T_Q) {
+        if (version < 2) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': quantized tensors need format version 2, the file says %u", name, version);
+        st = parse_quant(o, t, err);
+        if (st) return st;
+        uint64_t want = okv_quant_bytes(&t->quant, t->shape[0], t->shape[1]);
+        if (t->nbytes != want) {
+            char sch[64];
+            return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': nbytes %llu does not match [%lld, %lld] in %s (%llu bytes)", name,
+                            (unsigned long long)t->nbytes, (long long)t->shape[0], (long long)t->shape[1],
+                            okv_qscheme_name(&t->quant, sch, sizeof sch), (unsigned long long)want);
+        }
+    } else if (t->nbytes != count * okv_tdtype_size(t->dtype))
         return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': nbytes %llu does not match shape and dtype", name,
                         (unsigned long long)t->nbytes);
     if (t->offset % OKV_ALIGN)
@@ -392,7 +464,8 @@ static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t 
     return OKV_OK;
 }
 
-static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const uint8_t *data, uint64_t data_size, okv_error *err) {
+static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const uint8_t *data, uint64_t data_size,
+                                uint32_t version, okv_error *err) {
     if (!cJSON_IsArray(arr)) return okv_fail(err, OKV_ERR_FORMAT, "program header: 'tensors' must be an array");
     pf->n_tensors = cJSON_GetArraySize(arr);
     pf->tensors = calloc((size_t)pf->n_tensors + 1, sizeof *pf->tensors);
@@ -400,7 +473,7 @@ static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const ui
     int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
-        okv_status st = parse_tensor(e, &pf->tensors[k], k, data_size, err);
+        okv_status st = parse_tensor(e, &pf->tensors[k], k, data_size, version, err);
         if (st) return st;
         pf->tensors[k].data = data + pf->tensors[k].offset;
         k++;
@@ -409,7 +482,7 @@ static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const ui
 }
 
 static okv_status parse_header(const char *json, size_t len, okv_program_file *pf, const uint8_t *data,
-                               uint64_t data_size, okv_error *err) {
+                               uint64_t data_size, uint32_t version, okv_error *err) {
     cJSON *root;
     okv_status st = okv_json_parse(json, len, &root, "program header", err);
     if (st) return st;
@@ -418,7 +491,7 @@ static okv_status parse_header(const char *json, size_t len, okv_program_file *p
     if (!st) st = parse_meta(cJSON_GetObjectItemCaseSensitive(root, "meta"), &pf->meta, err);
     if (!st) st = parse_layout(cJSON_GetObjectItemCaseSensitive(root, "layout"), &pf->layout, err);
     if (!st) st = parse_graph(cJSON_GetObjectItemCaseSensitive(root, "graph"), &pf->graph, err);
-    if (!st) st = parse_tensors(cJSON_GetObjectItemCaseSensitive(root, "tensors"), pf, data, data_size, err);
+    if (!st) st = parse_tensors(cJSON_GetObjectItemCaseSensitive(root, "tensors"), pf, data, data_size, version, err);
     cJSON_Delete(root);
     return st;
 }
@@ -447,8 +520,10 @@ okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *
     okv_status st = map_file(path, pf, err);
     const uint8_t *p = pf->map;
     if (!st && memcmp(p, OKV_MAGIC, 8) != 0) st = okv_fail(err, OKV_ERR_FORMAT, "%s: not an offkv program (bad magic)", path);
-    if (!st && get_u32(p + 8) != OKV_FORMAT_VERSION)
-        st = okv_fail(err, OKV_ERR_FORMAT, "%s: unsupported format version %u (this build reads %d)", path, get_u32(p + 8), OKV_FORMAT_VERSION);
+    uint32_t version = st ? 0 : get_u32(p + 8);
+    if (!st && (version < OKV_FORMAT_VERSION_MIN || version > OKV_FORMAT_VERSION))
+        st = okv_fail(err, OKV_ERR_FORMAT, "%s: unsupported format version %u (this build reads %d to %d)", path, version,
+                      OKV_FORMAT_VERSION_MIN, OKV_FORMAT_VERSION);
     uint64_t hlen = st ? 0 : get_u64(p + 16), data_off = st ? 0 : get_u64(p + 24), data_size = st ? 0 : get_u64(p + 32);
     if (!st && (hlen > pf->map_size - FIXED_HEADER_SIZE || data_off < FIXED_HEADER_SIZE + hlen || data_off % OKV_ALIGN ||
                 data_off > pf->map_size))
@@ -463,7 +538,7 @@ okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *
         if (!pf->header_json) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
         else { memcpy(pf->header_json, p + FIXED_HEADER_SIZE, hlen); pf->header_json[hlen] = 0; }
     }
-    if (!st) st = parse_header(pf->header_json, hlen, pf, p + data_off, data_size, err);
+    if (!st) st = parse_header(pf->header_json, hlen, pf, p + data_off, data_size, version, err);
     if (!st) st = okv_graph_validate(pf, err);
     if (st) {
         if (err && !strstr(err->message, path)) okv_fail_prefix(err, "%s", path);

@@ -26,17 +26,24 @@
 
 #include "offkv_base.h"
 #include "okv_cache.h"
+#include "okv_quant.h"
 
-#define OKV_FORMAT_VERSION 1
+/* Version 2 added quantized tensors (dtype "q" + a "quant" scheme object);
+ * a file without them is written as version 1, so older builds still read
+ * float programs. Both versions load. */
+#define OKV_FORMAT_VERSION 2
+#define OKV_FORMAT_VERSION_MIN 1
 #define OKV_ALIGN 64
 
-/* Element types of program tensors: the model dtypes plus raw bytes (for
- * bundled blobs such as tokenizer.json). */
+/* Element types of program tensors: the model dtypes, raw bytes (for
+ * bundled blobs such as tokenizer.json), and group-quantized matrices
+ * (okv_tensor.quant says how; only MATMUL weights and EMBED tables). */
 typedef enum okv_tdtype {
     OKV_T_F32 = OKV_F32,
     OKV_T_F16 = OKV_F16,
     OKV_T_BF16 = OKV_BF16,
-    OKV_T_U8 = 3
+    OKV_T_U8 = 3,
+    OKV_T_Q = 4
 } okv_tdtype;
 
 typedef struct okv_tensor {
@@ -45,8 +52,9 @@ typedef struct okv_tensor {
     int n_dims;
     int64_t shape[4];
     uint64_t offset;    /* from the start of the data section */
-    uint64_t nbytes;
+    uint64_t nbytes;    /* OKV_T_Q: okv_quant_bytes(quant, shape[0], shape[1]) */
     const void *data;   /* reader: points into the mapping; writer: source */
+    okv_qscheme quant;  /* OKV_T_Q only: scheme of W[shape[0], shape[1]] */
 } okv_tensor;
 
 typedef enum okv_op {
@@ -122,8 +130,15 @@ typedef struct okv_program_file {
 
 const char *okv_op_name(okv_op op);
 int okv_op_parse(const char *name);   /* -1 if unknown */
+/* Bytes per element; 0 for OKV_T_Q (use okv_tensor_nbytes). */
 size_t okv_tdtype_size(okv_tdtype t);
 const char *okv_tdtype_name(okv_tdtype t);
+/* The bytes a tensor of its dtype (and scheme) and shape needs; 0 if the
+ * shape overflows or a quantized tensor is not a valid [N, K] for its
+ * scheme. */
+uint64_t okv_tensor_nbytes(const okv_tensor *t);
+/* "bf16", "f32", "u8" or the scheme's name ("q4 g32 asym f16"); buf >= 32. */
+const char *okv_tensor_scheme_name(const okv_tensor *t, char *buf, size_t n);
 
 /* Writes pf (tensors' data pointers are the sources) to path atomically:
  * a temporary file renamed into place, removed on any failure. */

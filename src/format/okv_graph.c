@@ -23,16 +23,20 @@ static okv_status bad(graph_check *c, const char *what) {
 static int width(graph_check *c, int v) { return c->pf->graph.values[v].width; }
 
 /* Tensor w[k] must exist (or be -1 when optional) with the given float dtype
- * rules, dims and shape (shape entries < 0 are not checked). */
-static okv_status check_tensor(graph_check *c, int k, bool optional, int n_dims, int64_t d0, int64_t d1, bool f32_only) {
+ * rules, dims and shape (shape entries < 0 are not checked). Quantized
+ * tensors are only allowed where the caller says so (matmul weights and
+ * embedding tables: the ops that have a quantized kernel). */
+static okv_status check_tensor_q(graph_check *c, int k, bool optional, int n_dims, int64_t d0, int64_t d1, bool f32_only,
+                                 bool allow_q) {
     int t = c->nd->w[k];
     if (t == -1 && optional) return OKV_OK;
     if (t < 0 || t >= c->pf->n_tensors) return bad(c, "tensor index out of range");
     const okv_tensor *ts = &c->pf->tensors[t];
     char msg[512];
-    if (ts->dtype == OKV_T_U8 || (f32_only && ts->dtype != OKV_T_F32)) {
-        snprintf(msg, sizeof msg, "tensor '%s' has dtype %s, expected %s", ts->name, okv_tdtype_name(ts->dtype),
-                 f32_only ? "f32" : "a float type");
+    if (ts->dtype == OKV_T_U8 || (f32_only && ts->dtype != OKV_T_F32) || (ts->dtype == OKV_T_Q && !allow_q)) {
+        snprintf(msg, sizeof msg, "tensor '%s' has dtype %s, expected %s%s", ts->name, okv_tdtype_name(ts->dtype),
+                 f32_only ? "f32" : "a float type",
+                 ts->dtype == OKV_T_Q ? " (only matmul weights and embedding tables may be quantized)" : "");
         return bad(c, msg);
     }
     if (ts->n_dims != n_dims || (d0 >= 0 && ts->shape[0] != d0) || (n_dims > 1 && d1 >= 0 && ts->shape[1] != d1)) {
@@ -40,6 +44,10 @@ static okv_status check_tensor(graph_check *c, int k, bool optional, int n_dims,
         return bad(c, msg);
     }
     return OKV_OK;
+}
+
+static okv_status check_tensor(graph_check *c, int k, bool optional, int n_dims, int64_t d0, int64_t d1, bool f32_only) {
+    return check_tensor_q(c, k, optional, n_dims, d0, d1, f32_only, false);
 }
 
 static okv_status check_attn(graph_check *c) {
@@ -70,13 +78,13 @@ static okv_status check_node_shapes(graph_check *c) {
     int in0 = nd->in[0], out = nd->out;
     switch (nd->op) {
     case OKV_OP_EMBED:
-        return check_tensor(c, 0, false, 2, -1, width(c, out), false);
+        return check_tensor_q(c, 0, false, 2, -1, width(c, out), false, true);
     case OKV_OP_RMSNORM:
         if (!same_width(c, in0, out) || nd->i[0] < 1 || width(c, in0) % nd->i[0]) return bad(c, "group must divide the width");
         if (!(nd->f[0] > 0)) return bad(c, "eps must be positive");
         return check_tensor(c, 0, true, 1, nd->i[0], -1, true);
     case OKV_OP_MATMUL: {
-        okv_status st = check_tensor(c, 0, false, 2, width(c, out), width(c, in0), false);
+        okv_status st = check_tensor_q(c, 0, false, 2, width(c, out), width(c, in0), false, true);
         return st ? st : check_tensor(c, 1, true, 1, width(c, out), -1, true);
     }
     case OKV_OP_ROPE:

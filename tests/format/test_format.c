@@ -28,11 +28,11 @@ static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_valu
     pf->meta = (okv_meta){.architecture = "Test", .dtype = OKV_F32, .vocab_size = V, .hidden_size = H, .n_layers = 1,
                           .bos_id = -1, .source = "test"};
     okv_tensor ts[] = {
-        {"embed", OKV_T_F32, 2, {V, H}, 0, sizeof embed, embed},
-        {"q", OKV_T_F32, 2, {H, H}, 0, sizeof qw, qw},
-        {"kv", OKV_T_F32, 2, {4, H}, 0, sizeof kvw, kvw},
-        {"rope", OKV_T_F32, 1, {2}, 0, sizeof inv_freq, inv_freq},
-        {"norm", OKV_T_F32, 1, {H}, 0, sizeof norm_w, norm_w},
+        {"embed", OKV_T_F32, 2, {V, H}, 0, sizeof embed, embed, {0}},
+        {"q", OKV_T_F32, 2, {H, H}, 0, sizeof qw, qw, {0}},
+        {"kv", OKV_T_F32, 2, {4, H}, 0, sizeof kvw, kvw, {0}},
+        {"rope", OKV_T_F32, 1, {2}, 0, sizeof inv_freq, inv_freq, {0}},
+        {"norm", OKV_T_F32, 1, {H}, 0, sizeof norm_w, norm_w, {0}},
     };
     memcpy(t, ts, sizeof ts);
     okv_value vs[] = {{H, false}, {H, false}, {4, false}, {4, false}, {H, false}, {H, true}, {H, true}, {V, true}};
