@@ -27,13 +27,23 @@ extern "C" {
 /* ---- export ------------------------------------------------------------------ */
 
 typedef struct okv_export_options {
-    okv_dtype dtype;          /* weight dtype of matrices (default bf16) */
+    okv_dtype dtype;          /* weight dtype of matrices that are not quantized (default bf16) */
     int max_ctx_len;          /* default 2048 */
     int prefill_chunk_size;   /* 0 = min(512, smallest window, max_ctx_len) */
+    /* Group-wise weight quantization along the input dimension (0 = off,
+     * 4 = 4-bit asymmetric, 8 = 8-bit symmetric; f16 scales). qlinear: every
+     * decoder linear (attention, MLP, Gemma-4 per-layer projections);
+     * qembedding: the token embedding tables and the LM head (tied or not).
+     * Groups 32, 64, 128 or 256 (0 = the default, OKV_QGROUP_DEFAULT); an
+     * input dimension the group does not divide is an export error. */
+    int qlinear, qlinear_group;
+    int qembedding, qembedding_group;
     /* Receives non-fatal notices (skipped tensors, missing tokenizer, ...). */
     void (*notice)(void *ctx, const char *message);
     void *notice_ctx;
 } okv_export_options;
+
+#define OKV_QGROUP_DEFAULT 32
 
 void okv_export_options_default(okv_export_options *o);
 /* Reads hf_dir (config.json, safetensors, generation_config.json, tokenizer

@@ -3,6 +3,7 @@
  * exits; library calls return an okv_error whose message is shown as is.
  *
  *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
+ *                [--qlinear 4w|8w] [--qlinear-group-size G] [--qembedding 4w|8w] [--qembedding-group-size G]
  *   offkv inspect OUT.okv [--json]      |  offkv inspect --config DIR|config.json [--json]
  *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
  *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
@@ -185,6 +186,19 @@ int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
 
 /* ---- export / inspect ------------------------------------------------------------ */
 
+/* "4w" / "8w" -> 4 / 8 bits. */
+static bool parse_qbits(const char *v, int *bits) {
+    if (!strcmp(v, "4w") || !strcmp(v, "8w")) { *bits = v[0] - '0'; return true; }
+    return false;
+}
+
+static bool parse_qgroup(const char *v, int *group) {
+    return okv_cli_parse_int(v, 32, 256, group) && (*group == 32 || *group == 64 || *group == 128 || *group == 256);
+}
+
+#define EXPORT_USAGE "HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
+                     "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G]"
+
 static int cmd_export(int argc, char **argv) {
     okv_export_options o;
     okv_export_options_default(&o);
@@ -203,10 +217,18 @@ static int cmd_export(int argc, char **argv) {
             if (!okv_cli_parse_int(v, -(1 << 30), 1 << 30, &o.prefill_chunk_size) || o.prefill_chunk_size == 0)
                 return okv_cli_usage_error("--prefill-chunk-size: '%s' must be an integer >= 1", v);
             i++;
+        } else if ((!strcmp(a, "--qlinear") || !strcmp(a, "--qembedding")) && v) {
+            if (!parse_qbits(v, a[3] == 'l' ? &o.qlinear : &o.qembedding))
+                return okv_cli_usage_error(a[3] == 'l' ? "--qlinear: '%s' is not 4w or 8w" : "--qembedding: '%s' is not 4w or 8w", v);
+            i++;
+        } else if ((!strcmp(a, "--qlinear-group-size") || !strcmp(a, "--qembedding-group-size")) && v) {
+            if (!parse_qgroup(v, a[3] == 'l' ? &o.qlinear_group : &o.qembedding_group))
+                return okv_cli_usage_error("group size '%s' is not 32, 64, 128 or 256", v);
+            i++;
         } else if (a[0] != '-' && !dir) dir = a;
         else return okv_cli_usage_error("export: unknown or incomplete option '%s'", a);
     }
-    if (!dir || !out) return okv_cli_usage_error("usage: offkv export HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]%s", "");
+    if (!dir || !out) return okv_cli_usage_error("usage: offkv export " EXPORT_USAGE "%s", "");
     okv_error err = {0};
     if (okv_export(dir, out, &o, &err)) return okv_cli_die(&err);
     fprintf(stderr, "offkv: wrote %s\n", out);
@@ -358,10 +380,11 @@ typedef struct command {
 } command;
 
 static const command COMMANDS[] = {
-    {"export", cmd_export, "HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]"},
+    {"export", cmd_export, EXPORT_USAGE},
     {"inspect", cmd_inspect, "PROGRAM.okv [--json] | --config DIR|config.json [--json]"},
     {"logits", cmd_logits, "PROGRAM.okv --tokens FILE|\"ids\" --out LOGITS.f32 [--chunk N] [cache options]"},
     {"generate", cmd_generate, "PROGRAM.okv --tokens FILE|\"ids\" [--max-new-tokens N] [cache options]"},
+    {"perplexity", okv_cli_perplexity, "PROGRAM.okv --file TEXT [--ctx 512] [--kl-base BASE.okv] [--tokenizer FILE] [cache options]"},
     OKV_CLI_TEXT_COMMANDS
 };
 

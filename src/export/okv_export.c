@@ -4,9 +4,11 @@
  *   config.json -> okv_hf_model (refuses what we cannot honour)
  *   -> cache layout + step graph (hf layer) -> every graph tensor is found in
  *   the safetensors set with the expected shape and a float dtype
- *   -> tokenizer files bundled as byte blobs -> okv_format_write, which asks
- *   produce_tensor() for each tensor's bytes (converted to the target dtype)
- *   one at a time. The writer renames a temporary file into place only on
+ *   -> the tensors --qlinear/--qembedding quantize are marked (plan_quant:
+ *   by their use in the graph, not by name) -> tokenizer files bundled as
+ *   byte blobs -> okv_format_write, which asks produce_tensor() for each
+ *   tensor's bytes (converted to the target dtype, or quantized) one at a
+ *   time. The writer renames a temporary file into place only on
  *   success, so a failed export leaves no output file. */
 #include <math.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include "okv_describe.h"
 #include "okv_format.h"
 #include "okv_hf.h"
+#include "okv_quant.h"
 #include "okv_safetensors.h"
 
 void okv_export_options_default(okv_export_options *o) {
@@ -122,6 +125,94 @@ static void report_unused(const export_job *j) {
     if (unused) notice(j, "skipped %d checkpoint tensors the text decoder does not use: %s", unused, line);
 }
 
+/* ---- quantization plan ------------------------------------------------------ */
+
+/* What a tensor is used for in the graph: a decoder linear (MATMUL on step
+ * rows), the LM head (MATMUL on logit rows) or an embedding table. A tied
+ * table is both an embedding and the head. */
+enum { USE_LINEAR = 1, USE_HEAD = 2, USE_EMBED = 4 };
+
+static int tensor_uses(const okv_graph *g, int t) {
+    int uses = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const okv_node *nd = &g->nodes[n];
+        if (nd->w[0] != t) continue;
+        if (nd->op == OKV_OP_EMBED) uses |= USE_EMBED;
+        else if (nd->op == OKV_OP_MATMUL) uses |= g->values[nd->out].logit_rows ? USE_HEAD : USE_LINEAR;
+    }
+    return uses;
+}
+
+/* 4w: asymmetric (an offset per group keeps skewed groups' 16 levels in
+ * range); 8w: symmetric (256 levels leave no room for an offset to help). */
+static okv_qscheme scheme_for(int bits, int group) {
+    return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16};
+}
+
+/* Marks the tensors --qlinear / --qembedding quantize. The LM head follows
+ * --qembedding in both the tied case (it is the embedding table) and the
+ * untied one (the same kind of matrix: vocab rows, quantized alike); with
+ * only --qlinear it keeps --dtype. Every quantized K must be a multiple of
+ * its group: there is no padding. */
+static okv_status plan_quant(export_job *j, okv_error *err) {
+    const okv_export_options *o = j->opt;
+    if (!o->qlinear && !o->qembedding) return OKV_OK;
+    for (int t = 0; t < j->hg.n_tensors; t++) {
+        okv_tensor *ts = &j->hg.tensors[t];
+        int uses = tensor_uses(&j->hg.graph, t);
+        bool emb = uses & (USE_EMBED | USE_HEAD);
+        int bits = emb ? o->qembedding : (uses & USE_LINEAR) ? o->qlinear : 0;
+        if (!bits || ts->n_dims != 2 || !j->hg.srcs[t].ckpt_name) continue;
+        okv_qscheme q = scheme_for(bits, emb ? o->qembedding_group : o->qlinear_group);
+        if (ts->shape[1] % q.group)
+            return okv_fail(err, OKV_ERR_INVALID,
+                            "tensor '%s': input dimension %lld is not a multiple of the %s group size %d", ts->name,
+                            (long long)ts->shape[1], emb ? "--qembedding" : "--qlinear", q.group);
+        okv_error qerr = {0};
+        if (okv_qscheme_check(&q, ts->shape[0], ts->shape[1], ts->name, &qerr))
+            return okv_fail(err, OKV_ERR_INVALID, "%s", qerr.message);
+        ts->dtype = OKV_T_Q;
+        ts->quant = q;
+        ts->nbytes = okv_quant_bytes(&q, ts->shape[0], ts->shape[1]);
+    }
+    return OKV_OK;
+}
+
+static okv_status check_quant_options(const okv_export_options *o, okv_error *err) {
+    const struct { const char *flag; int bits; int group; } q[2] = {
+        {"--qlinear", o->qlinear, o->qlinear_group}, {"--qembedding", o->qembedding, o->qembedding_group}};
+    for (int i = 0; i < 2; i++) {
+        if (q[i].bits != 0 && q[i].bits != 4 && q[i].bits != 8)
+            return okv_fail(err, OKV_ERR_INVALID, "%s: %d bits is not supported (4 or 8)", q[i].flag, q[i].bits);
+        if (q[i].group != 0 && q[i].group != 32 && q[i].group != 64 && q[i].group != 128 && q[i].group != 256)
+            return okv_fail(err, OKV_ERR_INVALID, "%s group size %d is not supported (32, 64, 128 or 256)", q[i].flag, q[i].group);
+    }
+    return OKV_OK;
+}
+
+/* ---- producing tensor bytes --------------------------------------------------- */
+
+/* Source -> f32 [n] with the source's offset applied (heap; NULL on OOM). */
+static float *source_f32(const export_job *j, int t, size_t n) {
+    const okv_hf_tensor_src *s = &j->hg.srcs[t];
+    float *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return NULL;
+    if (!s->ckpt_name) memcpy(tmp, s->computed, n * sizeof *tmp);
+    else okv_convert(tmp, OKV_F32, j->src[t]->data, j->src[t]->dtype, n);
+    if (s->add != 0.0f)
+        for (size_t i = 0; i < n; i++) tmp[i] += s->add;
+    return tmp;
+}
+
+static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
+    const okv_tensor *want = &j->hg.tensors[t];
+    float *w = source_f32(j, t, (size_t)want->shape[0] * (size_t)want->shape[1]);
+    if (!w) return okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
+    okv_status st = okv_quantize(&want->quant, w, want->shape[0], want->shape[1], dst, want->name, err);
+    free(w);
+    return st;
+}
+
 static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
     export_job *j = ctx;
     if (t >= j->hg.n_tensors) { /* bundled blob */
@@ -131,6 +222,7 @@ static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
     }
     const okv_tensor *want = &j->hg.tensors[t];
     const okv_hf_tensor_src *s = &j->hg.srcs[t];
+    if (want->dtype == OKV_T_Q) return produce_quantized(j, t, dst, err);
     size_t n = want->nbytes / okv_tdtype_size(want->dtype);
     if (!s->ckpt_name) { okv_convert(dst, (okv_dtype)want->dtype, s->computed, OKV_F32, n); return OKV_OK; }
     const okv_st_tensor *src = j->src[t];
@@ -205,6 +297,10 @@ static char *meta_extra(const export_job *j) {
     cJSON_AddBoolToObject(x, "tie_word_embeddings", m->tied);
     cJSON_AddNumberToObject(x, "final_logit_softcapping", m->final_softcap);
     cJSON_AddNumberToObject(x, "kv_shared_layers", m->kv_shared_layers);
+    char q[64];
+    okv_qscheme ql = scheme_for(j->opt->qlinear, j->opt->qlinear_group), qe = scheme_for(j->opt->qembedding, j->opt->qembedding_group);
+    cJSON_AddStringToObject(x, "qlinear", j->opt->qlinear ? okv_qscheme_name(&ql, q, sizeof q) : "none");
+    cJSON_AddStringToObject(x, "qembedding", j->opt->qembedding ? okv_qscheme_name(&qe, q, sizeof q) : "none");
     char *s = cJSON_PrintUnformatted(x);
     cJSON_Delete(x);
     return s;
@@ -259,12 +355,14 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     okv_export_options dflt;
     if (!o) { okv_export_options_default(&dflt); o = &dflt; }
     export_job j = {.opt = o};
-    okv_status st = okv_hf_load_config(hf_dir, &j.model, err);
+    okv_status st = check_quant_options(o, err);
+    if (!st) st = okv_hf_load_config(hf_dir, &j.model, err);
     if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
     if (!st) pick_prefix(&j);
     if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
     if (!st) st = bind_sources(&j, err);
+    if (!st) st = plan_quant(&j, err);
     if (!st) report_unused(&j);
     if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);
     if (!st) st = collect_text_files(&j, hf_dir, err);
