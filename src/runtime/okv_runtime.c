@@ -18,6 +18,7 @@
 #include "okv_format.h"
 #include "okv_describe.h"
 #include "okv_kernels.h"
+#include "okv_quant.h"
 
 struct okv_program {
     okv_program_file *pf;
@@ -254,6 +255,25 @@ static void select_rows(step_ctx *s, const okv_node *nd) {
     else if (s->rows == OKV_LOGITS_LAST) memcpy(val(s, nd->out), in + (size_t)(s->T - 1) * w, sizeof(float) * (size_t)w);
 }
 
+/* y[t] = E[ids[t]] * scale for a quantized table E [vocab, width]: only the
+ * rows the step needs are dequantized. */
+static void embed_quant(float *y, const int32_t *ids, int T, const okv_tensor *E, float scale) {
+    for (int t = 0; t < T; t++) {
+        float *yt = y + (size_t)t * (size_t)E->shape[1];
+        okv_dequant_row(&E->quant, E->data, E->shape[0], E->shape[1], ids[t], yt);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < E->shape[1]; i++) yt[i] *= scale;
+    }
+}
+
+static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float *a, int rows, int N) {
+    const okv_kernels *k = s->r->k;
+    const okv_tensor *t = tensor(s, nd->w[0]);
+    int K = width(s, nd->in[0]);
+    if (t->dtype == OKV_T_Q) k->matmul_q(s->r->tp, out, a, rows, K, t->data, &t->quant, N, tensor_f32(s, nd->w[1]));
+    else k->matmul(s->r->tp, out, a, rows, K, t->data, (okv_dtype)t->dtype, N, tensor_f32(s, nd->w[1]));
+}
+
 static void run_node(step_ctx *s, const okv_node *nd) {
     const okv_kernels *k = s->r->k;
     float *out = val(s, nd->out);
@@ -264,15 +284,12 @@ static void run_node(step_ctx *s, const okv_node *nd) {
     switch (nd->op) {
     case OKV_OP_EMBED: {
         const okv_tensor *t = tensor(s, nd->w[0]);
-        okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, nd->f[0]);
+        if (t->dtype == OKV_T_Q) embed_quant(out, s->ids, s->T, t, nd->f[0]);
+        else okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, nd->f[0]);
         break;
     }
     case OKV_OP_RMSNORM: k->rmsnorm(out, a, rows, w, nd->i[0], tensor_f32(s, nd->w[0]), nd->f[0]); break;
-    case OKV_OP_MATMUL: {
-        const okv_tensor *t = tensor(s, nd->w[0]);
-        k->matmul(s->r->tp, out, a, rows, width(s, nd->in[0]), t->data, (okv_dtype)t->dtype, w, tensor_f32(s, nd->w[1]));
-        break;
-    }
+    case OKV_OP_MATMUL: run_matmul(s, nd, out, a, rows, w); break;
     case OKV_OP_ROPE:
         memcpy(out, a, n * sizeof *out);
         okv_rope(out, rows, nd->i[0], nd->i[1], s->pos, tensor_f32(s, nd->w[0]));
