@@ -34,6 +34,9 @@ int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n);
 int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session *s, bool verbose);
 void okv_cli_session_close(okv_cli_session *s);
 
+/* `offkv perplexity` (cmd_eval.c). */
+int okv_cli_perplexity(int argc, char **argv);
+
 /* Text commands, compiled in when their layers exist. */
 #ifdef OKV_HAVE_TEXT
 #include "cmd_text.h"
