@@ -1,0 +1,311 @@
+/* Quantized exports of every model fixture against the fp32 program of the
+ * same checkpoint, over the fixture's reference tokens: --qlinear 8w keeps
+ * every position's logits at cosine >= 0.999 and the argmax on >= 95% of
+ * positions, --qlinear 4w at cosine >= 0.99, and the --qembedding variants
+ * likewise. The program records the scheme per tensor (inspect --json) and
+ * quantizes exactly the decoder linears / embedding tables. Export refuses a
+ * group that does not divide K (naming the tensor and both numbers) and
+ * NaN/Inf weights (naming the tensor). */
+#include "e2e_util.h"
+
+#include "okv_format.h"
+#include "okv_quant.h"
+#include "okv_safetensors.h"
+
+/* How close the quantized program must be to the fp32 program of its own
+ * dequantized weights: the gap is the kernels' arithmetic (f32 sums in
+ * another order; int8 activations where a kernel uses them). */
+#define DEQUANT_EQ_MIN_COS 0.9999
+
+static const char *const FIXTURE_NAMES[] = {"llama32-tiny", "llama32-tiny-sharded", "qwen2-tiny", "qwen3-tiny",
+                                           "qwen3-untied-tiny", "gemma3-tiny", "gemma3-mm-tiny"};
+
+typedef struct qcase {
+    const char *tag;
+    int qlinear, qlinear_group, qembedding, qembedding_group;
+    double min_cos, min_argmax_share;
+} qcase;
+
+static const qcase CASES[] = {
+    {"8w", 8, 0, 0, 0, 0.999, 0.95},
+    {"8w-e8", 8, 0, 8, 0, 0.999, 0.95},
+    {"4w", 4, 0, 0, 0, 0.99, 0.0},
+    {"4w-e8", 4, 0, 8, 0, 0.99, 0.0},
+    {"4w-e4", 4, 0, 4, 0, 0.99, 0.0},
+    {"4w-g64", 4, 64, 0, 0, 0.99, 0.0},
+};
+
+static okv_status export_q(const char *dir, const char *out, const qcase *c, okv_error *err) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.qlinear = c->qlinear;
+    o.qlinear_group = c->qlinear_group;
+    o.qembedding = c->qembedding;
+    o.qembedding_group = c->qembedding_group;
+    return okv_export(dir, out, &o, err);
+}
+
+/* inspect --json: every matmul weight of the decoder and (with
+ * --qembedding) the embedding / head carries the expected scheme; vectors
+ * stay f32; bytes_by_scheme sums to total_bytes. */
+static void check_schemes(const okv_program *p, const qcase *c, const char *what) {
+    char *text;
+    okv_error err;
+    CHECK_OK(okv_program_describe(p, true, &text, &err), &err);
+    cJSON *doc = cJSON_Parse(text);
+    free(text);
+    const cJSON *t;
+    int n_q = 0;
+    char want_lin[32], want_emb[32];
+    snprintf(want_lin, sizeof want_lin, "q%d g%d %s f16", c->qlinear, c->qlinear_group ? c->qlinear_group : OKV_QGROUP_DEFAULT,
+             c->qlinear == 4 ? "asym" : "sym");
+    snprintf(want_emb, sizeof want_emb, "q%d g%d %s f16", c->qembedding,
+             c->qembedding_group ? c->qembedding_group : OKV_QGROUP_DEFAULT, c->qembedding == 4 ? "asym" : "sym");
+    double sum = 0;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(doc, "tensors")) {
+        const char *name = okv_json_str(t, "name"), *scheme = okv_json_str(t, "scheme");
+        int dims = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "shape"));
+        sum += cJSON_GetObjectItemCaseSensitive(t, "nbytes")->valuedouble;
+        bool emb = strstr(name, "embed_tokens") || !strcmp(name, "lm_head.weight");
+        const char *want = !strcmp(okv_json_str(t, "dtype"), "u8") ? "u8"
+                           : dims < 2                             ? "f32"
+                           : emb                                  ? (c->qembedding ? want_emb : "f32")
+                                                                  : want_lin;
+        CHECKF(scheme && !strcmp(scheme, want), "%s: tensor %s has scheme '%s', want '%s'", what, name, scheme, want);
+        n_q += !strncmp(want, "q", 1);
+    }
+    CHECKF(n_q > 0, "%s: no quantized tensor", what);
+    const cJSON *total = cJSON_GetObjectItemCaseSensitive(doc, "total_bytes");
+    CHECKF(cJSON_IsNumber(total) && total->valuedouble == sum, "%s: total_bytes != sum of nbytes", what);
+    cJSON_Delete(doc);
+}
+
+static void check_fixture(const char *fixture) {
+    char dir[256], name[160];
+    snprintf(dir, sizeof dir, FIXTURES "%s", fixture);
+    int32_t *ids;
+    int n = e2e_ref_tokens(dir, &ids);
+    snprintf(name, sizeof name, "%s.f32.okv", fixture);
+    char *base_path = e2e_export(dir, name, OKV_F32, 0);
+    okv_program *base = NULL;
+    okv_error err = {0};
+    if (!base_path || okv_program_open(base_path, &base, &err)) { CHECKF(0, "%s: %s", fixture, err.message); free(ids); return; }
+    okv_program_info info;
+    okv_program_get_info(base, &info);
+    e2e_run_opts ro;
+    e2e_opts_default(&ro);
+    ro.chunk = 5;   /* decode-like steps and a multi-row step in one run */
+    float *want = e2e_run(base, ids, n, &ro);
+    for (size_t c = 0; c < sizeof CASES / sizeof CASES[0] && want; c++) {
+        snprintf(name, sizeof name, "%s.%s.okv", fixture, CASES[c].tag);
+        char *path = e2e_path(name), what[200];
+        snprintf(what, sizeof what, "%s --qlinear %s", fixture, CASES[c].tag);
+        okv_program *p = NULL;
+        okv_status st = export_q(dir, path, &CASES[c], &err);
+        if (!st) st = okv_program_open(path, &p, &err);
+        CHECKF(st == OKV_OK, "%s: %s", what, err.message);
+        if (!st) {
+            check_schemes(p, &CASES[c], what);
+            float *got = e2e_run(p, ids, n, &ro);
+            if (got) {
+                double cos = e2e_min_cosine(got, want, n, info.vocab_size);
+                int bad = e2e_argmax_mismatches(got, want, n, info.vocab_size);
+                double share = 1.0 - (double)bad / n;
+                printf("%-40s min cosine %.6f, argmax agrees on %d/%d\n", what, cos, n - bad, n);
+                CHECKF(cos >= CASES[c].min_cos, "%s: min cosine %.6f < %.3f", what, cos, CASES[c].min_cos);
+                CHECKF(share >= CASES[c].min_argmax_share, "%s: argmax agrees on %.1f%% < %.0f%%", what, 100 * share,
+                       100 * CASES[c].min_argmax_share);
+                /* the plain kernel table gives the same logits within float rounding */
+                e2e_run_opts plain = ro;
+                plain.runner.plain_kernels = true;
+                float *ref = e2e_run(p, ids, n, &plain);
+                if (ref) {
+                    double d = e2e_max_diff(got, ref, (size_t)n * info.vocab_size);
+                    CHECKF(d < 1e-3, "%s: auto vs plain kernels differ by %.3g", what, d);
+                }
+                free(ref);
+            }
+            free(got);
+        }
+        okv_program_free(p);
+        free(path);
+    }
+    free(want);
+    okv_program_free(base);
+    free(base_path);
+    free(ids);
+}
+
+/* Gemma-4's per-layer projection has K = hidden_size_per_layer_input = 16 in
+ * the fixture: no group divides it, and the export says so. */
+static void test_group_not_dividing(void) {
+    okv_error err = {0};
+    char *out = e2e_path("g4.q.okv");
+    qcase c = {"4w", 4, 0, 0, 0, 0, 0};
+    okv_status st = export_q(FIXTURES "gemma4-tiny", out, &c, &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "per_layer_projection") && strstr(err.message, " 16 ") &&
+               strstr(err.message, "32"),
+           "status %d: %s", st, err.message);
+    CHECK(access(out, F_OK) != 0);
+    /* qwen2's hidden 96 is not a multiple of 64 */
+    qcase c64 = {"4w", 4, 64, 0, 0, 0, 0};
+    st = export_q(FIXTURES "qwen2-tiny", out, &c64, &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "96") && strstr(err.message, "64") && strstr(err.message, "tensor '"),
+           "status %d: %s", st, err.message);
+    qcase bad = {"4w", 5, 0, 0, 0, 0, 0};
+    st = export_q(FIXTURES "llama32-tiny", out, &bad, &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "--qlinear"), "status %d: %s", st, err.message);
+    bad = (qcase){"4w", 4, 48, 0, 0, 0, 0};
+    st = export_q(FIXTURES "llama32-tiny", out, &bad, &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "48"), "status %d: %s", st, err.message);
+    free(out);
+}
+
+/* A checkpoint whose layers.1.mlp.up_proj.weight holds a NaN (and one with
+ * +Inf): quantizing it is an export error naming the tensor, no file left. */
+static void test_nonfinite_weight(void) {
+    static const char *const target = "model.layers.1.mlp.up_proj.weight";
+    const float bad_values[2] = {NAN, INFINITY};
+    okv_error err = {0};
+    okv_st_set *set = NULL;
+    CHECK_OK(okv_st_open_dir(FIXTURES "llama32-tiny", &set, &err), &err);
+    if (!set) return;
+    int n = okv_st_count(set);
+    okv_st_write_tensor *w = calloc((size_t)n, sizeof *w);
+    void *edited = NULL;
+    for (int v = 0; v < 2; v++) {
+        char name[64];
+        snprintf(name, sizeof name, "nan-ckpt-%d", v);
+        char *dir = edited_checkpoint("llama32-tiny", name, "{", "{");
+        for (int i = 0; i < n; i++) {
+            const okv_st_tensor *t = okv_st_get(set, i);
+            w[i] = (okv_st_write_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = t->data};
+            memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+            if (strcmp(t->name, target)) continue;
+            free(edited);
+            edited = malloc(t->nbytes);
+            memcpy(edited, t->data, t->nbytes);
+            size_t esz = okv_dtype_size(t->dtype), at = 37 * esz;
+            if (t->dtype == OKV_F32) memcpy((char *)edited + at, &bad_values[v], 4);
+            else {
+                uint16_t h = t->dtype == OKV_BF16 ? okv_f32_to_bf16(bad_values[v]) : okv_f32_to_f16(bad_values[v]);
+                memcpy((char *)edited + at, &h, 2);
+            }
+            w[i].data = edited;
+        }
+        char path[600];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        unlink(path);   /* the symlink to the fixture */
+        CHECK_OK(okv_st_write(path, w, n, &err), &err);
+        char *out = e2e_path("nan.okv");
+        qcase c = {"8w", 8, 0, 0, 0, 0, 0};
+        okv_status st = export_q(dir, out, &c, &err);
+        CHECKF(st != OKV_OK && strstr(err.message, "layers.1.mlp.up_proj.weight"), "value %d: status %d: %s", v, st, err.message);
+        CHECK(access(out, F_OK) != 0);
+        printf("non-finite weight %d: %s\n", v, err.message);
+        free(out);
+        free(dir);
+    }
+    free(edited);
+    free(w);
+    okv_st_free(set);
+}
+
+/* The quantized program must compute what an fp32 program computes whose
+ * weights are the dequantized codes: write a checkpoint with every
+ * quantized tensor replaced by its okv_dequant_row rows (f32), export it at
+ * fp32 and compare logits. This isolates the runtime and kernels from the
+ * quantization noise itself. */
+static void check_dequant_equivalence(const char *fixture, const qcase *c) {
+    char dir[256], name[160], what[200];
+    snprintf(dir, sizeof dir, FIXTURES "%s", fixture);
+    snprintf(what, sizeof what, "%s %s (dequantized reference)", fixture, c->tag);
+    snprintf(name, sizeof name, "%s.%s.eq.okv", fixture, c->tag);
+    char *qpath = e2e_path(name);
+    okv_error err = {0};
+    okv_program *qp = NULL;
+    okv_status st = export_q(dir, qpath, c, &err);
+    if (!st) st = okv_program_open(qpath, &qp, &err);
+    CHECKF(st == OKV_OK, "%s: %s", what, err.message);
+    okv_st_set *set = NULL;
+    if (!st) st = okv_st_open_dir(dir, &set, &err);
+    CHECKF(st == OKV_OK, "%s: %s", what, err.message);
+    if (st) { okv_program_free(qp); free(qpath); return; }
+    /* the program's tensors, through the format layer (as the loader sees them) */
+    okv_program_file *pf = NULL;
+    CHECK_OK(okv_format_open(qpath, &pf, &err), &err);
+    int n = okv_st_count(set), replaced = 0;
+    okv_st_write_tensor *w = calloc((size_t)n, sizeof *w);
+    float **owned = calloc((size_t)n, sizeof *owned);
+    for (int i = 0; i < n && pf; i++) {
+        const okv_st_tensor *t = okv_st_get(set, i);
+        w[i] = (okv_st_write_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = t->data};
+        memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+        for (int k = 0; k < pf->n_tensors; k++) {
+            const okv_tensor *q = &pf->tensors[k];
+            size_t ln = strlen(t->name), lq = strlen(q->name);
+            bool same = ln >= lq && !strcmp(t->name + ln - lq, q->name) && (ln == lq || t->name[ln - lq - 1] == '.');
+            if (!same || q->dtype != OKV_T_Q || t->ndim != 2 || t->shape[0] != q->shape[0] || t->shape[1] != q->shape[1]) continue;
+            owned[i] = malloc(sizeof(float) * (size_t)q->shape[0] * (size_t)q->shape[1]);
+            for (int64_t r = 0; r < q->shape[0]; r++)
+                okv_dequant_row(&q->quant, q->data, q->shape[0], q->shape[1], r, owned[i] + r * q->shape[1]);
+            w[i].dtype = OKV_F32;
+            w[i].data = owned[i];
+            replaced++;
+            break;
+        }
+    }
+    snprintf(name, sizeof name, "%s-%s-dq", fixture, c->tag);
+    char *dq_dir = edited_checkpoint(fixture, name, "{", "{"), path[640];
+    snprintf(path, sizeof path, "%s/model.safetensors", dq_dir);
+    unlink(path);
+    CHECK_OK(okv_st_write(path, w, n, &err), &err);
+    CHECKF(replaced > 0, "%s: no tensor replaced", what);
+    snprintf(name, sizeof name, "%s.%s.dq.okv", fixture, c->tag);
+    char *ref_path = e2e_export(dq_dir, name, OKV_F32, 0);
+    okv_program *rp = NULL;
+    if (ref_path) CHECK_OK(okv_program_open(ref_path, &rp, &err), &err);
+    if (rp && qp) {
+        int32_t *ids;
+        int nt = e2e_ref_tokens(dir, &ids);
+        e2e_run_opts ro;
+        e2e_opts_default(&ro);
+        okv_program_info info;
+        okv_program_get_info(qp, &info);
+        float *a = e2e_run(qp, ids, nt, &ro), *b = e2e_run(rp, ids, nt, &ro);
+        if (a && b) {
+            double cos = e2e_min_cosine(a, b, nt, info.vocab_size), d = e2e_max_diff(a, b, (size_t)nt * info.vocab_size);
+            printf("%-48s max abs diff %.3g, min cosine %.8f\n", what, d, cos);
+            CHECKF(cos >= DEQUANT_EQ_MIN_COS, "%s: min cosine %.8f vs the dequantized fp32 program", what, cos);
+            CHECKF(e2e_argmax_mismatches(a, b, nt, info.vocab_size) <= nt / 20, "%s: argmax differs", what);
+        }
+        free(a);
+        free(b);
+        free(ids);
+    }
+    for (int i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(w);
+    okv_program_free(rp);
+    okv_program_free(qp);
+    okv_format_close(pf);
+    okv_st_free(set);
+    free(ref_path);
+    free(dq_dir);
+    free(qpath);
+}
+
+int main(void) {
+    for (size_t f = 0; f < sizeof FIXTURE_NAMES / sizeof FIXTURE_NAMES[0]; f++) check_fixture(FIXTURE_NAMES[f]);
+    static const char *const single_file[] = {"llama32-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-untied-tiny", "gemma3-tiny",
+                                              "gemma3-mm-tiny"};
+    for (size_t f = 0; f < sizeof single_file / sizeof single_file[0]; f++) {
+        check_dequant_equivalence(single_file[f], &CASES[1]);   /* 8w + 8w embedding */
+        check_dequant_equivalence(single_file[f], &CASES[4]);   /* 4w + 4w embedding */
+    }
+    test_group_not_dividing();
+    test_nonfinite_weight();
+    e2e_cleanup();
+    return okv_test_finish();
+}
