@@ -2,11 +2,18 @@
 # Installs every Debian package the build, the tests and the benchmarks need.
 # Safe to run repeatedly; used by README's two commands and by .ci/run.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev valgrind)
+pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev valgrind python3 python3-pip unzip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+# Test tooling: llama.cpp's gguf-py (PyPI `gguf`, with numpy) is the independent
+# reference our GGUF dequantization is compared with (tests/gguf).
+if ! python3 -c 'import gguf, numpy' >/dev/null 2>&1; then
+  python3 -m pip install -q gguf numpy >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages gguf numpy >/dev/null 2>&1 ||
+    echo "setup: could not pip install gguf numpy; the GGUF dequantization reference tests will be skipped" >&2
 fi
