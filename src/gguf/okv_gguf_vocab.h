@@ -96,4 +96,11 @@ okv_gguf_vocab okv_gguf_vocab_empty(void);
 okv_status okv_gguf_vocab_synthesize(const okv_gguf_vocab *v, okv_gguf_vocab_texts *out, okv_error *err);
 void okv_gguf_vocab_texts_free(okv_gguf_vocab_texts *t);
 
+/* Reads the tokenizer.* keys of an open GGUF file and synthesises the texts
+ * (okv_gguf_vocab_read.c). OKV_ERR_NOT_FOUND when the file has no
+ * tokenizer.ggml.model (a model without a tokenizer); other errors name the
+ * file and key. */
+typedef struct okv_gguf okv_gguf;
+okv_status okv_gguf_tokenizer_texts(const okv_gguf *g, okv_gguf_vocab_texts *out, okv_error *err);
+
 #endif
