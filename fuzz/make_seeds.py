@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""make_seeds.py BUILD_DIR — regenerates fuzz/corpus/<target>/ from the
+fixtures in ../shared/fixtures, keeping every seed a few KB:
+
+  config       fixture configs, and the same shrunken to tiny dims
+  program      tiny programs exported (offkv export) from the shrunken
+               configs with okv-fuzz-ckpt weights, f32/f16/bf16, one with a
+               bundled tokenizer and chat template
+  safetensors  a shrunken checkpoint's model.safetensors, plus hand-made
+               files: other dtypes, scalars, empty tensors, metadata
+  tokenizer    each fixture tokenizer.json cut to its first bytes/merges
+               (ids renumbered), then NUL and a sample text
+  chat         the fixture chat templates, and tokenizer_config.json files
+               reduced to the chat fields
+
+Run from the repo root after building what it calls:
+  cmake --build build --target offkv okv-fuzz-ckpt && fuzz/make_seeds.py build
+The output is deterministic (fixed weights seed, relative checkpoint paths)."""
+import json, os, shutil, struct, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(ROOT, "..", "shared", "fixtures")
+CORPUS = os.path.join(ROOT, "fuzz", "corpus")
+BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
+
+
+def out_dir(target):
+    d = os.path.join(CORPUS, target)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+# ---- configs ---------------------------------------------------------------
+
+TINY = {"hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 4, "vocab_size": 32, "global_head_dim": 8, "hidden_size_per_layer_input": 4,
+        "vocab_size_per_layer_input": 32, "sliding_window": 4, "max_window_layers": 1,
+        "max_position_embeddings": 64, "query_pre_attn_scalar": 4}
+
+
+def shrink(cfg):
+    c = json.loads(json.dumps(cfg))
+    t = c.get("text_config", c)
+    for k, v in TINY.items():
+        if k in t:
+            t[k] = v
+    layers = t.get("num_hidden_layers", 2)
+    keep = 4 if "num_kv_shared_layers" in t else min(layers, 3)
+    t["num_hidden_layers"] = keep
+    if "layer_types" in t:
+        t["layer_types"] = ["sliding_attention", "full_attention"] * (keep // 2)
+    if "num_kv_shared_layers" in t:
+        t["num_kv_shared_layers"] = 2
+    if "sliding_window_pattern" in t:
+        t["sliding_window_pattern"] = 2
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id", "image_token_index", "boi_token_index",
+              "eoi_token_index"):
+        for dct in (c, t):
+            if isinstance(dct.get(k), int):
+                dct[k] = min(dct[k], 3)
+            if isinstance(dct.get(k), list):
+                dct[k] = [min(x, 3) for x in dct[k]]
+    if "rope_scaling" in t and isinstance(t["rope_scaling"], dict) and "original_max_position_embeddings" in t["rope_scaling"]:
+        t["rope_scaling"]["original_max_position_embeddings"] = 16
+    return c
+
+
+def model_dirs():
+    d = os.path.join(FIX, "models")
+    return sorted(m for m in os.listdir(d) if os.path.exists(os.path.join(d, m, "config.json")))
+
+
+def make_config():
+    d = out_dir("config")
+    for name in sorted(os.listdir(os.path.join(FIX, "configs"))):
+        shutil.copyfile(os.path.join(FIX, "configs", name, "config.json"), os.path.join(d, name + ".json"))
+    for m in model_dirs():
+        cfg = json.load(open(os.path.join(FIX, "models", m, "config.json")))
+        write(os.path.join(d, m + "-shrunk.json"), json.dumps(shrink(cfg), indent=1))
+
+
+# ---- programs and safetensors -------------------------------------------------
+
+def run(*args, cwd=None):
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+
+
+def make_program_and_safetensors(tok_seed, tcfg_seed):
+    dp, ds = out_dir("program"), out_dir("safetensors")
+    build = os.path.abspath(BUILD)
+    tmp = os.path.join(build, "fuzz-seeds")   # relative name below: it is stored as the program's source
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    dtypes = ["f32", "bf16", "f16"]
+    try:
+        for i, m in enumerate(model_dirs()):
+            if m.endswith("-sharded"):
+                continue
+            ck = os.path.join(tmp, m)
+            os.makedirs(ck)
+            cfg = json.load(open(os.path.join(FIX, "models", m, "config.json")))
+            write(os.path.join(ck, "config.json"), json.dumps(shrink(cfg)))
+            run(os.path.join(build, "fuzz", "okv-fuzz-ckpt"), ck)
+            if m == "llama32-tiny":
+                write(os.path.join(ck, "tokenizer.json"), tok_seed)
+                write(os.path.join(ck, "tokenizer_config.json"), tcfg_seed)
+                shutil.copyfile(os.path.join(ck, "model.safetensors"), os.path.join(ds, m + ".safetensors"))
+            out = os.path.join(dp, m + ".program")  # not .okv: .gitignore drops those
+            run(os.path.join(build, "src", "cli", "offkv"), "export", os.path.join("fuzz-seeds", m), "-o", out,
+                "--dtype", dtypes[i % 3], "--max-ctx-len", "16", "--prefill-chunk-size", "4", cwd=build)
+    finally:
+        shutil.rmtree(tmp)
+    for name, tensors, meta in hand_made_safetensors():
+        write(os.path.join(ds, name + ".safetensors"), st_bytes(tensors, meta))
+
+
+def st_bytes(tensors, meta, pad_to=8):
+    header, data = {}, b""
+    if meta is not None:
+        header["__metadata__"] = meta
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % pad_to)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def hand_made_safetensors():
+    f32 = struct.pack("<4f", 1.0, -2.5, 3.25, 0.0)
+    return [
+        ("dtypes", [("a.bf16", "BF16", [2, 2], b"\x80\x3f\x00\x40\x40\x40\x80\x40"),
+                    ("b.f16", "F16", [4], b"\x00\x3c\x00\x40\x00\x42\x00\x44"),
+                    ("c.f32", "F32", [2, 2], f32),
+                    ("d.i64", "I64", [1], struct.pack("<q", 7)),
+                    ("e.u8", "U8", [3], b"\x01\x02\x03"),
+                    ("f.f8", "F8_E4M3", [2], b"\x38\x40"),
+                    ("g.bool", "BOOL", [1], b"\x01"),
+                    ("h.f64", "F64", [1], struct.pack("<d", 0.5))], {"format": "pt"}),
+        ("scalar-empty", [("s", "F32", [], struct.pack("<f", 2.0)), ("z", "BF16", [0, 3], b""),
+                          ("w", "F32", [1, 1, 1, 1, 1], struct.pack("<f", 1.0))], None),
+        ("odd-pad", [("x", "F16", [3], b"\x00\x3c\x00\x40\x00\x42")], {"format": "pt", "k": "v"}),
+    ]
+
+
+# ---- tokenizers -----------------------------------------------------------------
+
+def remap_special(node, remap, vocab):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "special_tokens" and isinstance(v, dict):
+                for st in v.values():
+                    st["ids"] = [remap[vocab[t]] for t in st.get("tokens", []) if t in vocab and vocab[t] in remap]
+            else:
+                remap_special(v, remap, vocab)
+    elif isinstance(node, list):
+        for x in node:
+            remap_special(x, remap, vocab)
+
+
+def shrink_tokenizer(j, n_merges=120, n_added=12):
+    model = j["model"]
+    vocab = model["vocab"]
+    keep = {t for t, i in vocab.items() if i < 256 or (len(t) == 1 and (t.isascii() or t in "\u2581\u0120\u010a"))}
+    for t in (model.get("unk_token"),):
+        if t in vocab:
+            keep.add(t)
+    merges = []
+    for mg in model["merges"]:
+        a, b = mg.split(" ", 1) if isinstance(mg, str) else mg
+        if a in keep and b in keep and a + b in vocab:
+            merges.append(mg)
+            keep.add(a + b)
+            if len(merges) >= n_merges:
+                break
+    wanted = set()
+    remap_text = json.dumps(j.get("post_processor"))
+    added = [a for a in j["added_tokens"] if a["content"] in remap_text or a.get("special")][:n_added]
+    # all ids that survive, renumbered densely in their old order
+    all_tok = {t: vocab[t] for t in keep}
+    for a in added:
+        all_tok.setdefault(a["content"], a["id"])
+    order = sorted(set(all_tok.values()))
+    remap = {old: i for i, old in enumerate(order)}
+    model["vocab"] = {t: remap[i] for t, i in sorted(all_tok.items(), key=lambda x: x[1]) if t in keep}
+    model["merges"] = merges
+    full_vocab = dict(vocab)
+    for a in added:
+        full_vocab.setdefault(a["content"], a["id"])
+        a["id"] = remap[all_tok[a["content"]]]
+    j["added_tokens"] = added
+    remap_special(j.get("post_processor"), remap, full_vocab)
+    return j
+
+
+def make_tokenizer():
+    d = out_dir("tokenizer")
+    first = None
+    for name in sorted(os.listdir(os.path.join(FIX, "tokenizers"))):
+        p = os.path.join(FIX, "tokenizers", name, "tokenizer.json")
+        if not os.path.exists(p):
+            continue
+        j = shrink_tokenizer(json.load(open(p, encoding="utf-8")))
+        text = json.dumps(j, ensure_ascii=False)
+        sample = "Hello  world! caf\u00e9 123\n"
+        for line in open(os.path.join(FIX, "tokenizers", name, "cases.jsonl"), encoding="utf-8"):
+            c = json.loads(line)
+            if 12 < len(c["text"]) < 80:
+                sample = c["text"]
+                break
+        write(os.path.join(d, name + ".json"), text.encode() + b"\0" + sample.encode())
+        if first is None:
+            first = text
+    return first
+
+
+# ---- chat templates ---------------------------------------------------------------
+
+def make_chat():
+    d = out_dir("chat")
+    for name in sorted(os.listdir(os.path.join(FIX, "chat_templates"))):
+        p = os.path.join(FIX, "chat_templates", name, "template.jinja")
+        if os.path.exists(p):
+            shutil.copyfile(p, os.path.join(d, name + ".jinja"))
+    tcfg = None
+    for name in sorted(os.listdir(os.path.join(FIX, "tokenizers"))):
+        p = os.path.join(FIX, "tokenizers", name, "tokenizer_config.json")
+        if not os.path.exists(p):
+            continue
+        c = json.load(open(p, encoding="utf-8"))
+        small = {k: c[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token", "chat_template",
+                                   "add_bos_token", "model_max_length") if k in c}
+        text = json.dumps(small, ensure_ascii=False)
+        write(os.path.join(d, name + "-tokenizer_config.json"), text)
+        if isinstance(small.get("chat_template"), str):
+            write(os.path.join(d, name + ".jinja"), small["chat_template"])
+        if tcfg is None:
+            tcfg = text
+    return tcfg
+
+
+def main():
+    make_config()
+    tok = make_tokenizer()
+    tcfg = make_chat()
+    make_program_and_safetensors(tok, tcfg)
+    total = 0
+    for t in sorted(os.listdir(CORPUS)):
+        files = os.listdir(os.path.join(CORPUS, t))
+        size = sum(os.path.getsize(os.path.join(CORPUS, t, f)) for f in files)
+        total += size
+        print(f"{t}: {len(files)} seeds, {size} bytes")
+    print(f"total {total} bytes")
+
+
+main()
