@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build, the tests and the benchmarks need.
 # Safe to run repeatedly; used by README's two commands and by .ci/run.
+# --fuzz also installs clang 14 and its libFuzzer/sanitizer runtimes
+# (scripts/fuzz.sh).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev valgrind python3 python3-pip unzip)
+if [ "${1:-}" = --fuzz ]; then pkgs+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
