@@ -77,6 +77,13 @@ okv_status okv_program_describe(const okv_program *p, bool json, char **out, okv
 /* The layout a checkpoint would get, without weights: path is a checkpoint
  * directory or its config.json. Same output shape as okv_program_describe. */
 okv_status okv_config_describe(const char *path, bool json, const okv_export_options *o, char **out, okv_error *err);
+/* What a GGUF file holds: name, architecture and the HF class it maps to,
+ * hyperparameters, tensor counts and bytes per ggml type, tokenizer kind,
+ * whether a chat template is present. */
+okv_status okv_gguf_describe(const char *path, bool json, char **out, okv_error *err);
+/* True if path is a file starting with the GGUF magic (export and inspect
+ * take such files instead of an HF directory). */
+bool okv_is_gguf_file(const char *path);
 
 /* ---- caches ------------------------------------------------------------------- */
 

@@ -4,7 +4,7 @@
  *
  *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
  *                [--qlinear 4w|8w] [--qlinear-group-size G] [--qembedding 4w|8w] [--qembedding-group-size G]
- *   offkv inspect OUT.okv [--json]      |  offkv inspect --config DIR|config.json [--json]
+ *   offkv inspect OUT.okv|MODEL.gguf [--json] |  offkv inspect --config DIR|config.json [--json]
  *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
  *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
  *   offkv tokenize / detokenize / chat-render / run  (text commands)
@@ -196,7 +196,7 @@ static bool parse_qgroup(const char *v, int *group) {
     return okv_cli_parse_int(v, 32, 256, group) && (*group == 32 || *group == 64 || *group == 128 || *group == 256);
 }
 
-#define EXPORT_USAGE "HF_DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
+#define EXPORT_USAGE "HF_DIR|MODEL.gguf -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
                      "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G]"
 
 static int cmd_export(int argc, char **argv) {
@@ -244,11 +244,13 @@ static int cmd_inspect(int argc, char **argv) {
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else return okv_cli_usage_error("inspect: unknown option '%s'", argv[i]);
     }
-    if (!path && !config) return okv_cli_usage_error("usage: offkv inspect PROGRAM.okv [--json] | offkv inspect --config DIR [--json]%s", "");
+    if (!path && !config) return okv_cli_usage_error("usage: offkv inspect PROGRAM.okv|MODEL.gguf [--json] | offkv inspect --config DIR [--json]%s", "");
     okv_error err = {0};
     char *text = NULL;
     if (config) {
         if (okv_config_describe(config, json, NULL, &text, &err)) return okv_cli_die(&err);
+    } else if (okv_is_gguf_file(path)) {
+        if (okv_gguf_describe(path, json, &text, &err)) return okv_cli_die(&err);
     } else {
         okv_program *p;
         if (okv_program_open(path, &p, &err)) return okv_cli_die(&err);
@@ -381,7 +383,7 @@ typedef struct command {
 
 static const command COMMANDS[] = {
     {"export", cmd_export, EXPORT_USAGE},
-    {"inspect", cmd_inspect, "PROGRAM.okv [--json] | --config DIR|config.json [--json]"},
+    {"inspect", cmd_inspect, "PROGRAM.okv|MODEL.gguf [--json] | --config DIR|config.json [--json]"},
     {"logits", cmd_logits, "PROGRAM.okv --tokens FILE|\"ids\" --out LOGITS.f32 [--chunk N] [cache options]"},
     {"generate", cmd_generate, "PROGRAM.okv --tokens FILE|\"ids\" [--max-new-tokens N] [cache options]"},
     {"perplexity", okv_cli_perplexity, "PROGRAM.okv --file TEXT [--ctx 512] [--kl-base BASE.okv] [--tokenizer FILE] [cache options]"},

@@ -22,6 +22,11 @@
 #include "okv_hf.h"
 #include "okv_quant.h"
 #include "okv_safetensors.h"
+#include "okv_gguf.h"
+#include "okv_gguf_model.h"
+#ifdef OKV_HAVE_GGUF_VOCAB
+#include "okv_gguf_vocab.h"
+#endif
 
 void okv_export_options_default(okv_export_options *o) {
     memset(o, 0, sizeof *o);
@@ -35,16 +40,125 @@ typedef struct blob {
     size_t len;
 } blob;
 
+/* ---- tensor sources ---------------------------------------------------------------
+ * One checkpoint tensor under its HF name, wherever it comes from: a
+ * safetensors tensor (raw floats okv_convert reads) or a GGUF tensor
+ * (dequantized, llama.cpp's conventions undone by okv_gguf_read_hf). Past
+ * collect_*_sources the export pipeline sees only these. */
+typedef struct export_src {
+    const char *name;            /* HF name the graph asks for */
+    const char *shown;           /* name in messages (the GGUF tensor's own) */
+    const char *file;
+    int ndim;
+    int64_t shape[OKV_ST_MAX_DIMS];
+    bool supported;
+    const char *dtype_name;
+    const okv_st_tensor *st;     /* safetensors tensor, or NULL */
+    const okv_gguf_tensor *gg;   /* GGUF tensor, or NULL */
+    okv_gguf_hf_tensor ggh;      /* its HF view */
+} export_src;
+
 typedef struct export_job {
     const okv_export_options *opt;
     okv_hf_model model;
     okv_layout layout;
     okv_hf_graph hg;
     okv_st_set *st;
-    const okv_st_tensor **src;   /* [hg.n_tensors], NULL for computed */
+    okv_gguf *gguf;
+    export_src *all;             /* every checkpoint tensor, sorted by name */
+    int n_all;
+    const export_src **src;      /* [hg.n_tensors], NULL for computed */
     blob blobs[4];
     int n_blobs;
 } export_job;
+
+static int cmp_src_name(const void *a, const void *b) {
+    return strcmp(((const export_src *)a)->name, ((const export_src *)b)->name);
+}
+
+static const export_src *find_src(const export_job *j, const char *name) {
+    export_src key = {.name = name};
+    return j->n_all ? bsearch(&key, j->all, (size_t)j->n_all, sizeof key, cmp_src_name) : NULL;
+}
+
+static okv_status collect_st_sources(export_job *j, okv_error *err) {
+    j->n_all = okv_st_count(j->st);
+    j->all = calloc((size_t)j->n_all + 1, sizeof *j->all);
+    if (!j->all) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < j->n_all; i++) {
+        const okv_st_tensor *t = okv_st_get(j->st, i);
+        export_src *s = &j->all[i];
+        *s = (export_src){.name = t->name, .shown = t->name, .file = t->file, .ndim = t->ndim,
+                          .supported = t->supported, .dtype_name = t->dtype_name, .st = t};
+        memcpy(s->shape, t->shape, sizeof s->shape);
+    }
+    qsort(j->all, (size_t)j->n_all, sizeof *j->all, cmp_src_name);
+    return OKV_OK;
+}
+
+/* GGUF tensors under their HF names; ones without an HF counterpart keep
+ * their own name (report_unused lists them). */
+static okv_status collect_gguf_sources(export_job *j, okv_error *err) {
+    j->n_all = okv_gguf_tensor_count(j->gguf);
+    j->all = calloc((size_t)j->n_all + 1, sizeof *j->all);
+    if (!j->all) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < j->n_all; i++) {
+        const okv_gguf_tensor *t = okv_gguf_tensor_at(j->gguf, i);
+        export_src *s = &j->all[i];
+        *s = (export_src){.shown = t->name, .file = okv_gguf_path(j->gguf), .gg = t,
+                          .supported = okv_ggml_can_dequantize(t->type), .dtype_name = okv_ggml_type_name(t->type)};
+        if (okv_gguf_hf_tensor_of(j->gguf, t, &s->ggh)) {
+            s->name = s->ggh.name; /* re-pointed after the sort moves s */
+            s->ndim = s->ggh.ndim;
+            for (int d = 0; d < s->ndim; d++) s->shape[d] = s->ggh.shape[d];
+        } else {
+            s->name = t->name;
+            s->ndim = t->n_dims;
+            for (int d = 0; d < t->n_dims; d++) s->shape[d] = t->ne[t->n_dims - 1 - d];
+        }
+    }
+    qsort(j->all, (size_t)j->n_all, sizeof *j->all, cmp_src_name);
+    for (int i = 0; i < j->n_all; i++)
+        if (j->all[i].ggh.name[0]) j->all[i].name = j->all[i].ggh.name;
+    for (int i = 1; i < j->n_all; i++)
+        if (!strcmp(j->all[i - 1].name, j->all[i].name))
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: tensors '%s' and '%s' both map to '%s'", okv_gguf_path(j->gguf),
+                            j->all[i - 1].shown, j->all[i].shown, j->all[i].name);
+    return OKV_OK;
+}
+
+/* Elements [first, first + n) of s as f32 plus `add`, into dst of dtype
+ * dt, in row chunks (a GGUF tensor is dequantized chunk by chunk, whole
+ * heads at a time when its rows are un-permuted). */
+static okv_status src_read(const export_src *s, size_t first, size_t n, float add, void *dst, okv_dtype dt,
+                           okv_error *err) {
+    if (s->st && add == 0.0f) {
+        okv_convert(dst, dt, (const char *)s->st->data + first * okv_dtype_size(s->st->dtype), s->st->dtype, n);
+        return OKV_OK;
+    }
+    size_t row = (size_t)s->shape[s->ndim > 0 ? s->ndim - 1 : 0], rows_per = 1;
+    if (s->ndim == 1 || row == 0) row = n;
+    if (s->gg && s->ggh.unpermute_heads > 0) rows_per = (size_t)s->shape[0] / (size_t)s->ggh.unpermute_heads;
+    else rows_per = row >= (1u << 20) ? 1 : (1u << 20) / row;
+    size_t chunk = rows_per * row;
+    if (first % row || n % row || (s->ggh.unpermute_heads > 0 && (first % chunk || n % chunk)))
+        return okv_fail(err, OKV_ERR_INVALID, "tensor '%s': elements [%zu, +%zu) are not whole rows", s->shown, first, n);
+    float *tmp = malloc((chunk < n ? chunk : n) * sizeof *tmp);
+    if (!tmp) return okv_fail(err, OKV_ERR_NOMEM, "out of memory converting '%s'", s->shown);
+    okv_status st = OKV_OK;
+    for (size_t done = 0; done < n && !st; done += chunk) {
+        size_t cnt = n - done < chunk ? n - done : chunk;
+        if (s->st) okv_convert(tmp, OKV_F32, (const char *)s->st->data + (first + done) * okv_dtype_size(s->st->dtype),
+                               s->st->dtype, cnt);
+        else st = okv_gguf_read_hf(s->gg, &s->ggh, (int64_t)((first + done) / row), (int64_t)(cnt / row), tmp, err);
+        if (st) break;
+        if (add != 0.0f)
+            for (size_t i = 0; i < cnt; i++) tmp[i] += add;
+        okv_convert((char *)dst + done * okv_dtype_size(dt), dt, tmp, OKV_F32, cnt);
+    }
+    free(tmp);
+    return st;
+}
 
 static void notice(const export_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void notice(const export_job *j, const char *fmt, ...) {
@@ -65,9 +179,19 @@ static okv_status bind_sources(export_job *j, okv_error *err) {
         const okv_hf_tensor_src *s = &j->hg.srcs[t];
         const okv_tensor *want = &j->hg.tensors[t];
         if (!s->ckpt_name) continue;
-        const okv_st_tensor *have = okv_st_find(j->st, s->ckpt_name);
+        const export_src *have = find_src(j, s->ckpt_name);
+        if (!have && j->gguf) {
+            char gname[160];
+            okv_gguf_gguf_name(j->gguf, s->ckpt_name, gname, sizeof gname);
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: no tensor '%s' (needed by this %s model)", okv_gguf_path(j->gguf),
+                            gname, j->model.architecture);
+        }
         if (!have) return okv_fail(err, OKV_ERR_FORMAT, "checkpoint has no tensor '%s' (needed by this %s config)",
                                    s->ckpt_name, j->model.architecture);
+        if (!have->supported && have->gg)
+            return okv_fail(err, OKV_ERR_UNSUPPORTED,
+                            "%s: tensor '%s' has type %s, which cannot be dequantized (supported: F32, F16, BF16, "
+                            "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, Q8_K)", have->file, have->shown, have->dtype_name);
         if (!have->supported)
             return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s (supported: BF16, F16, F32)",
                             have->file, have->name, have->dtype_name);
@@ -79,8 +203,8 @@ static okv_status bind_sources(export_job *j, okv_error *err) {
                 snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)have->shape[d]);
             for (int d = 0; d < want->n_dims; d++)
                 snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", d ? "," : "", (long long)want->shape[d]);
-            return okv_fail(err, OKV_ERR_FORMAT, "%s: tensor '%s' has shape [%s], the config implies [%s]", have->file,
-                            have->name, got, exp);
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: tensor '%s' has shape [%s], the %s implies [%s]", have->file,
+                            have->shown, got, j->gguf ? "metadata" : "config", exp);
         }
         j->src[t] = have;
     }
@@ -107,8 +231,8 @@ static void unused_group(const char *name, const char *prefix, char *key, size_t
 static void report_unused(const export_job *j) {
     char keys[8][160], line[900] = "";
     int counts[8] = {0}, n_keys = 0, unused = 0;
-    for (int i = 0; i < okv_st_count(j->st); i++) {
-        const okv_st_tensor *t = okv_st_get(j->st, i);
+    for (int i = 0; i < j->n_all; i++) {
+        const export_src *t = &j->all[i];
         bool used = false;
         for (int k = 0; k < j->hg.n_tensors && !used; k++) used = j->src[k] == t;
         if (used) continue;
@@ -193,21 +317,20 @@ static okv_status check_quant_options(const okv_export_options *o, okv_error *er
 /* ---- producing tensor bytes --------------------------------------------------- */
 
 /* Source -> f32 [n] with the source's offset applied (heap; NULL on OOM). */
-static float *source_f32(const export_job *j, int t, size_t n) {
+static float *source_f32(const export_job *j, int t, size_t n, okv_error *err) {
     const okv_hf_tensor_src *s = &j->hg.srcs[t];
     float *tmp = malloc(n * sizeof *tmp);
     if (!tmp) return NULL;
     if (!s->ckpt_name) memcpy(tmp, s->computed, n * sizeof *tmp);
-    else okv_convert(tmp, OKV_F32, j->src[t]->data, j->src[t]->dtype, n);
-    if (s->add != 0.0f)
-        for (size_t i = 0; i < n; i++) tmp[i] += s->add;
+    else if (src_read(j->src[t], 0, n, s->add, tmp, OKV_F32, err)) { free(tmp); return NULL; }
     return tmp;
 }
 
 static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
     const okv_tensor *want = &j->hg.tensors[t];
-    float *w = source_f32(j, t, (size_t)want->shape[0] * (size_t)want->shape[1]);
-    if (!w) return okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
+    err->status = OKV_OK;
+    float *w = source_f32(j, t, (size_t)want->shape[0] * (size_t)want->shape[1], err);
+    if (!w) return err->status ? err->status : okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
     okv_status st = okv_quantize(&want->quant, w, want->shape[0], want->shape[1], dst, want->name, err);
     free(w);
     return st;
@@ -225,18 +348,7 @@ static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
     if (want->dtype == OKV_T_Q) return produce_quantized(j, t, dst, err);
     size_t n = want->nbytes / okv_tdtype_size(want->dtype);
     if (!s->ckpt_name) { okv_convert(dst, (okv_dtype)want->dtype, s->computed, OKV_F32, n); return OKV_OK; }
-    const okv_st_tensor *src = j->src[t];
-    if (s->add == 0.0f) {
-        okv_convert(dst, (okv_dtype)want->dtype, src->data, src->dtype, n);
-        return OKV_OK;
-    }
-    float *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) return okv_fail(err, OKV_ERR_NOMEM, "out of memory converting '%s'", want->name);
-    okv_convert(tmp, OKV_F32, src->data, src->dtype, n);
-    for (size_t i = 0; i < n; i++) tmp[i] += s->add;
-    okv_convert(dst, (okv_dtype)want->dtype, tmp, OKV_F32, n);
-    free(tmp);
-    return OKV_OK;
+    return src_read(j->src[t], 0, n, s->add, dst, (okv_dtype)want->dtype, err);
 }
 
 /* Multimodal checkpoints name the text decoder differently across
@@ -246,10 +358,10 @@ static void pick_prefix(export_job *j) {
     static const char *const candidates[] = {"model.", "language_model.model.", "model.language_model."};
     char name[160];
     snprintf(name, sizeof name, "%sembed_tokens.weight", j->model.prefix);
-    if (okv_st_find(j->st, name)) return;
+    if (find_src(j, name)) return;
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         snprintf(name, sizeof name, "%sembed_tokens.weight", candidates[i]);
-        if (okv_st_find(j->st, name)) {
+        if (find_src(j, name)) {
             notice(j, "decoder tensors are under '%s' (config suggests '%s')", candidates[i], j->model.prefix);
             snprintf(j->model.prefix, sizeof j->model.prefix, "%s", candidates[i]);
             return;
@@ -347,18 +459,220 @@ static void job_free(export_job *j) {
     okv_hf_graph_free(&j->hg);
     okv_layout_free(&j->layout);
     okv_st_free(j->st);
+    okv_gguf_close(j->gguf);
+    free(j->all);
     free(j->src);
     for (int b = 0; b < j->n_blobs; b++) { free(j->blobs[b].name); free(j->blobs[b].data); }
+}
+
+/* ---- GGUF input ----------------------------------------------------------------------- */
+
+/* Llama-3.x GGUFs carry llama3 RoPE scaling as rope_freqs.weight ([D/2]
+ * divisors of the base inverse frequencies) instead of metadata. */
+static okv_status apply_rope_freqs(export_job *j, okv_error *err) {
+    const okv_gguf_tensor *rf = okv_gguf_find_tensor(j->gguf, "rope_freqs.weight");
+    if (!rf) return OKV_OK;
+    for (int t = 0; t < j->hg.n_tensors; t++) {
+        okv_hf_tensor_src *s = &j->hg.srcs[t];
+        if (s->ckpt_name || strncmp(j->hg.tensors[t].name, "rope.", 5)) continue;
+        int64_t n = j->hg.tensors[t].shape[0];
+        if (rf->type != OKV_GGML_F32 || rf->n_dims != 1 || rf->ne[0] != n)
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' must be F32 [%lld]",
+                            okv_gguf_path(j->gguf), (long long)n);
+        float *f = malloc((size_t)n * sizeof *f);
+        if (!f) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+        okv_status st = okv_gguf_dequantize(rf, 0, (uint64_t)n, f, err);
+        for (int64_t i = 0; !st && i < n; i++) {
+            if (!(f[i] > 0)) st = okv_fail(err, OKV_ERR_FORMAT, "%s: rope_freqs.weight[%lld] is not positive",
+                                           okv_gguf_path(j->gguf), (long long)i);
+            else s->computed[i] /= f[i];
+        }
+        free(f);
+        if (st) return st;
+    }
+    notice(j, "rope_freqs.weight applied to the RoPE frequencies (llama3 scaling)");
+    return OKV_OK;
+}
+
+#ifdef OKV_HAVE_GGUF_VOCAB
+static void add_blob_text(export_job *j, const char *name, char **text, size_t len) {
+    if (!*text) return;
+    blob *b = &j->blobs[j->n_blobs++];
+    b->name = okv_strdup(name);
+    b->data = *text;
+    b->len = len;
+    *text = NULL;
+}
+
+/* End-of-generation ids from the synthesised generation_config.json. */
+static void eos_from_generation_config(export_job *j, const char *text) {
+    cJSON *g = cJSON_Parse(text);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(g, "eos_token_id"), *x;
+    int n = 0, ids[16];
+    if (cJSON_IsNumber(e)) ids[n++] = e->valueint;
+    else cJSON_ArrayForEach(x, e) if (cJSON_IsNumber(x) && n < 16) ids[n++] = x->valueint;
+    bool ok = n > 0;
+    for (int i = 0; i < n; i++) ok = ok && ids[i] >= 0 && ids[i] < j->model.vocab;
+    if (ok) { memcpy(j->model.eos_ids, ids, (size_t)n * sizeof *ids); j->model.n_eos = n; }
+    cJSON_Delete(g);
+}
+
+static okv_gguf_span span_of(okv_gguf_str s) { return (okv_gguf_span){s.ptr, (size_t)s.len}; }
+
+/* A string array as spans (heap), or NULL with *n = 0 when absent. */
+static okv_status str_array(const okv_gguf *g, const char *key, okv_gguf_span **out, size_t *n, okv_error *err) {
+    *out = NULL;
+    *n = 0;
+    const okv_gguf_kv *kv = okv_gguf_find(g, key);
+    if (!kv) return OKV_OK;
+    if (kv->type != OKV_GGUF_ARRAY || kv->elem_type != OKV_GGUF_STRING)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' must be an array of strings", okv_gguf_path(g), key);
+    *out = malloc((size_t)(kv->n_elems ? kv->n_elems : 1) * sizeof **out);
+    if (!*out) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < kv->n_elems; i++) {
+        okv_gguf_str s;
+        okv_gguf_kv_str(kv, i, &s);
+        (*out)[i] = span_of(s);
+    }
+    *n = (size_t)kv->n_elems;
+    return OKV_OK;
+}
+
+/* A numeric array copied to aligned f32 or i32 (the map is unaligned). */
+static okv_status num_array(const okv_gguf *g, const char *key, bool as_float, void **out, size_t *n, okv_error *err) {
+    *out = NULL;
+    *n = 0;
+    const okv_gguf_kv *kv = okv_gguf_find(g, key);
+    if (!kv) return OKV_OK;
+    if (kv->type != OKV_GGUF_ARRAY || kv->elem_type == OKV_GGUF_STRING)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' must be a numeric array", okv_gguf_path(g), key);
+    *out = malloc((size_t)(kv->n_elems ? kv->n_elems : 1) * 4);
+    if (!*out) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < kv->n_elems; i++) {
+        double d = 0;
+        int64_t v = 0;
+        bool ok = as_float ? okv_gguf_kv_float(kv, i, &d) : okv_gguf_kv_int(kv, i, &v);
+        if (!ok || (!as_float && (v < INT32_MIN || v > INT32_MAX)))
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' element %llu is not a valid %s", okv_gguf_path(g), key,
+                            (unsigned long long)i, as_float ? "number" : "int32");
+        if (as_float) ((float *)*out)[i] = (float)d;
+        else ((int32_t *)*out)[i] = (int32_t)v;
+    }
+    *n = (size_t)kv->n_elems;
+    return OKV_OK;
+}
+
+static int64_t opt_id(const okv_gguf *g, const char *key) {
+    int64_t v;
+    okv_error e = {0};
+    return okv_gguf_get_int(g, key, &v, &e) == OKV_OK ? v : -1;
+}
+static int opt_flag(const okv_gguf *g, const char *key) {
+    bool b;
+    okv_error e = {0};
+    return okv_gguf_get_bool(g, key, &b, &e) == OKV_OK ? (int)b : -1;
+}
+static okv_gguf_span opt_span(const okv_gguf *g, const char *key) {
+    okv_gguf_str s;
+    okv_error e = {0};
+    return okv_gguf_get_str(g, key, &s, &e) == OKV_OK ? span_of(s) : (okv_gguf_span){NULL, 0};
+}
+
+/* tokenizer.ggml.* -> tokenizer.json, tokenizer_config.json and
+ * generation_config.json, bundled exactly like an HF directory's files. */
+static okv_status gguf_text_files(export_job *j, okv_error *err) {
+    const okv_gguf *g = j->gguf;
+    okv_gguf_vocab v = okv_gguf_vocab_empty();
+    v.model = opt_span(g, "tokenizer.ggml.model");
+    if (!v.model.ptr) {
+        notice(j, "%s has no tokenizer.ggml.model: the program is exported without a tokenizer; text commands will "
+               "need --tokenizer", okv_gguf_path(g));
+        return OKV_OK;
+    }
+    okv_gguf_span *tokens = NULL, *merges = NULL;
+    void *scores = NULL, *types = NULL;
+    okv_status st = str_array(g, "tokenizer.ggml.tokens", &tokens, &v.n_tokens, err);
+    if (!st) st = str_array(g, "tokenizer.ggml.merges", &merges, &v.n_merges, err);
+    if (!st) st = num_array(g, "tokenizer.ggml.scores", true, &scores, &v.n_scores, err);
+    if (!st) st = num_array(g, "tokenizer.ggml.token_type", false, &types, &v.n_token_types, err);
+    if (!st) {
+        v.tokens = tokens;
+        v.merges = merges;
+        v.scores = scores;
+        v.token_types = types;
+        v.pre = opt_span(g, "tokenizer.ggml.pre");
+        v.bos_id = opt_id(g, "tokenizer.ggml.bos_token_id");
+        v.eos_id = opt_id(g, "tokenizer.ggml.eos_token_id");
+        v.unk_id = opt_id(g, "tokenizer.ggml.unknown_token_id");
+        v.pad_id = opt_id(g, "tokenizer.ggml.padding_token_id");
+        v.eot_id = opt_id(g, "tokenizer.ggml.eot_token_id");
+        v.add_bos = opt_flag(g, "tokenizer.ggml.add_bos_token");
+        v.add_eos = opt_flag(g, "tokenizer.ggml.add_eos_token");
+        v.add_space_prefix = opt_flag(g, "tokenizer.ggml.add_space_prefix");
+        v.chat_template = opt_span(g, "tokenizer.chat_template");
+        okv_gguf_vocab_texts t = {0};
+        st = okv_gguf_vocab_synthesize(&v, &t, err);
+        if (!st) {
+            if (t.generation_config_json) eos_from_generation_config(j, t.generation_config_json);
+            add_blob_text(j, "tokenizer.json", &t.tokenizer_json, t.tokenizer_json_len);
+            add_blob_text(j, "tokenizer_config.json", &t.tokenizer_config_json, t.tokenizer_config_json_len);
+            add_blob_text(j, "generation_config.json", &t.generation_config_json, t.generation_config_json_len);
+        }
+        okv_gguf_vocab_texts_free(&t);
+    }
+    free(tokens);
+    free(merges);
+    free(scores);
+    free(types);
+    return st;
+}
+#else
+static okv_status gguf_text_files(export_job *j, okv_error *err) {
+    notice(j, "this build cannot read GGUF vocabularies yet: the program is exported without a tokenizer; text "
+           "commands will need --tokenizer");
+    return OKV_OK;
+}
+#endif
+
+/* GGUF: metadata -> the config.json HF would have -> the same model
+ * description, graph and writer as an HF directory. */
+static okv_status export_gguf(const char *path, const char *out_path, const okv_export_options *o, okv_error *err) {
+    export_job j = {.opt = o};
+    char *config = NULL;
+    okv_status st = check_quant_options(o, err);
+    if (!st) st = okv_gguf_open(path, &j.gguf, err);
+    if (!st) st = okv_gguf_hf_config(j.gguf, &config, err);
+    if (!st) st = okv_hf_parse_config(config, strlen(config), path, &j.model, err);
+    if (!st && j.model.bos_id >= j.model.vocab) j.model.bos_id = -1;
+    if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
+    if (!st) st = collect_gguf_sources(&j, err);
+    if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
+    if (!st) st = bind_sources(&j, err);
+    if (!st) st = apply_rope_freqs(&j, err);
+    if (!st) st = plan_quant(&j, err);
+    if (!st) report_unused(&j);
+    if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);
+    if (!st) st = gguf_text_files(&j, err);
+    for (int i = 0; !st && i < j.model.n_eos; i++)
+        if (j.model.eos_ids[i] < 0 || j.model.eos_ids[i] >= j.model.vocab)
+            st = okv_fail(err, OKV_ERR_FORMAT, "%s: eos token id %d is outside the vocabulary (%d)", path,
+                          j.model.eos_ids[i], j.model.vocab);
+    if (!st) st = write_program(&j, path, out_path, err);
+    free(config);
+    job_free(&j);
+    return st;
 }
 
 okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export_options *o, okv_error *err) {
     okv_export_options dflt;
     if (!o) { okv_export_options_default(&dflt); o = &dflt; }
+    if (okv_gguf_is_gguf_file(hf_dir)) return export_gguf(hf_dir, out_path, o, err);
     export_job j = {.opt = o};
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_hf_load_config(hf_dir, &j.model, err);
     if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);
+    if (!st) st = collect_st_sources(&j, err);
     if (!st) pick_prefix(&j);
     if (!st) st = okv_hf_build_graph(&j.model, &j.layout, o->dtype, &j.hg, err);
     if (!st) st = bind_sources(&j, err);
