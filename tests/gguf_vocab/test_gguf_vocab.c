@@ -8,8 +8,11 @@
  *    llama-bpe and qwen2).
  * 2. A small SentencePiece vocab whose merge order is worked out by hand
  *    from HF's converter rule, and every synthesis error class.
+ * 3. okv_gguf_tokenizer_texts on tiny GGUF images written here: the keys are
+ *    read with their types checked, errors name the key.
  * The real GGUFs are checked in test_gguf_vocab_real.c. */
 #include "gguf_vocab_check.h"
+#include "okv_gguf.h"
 
 /* ---- 1. vocab arrays rebuilt from a tokenizer.json fixture ------------------------------- */
 
@@ -260,7 +263,77 @@ static void check_errors(void) {
     expect_error(&v, "tokenizer.ggml.tokens is missing or empty", "no tokens");
 }
 
+/* ---- 3. tiny GGUF images ------------------------------------------------------------------------ */
+
+typedef struct img { uint8_t b[4096]; size_t n; } img;
+
+static void put_bytes(img *m, const void *p, size_t n) { memcpy(m->b + m->n, p, n); m->n += n; }
+static void put_u32(img *m, uint32_t v) { put_bytes(m, &v, 4); }
+static void put_u64(img *m, uint64_t v) { put_bytes(m, &v, 8); }
+static void put_gstr(img *m, const char *s) { put_u64(m, strlen(s)); put_bytes(m, s, strlen(s)); }
+static void put_key(img *m, const char *k, uint32_t type) { put_gstr(m, k); put_u32(m, type); }
+
+static void put_str_array(img *m, const char *key, const char *const *v, size_t n) {
+    put_key(m, key, OKV_GGUF_ARRAY);
+    put_u32(m, OKV_GGUF_STRING);
+    put_u64(m, n);
+    for (size_t i = 0; i < n; i++) put_gstr(m, v[i]);
+}
+
+/* A GGUF v3 image with no tensors and the tokenizer keys of a 3-token gpt2
+ * vocab; `variant` breaks one thing. */
+static void tiny_gguf(img *m, int variant) {
+    static const char *const tokens[] = {"a", "b", "ab"};
+    static const char *const merges[] = {"a b"};
+    m->n = 0;
+    put_bytes(m, "GGUF", 4);
+    put_u32(m, 3);
+    put_u64(m, 0);
+    put_u64(m, variant == 2 ? 3 : 4);
+    if (variant != 2) { put_key(m, "tokenizer.ggml.model", OKV_GGUF_STRING); put_gstr(m, "gpt2"); }
+    put_key(m, "tokenizer.ggml.pre", OKV_GGUF_STRING);
+    put_gstr(m, "smollm");
+    if (variant == 1) { /* tokens stored as integers */
+        put_key(m, "tokenizer.ggml.tokens", OKV_GGUF_ARRAY);
+        put_u32(m, OKV_GGUF_I32);
+        put_u64(m, 3);
+        for (uint32_t i = 0; i < 3; i++) put_u32(m, i);
+    } else put_str_array(m, "tokenizer.ggml.tokens", tokens, 3);
+    put_str_array(m, "tokenizer.ggml.merges", merges, 1);
+}
+
+static void check_tiny_gguf(void) {
+    for (int variant = 0; variant < 3; variant++) {
+        img m;
+        tiny_gguf(&m, variant);
+        okv_gguf *g = NULL;
+        okv_error err = {0};
+        CHECK_OK(okv_gguf_open_memory(m.b, m.n, "tiny.gguf", &g, &err), &err);
+        if (!g) continue;
+        okv_gguf_vocab_texts t;
+        okv_status st = okv_gguf_tokenizer_texts(g, &t, &err);
+        if (variant == 0) {
+            CHECK_OK(st, &err);
+            okv_tok *tok = st ? NULL : load_texts(&t);
+            int32_t *ids = NULL;
+            size_t n = 0;
+            if (tok) CHECK_OK(okv_tok_encode(tok, "ab", 2, true, &ids, &n, &err), &err);
+            CHECK(n == 1 && ids && ids[0] == 2);
+            free(ids);
+            okv_tok_free(tok);
+            okv_gguf_vocab_texts_free(&t);
+        } else if (variant == 1) {
+            CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, "tiny.gguf") && strstr(err.message, "tokenizer.ggml.tokens must be an array of"),
+                   "%s", err.message);
+        } else {
+            CHECKF(st == OKV_ERR_NOT_FOUND && strstr(err.message, "tokenizer.ggml.model"), "%s", err.message);
+        }
+        okv_gguf_close(g);
+    }
+}
+
 int main(void) {
+    check_tiny_gguf();
     check_errors();
     check_small_spm();
     check_fixture_as_gguf("llama3_1", "llama-bpe", 128000);
