@@ -214,8 +214,8 @@ int main(void) {
     uint64_t rng = 7;
     for (int i = 0; i < V * H; i++) { rng = rng * 6364136223846793005ULL + 1; embed[i] = (float)((rng >> 40) % 1000) / 500.0f - 1.0f; }
     for (int i = 0; i < H * H; i++) { rng = rng * 6364136223846793005ULL + 1; qw[i] = (float)((rng >> 40) % 1000) / 500.0f - 1.0f; }
-    q_embed = malloc(okv_quant_bytes(&S8, V, H));
-    q_qw = malloc(okv_quant_bytes(&S4, H, H));
+    q_embed = calloc(1, okv_quant_bytes(&S8, V, H) + 64);   /* + 64: the too-large nbytes cases write past the end */
+    q_qw = calloc(1, okv_quant_bytes(&S4, H, H) + 64);
     okv_error err = {0};
     CHECK_OK(okv_quantize(&S8, embed, V, H, q_embed, "embed", &err), &err);
     CHECK_OK(okv_quantize(&S4, qw, H, H, q_qw, "q", &err), &err);
