@@ -8,7 +8,15 @@
  * The parser is a recursive-descent copy of Jinja2's grammar and precedence
  * (condexpr < or < and < not < compare < + - < ~ < * / // % < ** < unary <
  * postfix/filter/test). Constructs outside the supported subset fail here
- * with their line:column. */
+ * with their line:column.
+ *
+ * Templates ship inside checkpoints and are untrusted, so every recursion is
+ * bounded: the descent itself counts its nesting (enter(), also for elif
+ * chains), and since left-associative chains (`a+b+c`, `x|f|g`, `x[0][0]`,
+ * `x.a.b`, `a or b or c`) are built by loops but give a tree as deep as the
+ * chain is long, a final walk refuses any tree deeper than
+ * JINJA_MAX_TREE_DEPTH before the renderer (which recurses over it) sees it.
+ * The walk stops at the limit, so it is bounded too. */
 #include "chat_jinja.h"
 
 #include <stdio.h>
@@ -853,7 +861,9 @@ static jnode *parse_if(parser *p, const tok *t) {
     tok *e = cur(p);
     if (is_name(e, "elif")) {
         p->pos++;
+        enter(p); /* an elif chain recurses once per branch */
         jnode *sub = parse_if(p, &p->toks[p->pos - 2]); /* consumes through endif */
+        p->depth--;
         nodes_push(p, &n->else_body, sub);
         return n;
     }
@@ -1010,6 +1020,30 @@ static jnodes parse_body(parser *p, const char *const *ends, const tok *opener, 
     return body;
 }
 
+/* ---- depth check ------------------------------------------------------ */
+
+static void check_depth(parser *p, const jnode *n, int depth);
+
+static void check_list_depth(parser *p, const jnodes *l, int depth) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i]) check_depth(p, l->v[i], depth);
+}
+
+/* Refuses a tree deeper than JINJA_MAX_TREE_DEPTH; recursion stops there. */
+static void check_depth(parser *p, const jnode *n, int depth) {
+    if (depth > JINJA_MAX_TREE_DEPTH)
+        jfail_at(p->f, OKV_ERR_FORMAT, n->line, n->col,
+                 "expressions and blocks nested deeper than %d (a chain like a+b+c, x|f|g, x[0][0], x.a.b or "
+                 "a or b counts one level per link)", JINJA_MAX_TREE_DEPTH);
+    const jnode *kids[3] = {n->a, n->b, n->c};
+    for (int i = 0; i < 3; i++)
+        if (kids[i]) check_depth(p, kids[i], depth + 1);
+    check_list_depth(p, &n->args, depth + 1);
+    check_list_depth(p, &n->kvals, depth + 1);
+    check_list_depth(p, &n->body, depth + 1);
+    check_list_depth(p, &n->else_body, depth + 1);
+}
+
 /* ---- entry ------------------------------------------------------------ */
 
 static char *normalize_source(jarena *a, jfail *f, const char *src, size_t *n) {
@@ -1045,5 +1079,7 @@ jnodes jinja_parse(jarena *a, jfail *f, const char *src) {
     for (size_t i = 0; i < p.n; i++)
         if (p.src[i] == '\n') p.line_starts[p.nlines++] = i + 1;
     lex(&p);
-    return parse_body(&p, NULL, NULL, NULL);
+    jnodes body = parse_body(&p, NULL, NULL, NULL);
+    check_list_depth(&p, &body, 1);
+    return body;
 }

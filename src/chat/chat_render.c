@@ -32,7 +32,8 @@ typedef struct rctx {
     jbuf *out;
     jscope *scope;
     int ctl;   /* 0, or a pending JN_BREAK / JN_CONTINUE */
-    int depth;
+    int depth;       /* render nesting (eval, blocks, filters), <= JINJA_MAX_RENDER_DEPTH */
+    int macro_depth; /* macro calls in progress */
     int64_t now; /* strftime_now's clock: 0 = local time now, else UTC seconds */
     int64_t steps, max_steps; /* loop iterations + macro calls so far, and the cap */
 } rctx;
@@ -70,6 +71,14 @@ static void fail(rctx *c, const jnode *n, const char *fmt, ...) {
 static void count_step(rctx *c, const jnode *n) {
     if (++c->steps > c->max_steps)
         fail(c, n, "render exceeded %lld loop iterations and macro calls", (long long)c->max_steps);
+}
+
+/* One level deeper into the render; every recursion of the renderer passes
+ * here, so a crafted template fails cleanly instead of overflowing the stack. */
+static void enter(rctx *c, const jnode *n) {
+    if (++c->depth > JINJA_MAX_RENDER_DEPTH)
+        fail(c, n, "render nested deeper than %d (expressions, blocks, filters and macro calls together)",
+             JINJA_MAX_RENDER_DEPTH);
 }
 
 static void fail_undefined(rctx *c, const jnode *n, jv v) {
@@ -579,7 +588,15 @@ static bool apply_test(rctx *c, const jnode *n, const char *name, jv x, const ja
 
 /* ---- operators -------------------------------------------------------------- */
 
+static int cmp_order_at(rctx *c, const jnode *n, jv a, jv b, const char *opname, int depth);
+
 static int cmp_order(rctx *c, const jnode *n, jv a, jv b, const char *opname) {
+    return cmp_order_at(c, n, a, b, opname, 0);
+}
+
+static int cmp_order_at(rctx *c, const jnode *n, jv a, jv b, const char *opname, int depth) {
+    if (depth > JINJA_MAX_VALUE_DEPTH)
+        fail(c, n, "'%s' on lists nested deeper than %d (or containing themselves)", opname, JINJA_MAX_VALUE_DEPTH);
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_BOOL ? a.u.b : a.u.i, y = b.t == JV_BOOL ? b.u.b : b.u.i;
@@ -599,7 +616,7 @@ static int cmp_order(rctx *c, const jnode *n, jv a, jv b, const char *opname) {
         size_t m = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < m; i++) {
             if (jv_eq(a.u.l->v[i], b.u.l->v[i])) continue;
-            return cmp_order(c, n, a.u.l->v[i], b.u.l->v[i], opname);
+            return cmp_order_at(c, n, a.u.l->v[i], b.u.l->v[i], opname, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
     }
@@ -1139,7 +1156,9 @@ static jv apply_filter(rctx *c, const jnode *n, const char *name, jv x, const ja
         memset(&fa, 0, sizeof fa);
         fa.npos = a->npos - 1;
         fa.pos = a->pos + 1;
+        enter(c, n); /* map('map', ...) recurses */
         for (size_t i = 0; i < src->n; i++) jlist_push(c->a, c->f, l, apply_filter(c, n, fname, src->v[i], &fa));
+        c->depth--;
         return jv_list(l);
     }
     if (!strcmp(name, "select") || !strcmp(name, "reject")) {
@@ -1563,7 +1582,7 @@ static jv call_global(rctx *c, const jnode *n, const char *name, const jargs *a)
 static jv call_macro(rctx *c, const jnode *n, const jfunc *fn, const jargs *a) {
     const jnode *m = fn->macro;
     count_step(c, n);
-    if (++c->depth > 100) fail(c, n, "macro recursion too deep (calling '%s')", m->name);
+    if (++c->macro_depth > 100) fail(c, n, "macro recursion too deep (calling '%s')", m->name);
     jv *slots = ja_alloc(c->a, c->f, (size_t)(m->ntargets ? m->ntargets : 1) * sizeof *slots);
     char what[160];
     snprintf(what, sizeof what, "macro '%s'", m->name);
@@ -1582,7 +1601,7 @@ static jv call_macro(rctx *c, const jnode *n, const jfunc *fn, const jargs *a) {
     render_body(c, &m->body);
     c->out = saved_out;
     c->scope = saved_scope;
-    c->depth--;
+    c->macro_depth--;
     return jv_str(b.p, b.n);
 }
 
@@ -1600,7 +1619,16 @@ static jv call_value(rctx *c, const jnode *n, jv callee, const jargs *a) {
 
 /* ---- expressions ------------------------------------------------------------------ */
 
+static jv eval_node(rctx *c, const jnode *n);
+
 static jv eval(rctx *c, const jnode *n) {
+    enter(c, n);
+    jv v = eval_node(c, n);
+    c->depth--;
+    return v;
+}
+
+static jv eval_node(rctx *c, const jnode *n) {
     switch (n->kind) {
     case JN_CONST: return n->value;
     case JN_NAME: return lookup(c, n->name);
@@ -1843,7 +1871,7 @@ static void render_stmt(rctx *c, const jnode *n) {
 }
 
 static void render_body(rctx *c, const jnodes *body) {
-    if (++c->depth > 400) fail(c, NULL, "template nesting too deep");
+    enter(c, body->n ? body->v[0] : NULL);
     for (int i = 0; i < body->n && !c->ctl; i++) render_stmt(c, body->v[i]);
     c->depth--;
 }

@@ -212,7 +212,14 @@ double jv_as_double(jv x) {
     return x.u.f;
 }
 
-bool jv_eq(jv a, jv b) {
+/* Beyond JINJA_MAX_VALUE_DEPTH (deep or self-containing values) two values
+ * count as different: jv_eq has no failure path, and Python would raise. */
+static bool jv_eq_at(jv a, jv b, int depth);
+
+bool jv_eq(jv a, jv b) { return jv_eq_at(a, b, 0); }
+
+static bool jv_eq_at(jv a, jv b, int depth) {
+    if (depth > JINJA_MAX_VALUE_DEPTH) return false;
     if (jv_is_number(a) && jv_is_number(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_BOOL ? a.u.b : a.u.i, y = b.t == JV_BOOL ? b.u.b : b.u.i;
@@ -227,13 +234,13 @@ bool jv_eq(jv a, jv b) {
     case JV_LIST:
         if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_eq(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!jv_eq_at(a.u.l->v[i], b.u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jv other;
-            if (!jdict_get(b.u.d, a.u.d->k[i], &other) || !jv_eq(a.u.d->v[i], other)) return false;
+            if (!jdict_get(b.u.d, a.u.d->k[i], &other) || !jv_eq_at(a.u.d->v[i], other, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
@@ -327,14 +334,22 @@ static void repr_string(jarena *a, jfail *f, jbuf *b, const char *s, size_t n) {
     jb_putc(a, f, b, q);
 }
 
-void jv_repr_into(jarena *a, jfail *f, jbuf *b, jv x) {
+static void str_into_at(jarena *a, jfail *f, jbuf *b, jv x, int depth);
+
+static void repr_into_at(jarena *a, jfail *f, jbuf *b, jv x, int depth) {
     if (x.t == JV_STR) { repr_string(a, f, b, x.u.s.p, x.u.s.n); return; }
     if (x.t == JV_UNDEF) { jb_puts(a, f, b, "Undefined"); return; }
-    jv_str_into(a, f, b, x);
+    str_into_at(a, f, b, x, depth);
 }
 
-void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x) {
+void jv_repr_into(jarena *a, jfail *f, jbuf *b, jv x) { repr_into_at(a, f, b, x, 0); }
+void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x) { str_into_at(a, f, b, x, 0); }
+
+static void str_into_at(jarena *a, jfail *f, jbuf *b, jv x, int depth) {
     char num[48];
+    if (depth > JINJA_MAX_VALUE_DEPTH)
+        jfail_at(f, OKV_ERR_INVALID, 0, 0, "cannot print a value nested deeper than %d (or containing itself)",
+                 JINJA_MAX_VALUE_DEPTH);
     switch (x.t) {
     case JV_UNDEF: return;
     case JV_NONE: jb_puts(a, f, b, "None"); return;
@@ -347,7 +362,7 @@ void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x) {
         jb_putc(a, f, b, l->tuple ? '(' : '[');
         for (size_t i = 0; i < l->n; i++) {
             if (i) jb_puts(a, f, b, ", ");
-            jv_repr_into(a, f, b, l->v[i]);
+            repr_into_at(a, f, b, l->v[i], depth + 1);
         }
         if (l->tuple && l->n == 1) jb_putc(a, f, b, ',');
         jb_putc(a, f, b, l->tuple ? ')' : ']');
@@ -359,9 +374,9 @@ void jv_str_into(jarena *a, jfail *f, jbuf *b, jv x) {
         jb_putc(a, f, b, '{');
         for (size_t i = 0; i < d->n; i++) {
             if (i) jb_puts(a, f, b, ", ");
-            jv_repr_into(a, f, b, d->k[i]);
+            repr_into_at(a, f, b, d->k[i], depth + 1);
             jb_puts(a, f, b, ": ");
-            jv_repr_into(a, f, b, d->v[i]);
+            repr_into_at(a, f, b, d->v[i], depth + 1);
         }
         jb_putc(a, f, b, '}');
         if (x.t == JV_NS) jb_putc(a, f, b, '>');

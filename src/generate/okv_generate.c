@@ -52,7 +52,7 @@ static okv_status render_chat(const okv_gen_prompt_args *a, char **out, okv_erro
                               .pad_token = cfg.pad_token};
         st = okv_chat_render(tmpl, &args, out, NULL, err);
     }
-    if (st) okv_fail_prefix(err, "chat template");
+    if (st) okv_fail_prefix(err, "%s", a->template_override ? "chat_template.jinja" : "tokenizer_config.json");
     free(msgs);
     okv_chat_template_free(tmpl);
     okv_chat_config_free(&cfg);

@@ -391,6 +391,103 @@ static void test_deep_nesting(void) {
     free(src);
 }
 
+/* "{{ HEAD LINK LINK ... }}" with n links. */
+static char *chain(const char *head, const char *link, size_t n) {
+    size_t lh = strlen(head), ll = strlen(link);
+    char *s = malloc(lh + ll * n + 16);
+    size_t o = (size_t)sprintf(s, "{{ %s", head);
+    for (size_t i = 0; i < n; i++) { memcpy(s + o, link, ll); o += ll; }
+    strcpy(s + o, " }}");
+    return s;
+}
+
+/* Left-associative chains are built by loops but make trees as deep as they
+ * are long, which the renderer recursed over without a bound: 20000 links
+ * overflowed the stack (about 2000 under ASan). Each kind must now be refused
+ * at parse time with the line; a chain within the bound still renders. */
+static void test_long_chains(void) {
+    static const struct { const char *head, *link, *short_want; } kinds[] = {
+        {"1", "+1", "151"},
+        {"'a'", "|trim", "a"},
+        {"x", "[0]", "0"},
+        {"y", ".a", "1"},
+        {"0", " or 0", "0"},
+        {"1", " and 1", "1"},
+        {"'a'", " ~ ''", "a"},
+        {"2", " * 1", "2"},
+        {"f", "()", ""},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        char *src = chain(kinds[k].head, kinds[k].link, 20000);
+        okv_chat_template *t = NULL;
+        okv_error err = {0};
+        okv_status st = okv_chat_template_parse(src, &t, &err);
+        CHECKF(st != OKV_OK && t == NULL && strstr(err.message, "1:") && strstr(err.message, "nested deeper than"),
+               "chain '%s': %s", kinds[k].link, err.message);
+        if (t) { /* what the old code did: parse, then overflow the stack rendering */
+            okv_chat_args args = {.messages_json = "[]"};
+            char *out = NULL;
+            if (!okv_chat_render(t, &args, &out, NULL, &err)) free(out);
+        }
+        okv_chat_template_free(t);
+        free(src);
+        if (!*kinds[k].short_want) continue;
+        /* x = [[[...0...]]] and y = {a: {a: ... 1}} 150 deep, for the short chains */
+        char vars[4096];
+        size_t o = (size_t)sprintf(vars, "{\"x\": ");
+        for (int i = 0; i < 150; i++) vars[o++] = '[';
+        vars[o++] = '0';
+        for (int i = 0; i < 150; i++) vars[o++] = ']';
+        o += (size_t)sprintf(vars + o, ", \"y\": ");
+        for (int i = 0; i < 150; i++) o += (size_t)sprintf(vars + o, "{\"a\": ");
+        vars[o++] = '1';
+        for (int i = 0; i < 150; i++) vars[o++] = '}';
+        strcpy(vars + o, "}");
+        src = chain(kinds[k].head, kinds[k].link, 150);
+        char *out = render(src, vars, &err, &st);
+        CHECKF(st == OKV_OK && out && !strcmp(out, kinds[k].short_want), "chain '%s' x150: %s", kinds[k].link,
+               st ? err.message : out);
+        free(out);
+        free(src);
+    }
+    /* an elif chain recursed in the parser without a bound */
+    size_t n = 50000;
+    char *src = malloc(n * 16 + 64);
+    size_t o = (size_t)sprintf(src, "{%% if 0 %%}");
+    for (size_t i = 0; i < n; i++) o += (size_t)sprintf(src + o, "{%% elif 0 %%}");
+    strcpy(src + o, "{% endif %}");
+    okv_chat_template *t = NULL;
+    okv_error err = {0};
+    CHECK(okv_chat_template_parse(src, &t, &err) != OKV_OK && t == NULL && strstr(err.message, "too deeply"));
+    free(src);
+}
+
+/* Render-time bounds: macros stack their bodies' depth; values built by a
+ * template can be deep or contain themselves. */
+static void test_render_depth(void) {
+    /* the recursive call is the deepest leaf of a 150-link chain */
+    char src[8192];
+    size_t o = (size_t)sprintf(src, "{%% macro f(n) %%}{{ (f(n - 1) if n > 0 else '')");
+    for (int i = 0; i < 150; i++) o += (size_t)sprintf(src + o, " ~ 'a'");
+    strcpy(src + o, " }}{% endmacro %}{{ f(50) }}");
+    okv_error err = {0};
+    okv_status st;
+    char *out = render(src, NULL, &err, &st);
+    CHECKF(st != OKV_OK && strstr(err.message, "render nested deeper than"), "%s", st ? err.message : out);
+    free(out);
+    out = render("{% set ns = namespace(x=0) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+                 NULL, &err, &st);
+    CHECKF(st != OKV_OK && strstr(err.message, "nested deeper than"), "%s", st ? err.message : "rendered");
+    free(out);
+    out = render("{% set ns = namespace(x=0) %}{% set ns.x = ns %}{{ ns }}", NULL, &err, &st);
+    CHECKF(st != OKV_OK && strstr(err.message, "containing itself"), "%s", st ? err.message : out);
+    free(out);
+    out = render("{% set ns = namespace(x=0) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                 "{{ ns.x == ns.x }}{{ [ns.x] < [ns.x] }}", NULL, &err, &st);
+    CHECKF(st != OKV_OK && strstr(err.message, "containing themselves"), "%s", st ? err.message : out);
+    free(out);
+}
+
 int main(void) {
     test_ok_cases();
     test_parse_errors();
@@ -400,5 +497,7 @@ int main(void) {
     test_step_limit();
     test_config();
     test_deep_nesting();
+    test_long_chains();
+    test_render_depth();
     return okv_test_finish();
 }
