@@ -20,6 +20,30 @@ okv_status okv_fail_prefix(okv_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void okv_error_clear(okv_error *err);
 
+/* Opens an input file read-only and returns its fd and size, refusing what
+ * is not a regular file (directory, FIFO, device, socket) by name: opened
+ * with O_NONBLOCK, so a FIFO cannot hang the open. */
+okv_status okv_open_regular(const char *path, int *fd, uint64_t *size, okv_error *err);
+/* Refuses an output path that exists and is not a regular file (a device
+ * node, a directory, a symlink: replacing it by rename would destroy it or
+ * surprise the user). A missing path is fine. */
+okv_status okv_check_output_path(const char *path, okv_error *err);
+
+/* An output file written whole and then put in place: the data goes to an
+ * unnamed file in the target's directory (O_TMPFILE), which is linked under
+ * a temporary name and renamed over the target only at commit. A process
+ * that dies while writing leaves nothing behind; where O_TMPFILE is not
+ * supported it falls back to a named PATH.tmpPID removed on abort. */
+typedef struct okv_out_file {
+    int fd;
+    char *path, *tmp; /* tmp: the named fallback, or NULL */
+} okv_out_file;
+okv_status okv_out_file_create(const char *path, okv_out_file *o, okv_error *err);
+/* Flushes, links and renames into place; on failure the target is untouched. */
+okv_status okv_out_file_commit(okv_out_file *o, okv_error *err);
+/* Drops the data (no-op after commit). */
+void okv_out_file_abort(okv_out_file *o);
+
 /* Reads a whole file into a NUL-terminated heap buffer (free() it). */
 okv_status okv_read_file(const char *path, char **data, size_t *len, okv_error *err);
 bool okv_file_exists(const char *path);

@@ -669,6 +669,7 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     if (okv_gguf_is_gguf_file(hf_dir)) return export_gguf(hf_dir, out_path, o, err);
     export_job j = {.opt = o};
     okv_status st = check_quant_options(o, err);
+    if (!st) st = okv_check_output_path(out_path, err); /* before the slow part; checked again at the end */
     if (!st) st = okv_hf_load_config(hf_dir, &j.model, err);
     if (!st) st = okv_hf_build_layout(&j.model, o->prefill_chunk_size, o->max_ctx_len, &j.layout, err);
     if (!st) st = okv_st_open_dir(hf_dir, &j.st, err);

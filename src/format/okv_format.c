@@ -238,22 +238,25 @@ static okv_status write_body(FILE *f, const okv_program_file *pf, const char *pa
     return st;
 }
 
+/* Written through okv_out_file: an unnamed file put in place at the end, so a
+ * failed or killed export leaves neither a partial program nor a temporary,
+ * and an -o that is not a regular file (device, symlink) is refused. */
 okv_status okv_format_write(const char *path, const okv_program_file *pf, okv_error *err) {
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    snprintf(tmp, n, "%s.tmp%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
+    okv_out_file o;
+    okv_status st = okv_out_file_create(path, &o, err);
+    if (st) return st;
+    int fd = dup(o.fd);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
-        okv_status st = okv_fail(err, OKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-        free(tmp);
+        st = okv_fail(err, OKV_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        okv_out_file_abort(&o);
         return st;
     }
-    okv_status st = write_body(f, pf, path, err);
-    if (fclose(f) != 0 && !st) st = okv_fail(err, OKV_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    if (!st && rename(tmp, path) != 0) st = okv_fail(err, OKV_ERR_IO, "%s: rename failed: %s", path, strerror(errno));
-    if (st) remove(tmp);
-    free(tmp);
+    st = write_body(f, pf, path, err);
+    if (fclose(f) != 0 && !st) st = okv_fail(err, OKV_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (!st) st = okv_out_file_commit(&o, err);
+    else okv_out_file_abort(&o);
     return st;
 }
 
@@ -497,20 +500,20 @@ static okv_status parse_header(const char *json, size_t len, okv_program_file *p
 }
 
 static okv_status map_file(const char *path, okv_program_file *pf, okv_error *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return okv_fail(err, OKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) { close(fd); return okv_fail(err, OKV_ERR_IO, "%s: cannot stat", path); }
-    if ((uint64_t)st.st_size < FIXED_HEADER_SIZE) {
+    int fd;
+    uint64_t size;
+    okv_status rc = okv_open_regular(path, &fd, &size, err);
+    if (rc) return rc;
+    if (size < FIXED_HEADER_SIZE) {
         close(fd);
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: truncated (%lld bytes, smaller than the %d-byte header)", path,
-                        (long long)st.st_size, FIXED_HEADER_SIZE);
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: truncated (%llu bytes, smaller than the %d-byte header)", path,
+                        (unsigned long long)size, FIXED_HEADER_SIZE);
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return okv_fail(err, OKV_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     pf->map = m;
-    pf->map_size = (size_t)st.st_size;
+    pf->map_size = (size_t)size;
     return OKV_OK;
 }
 

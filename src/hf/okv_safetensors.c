@@ -131,27 +131,20 @@ static st_file *st_add_file(okv_st_set *set, const char *path) {
 
 /* Maps path read-only into f->map / f->size. */
 static okv_status st_map_file(st_file *f, okv_error *err) {
-    int fd = open(f->path, O_RDONLY);
-    if (fd < 0) return okv_fail(err, OKV_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    int fd;
+    uint64_t size;
+    okv_status rc = okv_open_regular(f->path, &fd, &size, err);
+    if (rc) return rc;
+    if (size < 8) {
         close(fd);
-        return okv_fail(err, OKV_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: file is %llu bytes, too short for the 8-byte header length",
+                        f->path, (unsigned long long)size);
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return okv_fail(err, OKV_ERR_IO, "%s: not a regular file", f->path);
-    }
-    if (st.st_size < 8) {
-        close(fd);
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: file is %lld bytes, too short for the 8-byte header length",
-                        f->path, (long long)st.st_size);
-    }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return okv_fail(err, OKV_ERR_IO, "%s: mmap failed: %s", f->path, strerror(errno));
     f->map = map;
-    f->size = (size_t)st.st_size;
+    f->size = (size_t)size;
     return OKV_OK;
 }
 
