@@ -227,7 +227,7 @@ static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, c
     size_t koff = b->c_keys.len;
     tok_buf_put(&b->c_keys, s, n);
     if (b->c_keys.oom) return;
-    memcpy(b->c_vals + b->c_nvals, ids, m * sizeof *ids);
+    if (m) memcpy(b->c_vals + b->c_nvals, ids, m * sizeof *ids); /* m = 0: a word with no ids, c_vals may be NULL */
     b->c_hash[slot] = h;
     b->c_koff[slot] = (uint32_t)koff;
     b->c_klen[slot] = (uint32_t)n;
@@ -258,7 +258,7 @@ okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, s
         if (b->c_hash[slot]) {
             size_t m = b->c_vlen[slot];
             if (!ids_reserve(ids, cap, *n_ids + m)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
-            memcpy(*ids + *n_ids, b->c_vals + b->c_voff[slot], m * sizeof **ids);
+            if (m) memcpy(*ids + *n_ids, b->c_vals + b->c_voff[slot], m * sizeof **ids);
             *n_ids += m;
             return OKV_OK;
         }
@@ -280,7 +280,7 @@ okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, s
         if (!ids_reserve(ids, cap, *n_ids + 1)) return okv_fail(err, OKV_ERR_NOMEM, "out of memory in BPE");
         (*ids)[(*n_ids)++] = w.s[i].id;
     }
-    if (cacheable) cache_put(b, s, n, h, *ids + start, *n_ids - start);
+    if (cacheable) cache_put(b, s, n, h, *n_ids > start ? *ids + start : NULL, *n_ids - start);
     return OKV_OK;
 }
 

@@ -90,7 +90,7 @@ static uint32_t next_cp(const char *s, size_t n, size_t *i) {
 }
 
 static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out,
-                            bool at_start, bool at_end, okv_error *err);
+                            bool at_start, bool at_end, size_t limit, okv_error *err);
 
 static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
     tok_buf bytes = {0}, text = {0};
@@ -188,7 +188,10 @@ static void dec_metaspace(const tok_dec *d, strlist *in, strlist *out, bool at_s
     tok_buf_free(&t);
 }
 
-static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out, okv_error *err) {
+/* The only decoder that can grow the text: out stays within limit bytes
+ * (tok_expand_max of the window's token bytes). */
+static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out, size_t limit,
+                              okv_error *err) {
     tok_spans sp = {0};
     tok_buf t = {0};
     okv_status st = OKV_OK;
@@ -197,10 +200,18 @@ static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, st
         t.len = 0;
         st = tok_pattern_scan(&d->pat, sc, s, in->len[k], &sp, err);
         for (size_t i = 0; !st && i < sp.n; i++) {
+            size_t add = sp.v[i].match ? d->content_len : sp.v[i].end - sp.v[i].start;
+            if (out->text.len + t.len + add > limit) {
+                st = okv_fail(err, OKV_ERR_CAPACITY,
+                              "tokenizer: the Replace decoder expands the text beyond %zu bytes (%dx the tokens + %d); "
+                              "refusing (the tokenizer.json is broken or hostile)", limit, TOK_EXPAND_FACTOR,
+                              TOK_EXPAND_SLACK);
+                break;
+            }
             if (sp.v[i].match) tok_buf_put(&t, d->content, d->content_len);
             else tok_buf_put(&t, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
         }
-        sl_add(out, t.data ? t.data : "", t.len);
+        if (!st) sl_add(out, t.data ? t.data : "", t.len);
     }
     if (t.oom) out->oom = true;
     out->fused = in->fused;
@@ -210,7 +221,7 @@ static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, st
 }
 
 static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out,
-                            bool at_start, bool at_end, okv_error *err) {
+                            bool at_start, bool at_end, size_t limit, okv_error *err) {
     okv_status st = OKV_OK;
     sl_clear(out);
     switch (d->type) {
@@ -219,7 +230,7 @@ static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *s
         for (size_t i = 0; i < in->n; i++) sl_add(&a, sl_str(in, i), in->len[i]);
         a.fused = in->fused;
         for (size_t k = 0; k < d->n_kids && !st; k++) {
-            st = apply_dec(tok, &d->kids[k], sc, &a, &b, at_start, at_end, err);
+            st = apply_dec(tok, &d->kids[k], sc, &a, &b, at_start, at_end, limit, err);
             strlist x = a; a = b; b = x;
         }
         for (size_t i = 0; i < a.n; i++) sl_add(out, sl_str(&a, i), a.len[i]);
@@ -237,7 +248,7 @@ static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *s
         break;
     case TOK_DEC_STRIP: dec_strip(d, in, out, at_start, at_end); break;
     case TOK_DEC_METASPACE: dec_metaspace(d, in, out, at_start); break;
-    case TOK_DEC_REPLACE: st = dec_replace(d, sc, in, out, err); break;
+    case TOK_DEC_REPLACE: st = dec_replace(d, sc, in, out, limit, err); break;
     }
     if (!st && out->oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
     return st;
@@ -267,7 +278,7 @@ static okv_status decode_window(const okv_tok *tok, const int32_t *ids, size_t n
     } else if (!st) {
         tok_scratch sc;
         st = tok_scratch_init(&sc, err);
-        if (!st) st = apply_dec(tok, tok->dec, &sc, &toks, &res, at_start, at_end, err);
+        if (!st) st = apply_dec(tok, tok->dec, &sc, &toks, &res, at_start, at_end, tok_expand_max(toks.text.len), err);
         if (!st) tok_buf_put(out, res.text.data, res.text.len);
         tok_scratch_free(&sc);
     }

@@ -51,16 +51,26 @@ static okv_status unicode_normalize(int options, const char *s, size_t n, tok_bu
     return out->oom ? nomem(err) : OKV_OK;
 }
 
-okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, tok_buf *out,
-                         okv_error *err) {
+static okv_status too_long(okv_error *err, const char *step, size_t limit) {
+    return okv_fail(err, OKV_ERR_CAPACITY,
+                    "tokenizer: the %s normalizer expands the text beyond %zu bytes (%dx the input + %d); "
+                    "refusing (the tokenizer.json is broken or hostile)", step, limit, TOK_EXPAND_FACTOR,
+                    TOK_EXPAND_SLACK);
+}
+
+/* Appends the normalization of s[0..n) to out, whose part written by this
+ * call (from out->len on entry) must stay within limit bytes. */
+static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, tok_buf *out,
+                                   size_t limit, okv_error *err) {
     okv_status st = OKV_OK;
+    size_t base = out->len;
     switch (nm->type) {
     case TOK_NORM_SEQUENCE: {
         tok_buf a = {0}, b = {0};
         tok_buf_put(&a, s, n);
         for (size_t i = 0; i < nm->n_kids && !st; i++) {
             b.len = 0;
-            st = tok_normalize(&nm->kids[i], sc, a.data ? a.data : "", a.len, &b, err);
+            st = normalize_within(&nm->kids[i], sc, a.data ? a.data : "", a.len, &b, limit, err);
             tok_buf t = a; a = b; b = t;
         }
         if (!st) tok_buf_put(out, a.data, a.len);
@@ -69,21 +79,25 @@ okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, siz
         tok_buf_free(&b);
         return st;
     }
-    case TOK_NORM_NFC: return unicode_normalize(UTF8PROC_COMPOSE, s, n, out, err);
-    case TOK_NORM_NFKC: return unicode_normalize(UTF8PROC_COMPOSE | UTF8PROC_COMPAT, s, n, out, err);
-    case TOK_NORM_NFD: return unicode_normalize(UTF8PROC_DECOMPOSE, s, n, out, err);
-    case TOK_NORM_NFKD: return unicode_normalize(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, s, n, out, err);
+    /* NFx grow by a bounded factor (~11x at most), so checking after is enough */
+    case TOK_NORM_NFC: st = unicode_normalize(UTF8PROC_COMPOSE, s, n, out, err); break;
+    case TOK_NORM_NFKC: st = unicode_normalize(UTF8PROC_COMPOSE | UTF8PROC_COMPAT, s, n, out, err); break;
+    case TOK_NORM_NFD: st = unicode_normalize(UTF8PROC_DECOMPOSE, s, n, out, err); break;
+    case TOK_NORM_NFKD: st = unicode_normalize(UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT, s, n, out, err); break;
     case TOK_NORM_REPLACE: {
         tok_spans sp = {0};
         st = tok_pattern_scan(&nm->pat, sc, s, n, &sp, err);
         for (size_t i = 0; !st && i < sp.n; i++) {
+            size_t k = sp.v[i].match ? nm->content_len : sp.v[i].end - sp.v[i].start;
+            if (out->len - base + k > limit) { st = too_long(err, "Replace", limit); break; }
             if (sp.v[i].match) tok_buf_put(out, nm->content, nm->content_len);
-            else tok_buf_put(out, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
+            else tok_buf_put(out, s + sp.v[i].start, k);
         }
         free(sp.v);
         break;
     }
     case TOK_NORM_PREPEND:
+        if ((n ? nm->content_len : 0) + n > limit) return too_long(err, "Prepend", limit);
         if (n) tok_buf_put(out, nm->content, nm->content_len);
         tok_buf_put(out, s, n);
         break;
@@ -107,7 +121,13 @@ okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, siz
     }
     }
     if (!st && out->oom) st = nomem(err);
+    if (!st && out->len - base > limit) st = too_long(err, "Unicode", limit);
     return st;
+}
+
+okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, tok_buf *out,
+                         okv_error *err) {
+    return normalize_within(nm, sc, s, n, out, tok_expand_max(n), err);
 }
 
 /* ---- pieces --------------------------------------------------------------------- */

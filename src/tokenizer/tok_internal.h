@@ -237,6 +237,20 @@ void tok_pattern_free(tok_pattern *p);
 okv_status tok_regex_compile(const char *pattern, size_t len, pcre2_code **out, const char *what,
                              okv_error *err);
 
+/* Components of an untrusted tokenizer.json can expand text without bound
+ * (a Replace with a long content, a Sequence of them, Prepend): every
+ * expanding step of encode and decode keeps its output within
+ * tok_expand_max(n) bytes of the n bytes the call started from, and fails
+ * naming the step otherwise. Real tokenizers stay far below: NFKC expands
+ * at most ~11x (U+FDFA, 3 -> 33 bytes), Metaspace's replacement 3x. */
+#define TOK_EXPAND_FACTOR 64
+#define TOK_EXPAND_SLACK 4096
+static inline size_t tok_expand_max(size_t n) {
+    return n > (SIZE_MAX - TOK_EXPAND_SLACK) / TOK_EXPAND_FACTOR ? SIZE_MAX : n * TOK_EXPAND_FACTOR + TOK_EXPAND_SLACK;
+}
+
+/* Appends the normalization of s[0..n) to out (at most tok_expand_max(n)
+ * bytes). */
 okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n,
                          tok_buf *out, okv_error *err);
 void tok_norm_free(tok_norm *nm);

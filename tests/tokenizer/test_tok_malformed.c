@@ -236,6 +236,68 @@ static void test_api_misuse(void) {
     CHECK(strstr(err.message, "/nonexistent/tokenizer.json") != NULL);
 }
 
+/* Found 5: an empty BPE vocabulary (one added token) gave words with no
+ * ids, and the word cache passed NULL to memcpy (UBSan). */
+static void test_empty_vocab(void) {
+    char *j = build(NORM, PRE, POST, DEC, "{'type':'BPE','vocab':{},'merges':[]}");
+    okv_tok *tok = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
+    free(j);
+    if (!tok) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_OK(okv_tok_encode(tok, "ab <s> ab ab", 12, false, &ids, &n, &err), &err);
+    CHECK(n == 1 && ids && ids[0] == 5); /* unknown pieces are dropped (no unk), like HF */
+    free(ids);
+    okv_tok_free(tok);
+}
+
+static char *repeat(char c, size_t n) {
+    char *s = malloc(n + 1);
+    memset(s, c, n);
+    s[n] = 0;
+    return s;
+}
+
+/* A Replace normalizer/decoder with a long content multiplied the text
+ * (1000 chars: a 100 KB prompt became 2.3 GB through a Sequence). */
+static void test_expansion_bounds(void) {
+    char *content = repeat('c', 1000), norm[1200], dec[1200];
+    snprintf(norm, sizeof norm, "{'type':'Sequence','normalizers':[{'type':'Replace','pattern':{'String':'a'},'content':'%s'},"
+             "{'type':'Replace','pattern':{'String':'c'},'content':'%s'}]}", content, "cc");
+    snprintf(dec, sizeof dec, "{'type':'Replace','pattern':{'String':'a'},'content':'%s'}", content);
+    free(content);
+    char *j = build(norm, PRE, POST, dec, MODEL);
+    okv_tok *tok = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
+    free(j);
+    if (!tok) return;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *text = repeat('a', 1000);
+    okv_status st = okv_tok_encode(tok, text, 1000, false, &ids, &n, &err);
+    CHECKF(st == OKV_ERR_CAPACITY && strstr(err.message, "Replace normalizer"), "%d %s", st, err.message);
+    free(ids);
+    ids = NULL;
+    CHECK_OK(okv_tok_encode(tok, "b b", 3, false, &ids, &n, &err), &err); /* short text is fine */
+    free(ids);
+    free(text);
+    int32_t *many = calloc(1000, sizeof *many); /* id 0 = "a" */
+    char *out = NULL;
+    size_t len = 0;
+    st = okv_tok_decode(tok, many, 1000, false, &out, &len, &err);
+    CHECKF(st == OKV_ERR_CAPACITY && strstr(err.message, "Replace decoder"), "%d %s", st, err.message);
+    free(out);
+    out = NULL;
+    CHECK_OK(okv_tok_decode(tok, many, 1, false, &out, &len, &err), &err);
+    CHECK(len == 1000);
+    free(out);
+    free(many);
+    okv_tok_free(tok);
+}
+
 int main(void) {
     test_base_is_valid();
     test_unsupported_types();
@@ -243,5 +305,7 @@ int main(void) {
     test_bad_documents();
     test_mutations();
     test_api_misuse();
+    test_empty_vocab();
+    test_expansion_bounds();
     return okv_test_finish();
 }
