@@ -26,6 +26,13 @@ extern "C" {
 
 /* ---- export ------------------------------------------------------------------ */
 
+/* How far an export is (see okv_export_options.progress). */
+typedef struct okv_export_progress {
+    int tensors_done, n_tensors;     /* weights and bundled files */
+    uint64_t bytes_done, total_bytes;
+    double seconds;                  /* since the first tensor started */
+} okv_export_progress;
+
 typedef struct okv_export_options {
     okv_dtype dtype;          /* weight dtype of matrices that are not quantized (default bf16) */
     int max_ctx_len;          /* default 2048 */
@@ -41,6 +48,10 @@ typedef struct okv_export_options {
     /* Receives non-fatal notices (skipped tensors, missing tokenizer, ...). */
     void (*notice)(void *ctx, const char *message);
     void *notice_ctx;
+    /* Called on the exporting thread after each tensor is converted and
+     * written (the library never prints; the CLI draws a progress line). */
+    void (*progress)(void *ctx, const okv_export_progress *p);
+    void *progress_ctx;
 } okv_export_options;
 
 #define OKV_QGROUP_DEFAULT 32

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "offkv.h"
 
@@ -33,6 +34,13 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o);
 int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n);
 int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session *s, bool verbose);
 void okv_cli_session_close(okv_cli_session *s);
+
+/* --help pages and --version (cmd_help.c). okv_cli_help prints COMMAND's
+ * page (the overview for an unknown one) to stdout and returns 0. */
+int okv_cli_overview(FILE *to);
+int okv_cli_help(const char *command);
+int okv_cli_version(void);
+bool okv_cli_wants_help(int argc, char **argv);
 
 /* `offkv perplexity` (cmd_eval.c). */
 int okv_cli_perplexity(int argc, char **argv);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "offkv.h"
@@ -199,10 +200,40 @@ static bool parse_qgroup(const char *v, int *group) {
 #define EXPORT_USAGE "HF_DIR|MODEL.gguf -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
                      "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G]"
 
+/* The export progress line: redrawn in place (at most 5 times a second)
+ * when stderr is a terminal; a summary line at the end either way. */
+typedef struct export_meter {
+    bool tty;
+    double last_drawn;
+    okv_export_progress last;
+} export_meter;
+
+static void draw_progress(void *ctx, const okv_export_progress *p) {
+    export_meter *m = ctx;
+    m->last = *p;
+    if (!m->tty || (p->seconds - m->last_drawn < 0.2 && p->tensors_done < p->n_tensors)) return;
+    m->last_drawn = p->seconds;
+    double mib = (double)p->bytes_done / (1024.0 * 1024.0);
+    fprintf(stderr, "\roffkv: converting: %d/%d tensors, %.1f/%.1f MiB, %.0f MiB/s   ", p->tensors_done, p->n_tensors, mib,
+            (double)p->total_bytes / (1024.0 * 1024.0), p->seconds > 0 ? mib / p->seconds : 0.0);
+    fflush(stderr);
+}
+
+static void end_progress(const export_meter *m) {
+    const okv_export_progress *p = &m->last;
+    if (!p->tensors_done) return;
+    double mib = (double)p->bytes_done / (1024.0 * 1024.0);
+    fprintf(stderr, "%soffkv: converted %d tensors, %.1f MiB in %.1f s (%.0f MiB/s)%s\n", m->tty ? "\r" : "", p->tensors_done,
+            mib, p->seconds, p->seconds > 0 ? mib / p->seconds : 0.0, m->tty ? "          " : "");
+}
+
 static int cmd_export(int argc, char **argv) {
     okv_export_options o;
     okv_export_options_default(&o);
     o.notice = notice_to_stderr;
+    export_meter meter = {isatty(fileno(stderr)) != 0, -1, {0}};
+    o.progress = draw_progress;
+    o.progress_ctx = &meter;
     const char *dir = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -230,7 +261,9 @@ static int cmd_export(int argc, char **argv) {
     }
     if (!dir || !out) return okv_cli_usage_error("usage: offkv export " EXPORT_USAGE "%s", "");
     okv_error err = {0};
-    if (okv_export(dir, out, &o, &err)) return okv_cli_die(&err);
+    okv_status st = okv_export(dir, out, &o, &err);
+    end_progress(&meter);
+    if (st) return okv_cli_die(&err);
     fprintf(stderr, "offkv: wrote %s\n", out);
     return 0;
 }
@@ -402,8 +435,14 @@ static int usage(void) {
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].fn(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(); return 0; }
+        if (!strcmp(argv[1], COMMANDS[i].name)) {
+            /* answered before the command parses (it would take --help for an option) */
+            if (okv_cli_wants_help(argc - 1, argv + 1)) return okv_cli_help(COMMANDS[i].name);
+            return COMMANDS[i].fn(argc - 1, argv + 1);
+        }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
+        return argc > 2 ? okv_cli_help(argv[2]) : okv_cli_overview(stdout);
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) return okv_cli_version();
     fprintf(stderr, "offkv: unknown command '%s'\n", argv[1]);
     return usage();
 }

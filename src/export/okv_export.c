@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "offkv.h"
 #include "okv_common.h"
@@ -70,6 +71,8 @@ typedef struct export_job {
     const export_src **src;      /* [hg.n_tensors], NULL for computed */
     blob blobs[4];
     int n_blobs;
+    okv_export_progress progress; /* what produce_tensor has written so far */
+    double progress_start;
 } export_job;
 
 static int cmp_src_name(const void *a, const void *b) {
@@ -336,8 +339,7 @@ static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_e
     return st;
 }
 
-static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
-    export_job *j = ctx;
+static okv_status produce_one(export_job *j, int t, void *dst, okv_error *err) {
     if (t >= j->hg.n_tensors) { /* bundled blob */
         const blob *b = &j->blobs[t - j->hg.n_tensors];
         memcpy(dst, b->data, b->len);
@@ -349,6 +351,25 @@ static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
     size_t n = want->nbytes / okv_tdtype_size(want->dtype);
     if (!s->ckpt_name) { okv_convert(dst, (okv_dtype)want->dtype, s->computed, OKV_F32, n); return OKV_OK; }
     return src_read(j->src[t], 0, n, s->add, dst, (okv_dtype)want->dtype, err);
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The writer's callback: one tensor, then a progress report. */
+static okv_status produce_tensor(void *ctx, int t, void *dst, okv_error *err) {
+    export_job *j = ctx;
+    okv_status st = produce_one(j, t, dst, err);
+    if (st || !j->opt->progress) return st;
+    const uint64_t nbytes = t >= j->hg.n_tensors ? j->blobs[t - j->hg.n_tensors].len : j->hg.tensors[t].nbytes;
+    j->progress.tensors_done++;
+    j->progress.bytes_done += nbytes;
+    j->progress.seconds = now_seconds() - j->progress_start;
+    j->opt->progress(j->opt->progress_ctx, &j->progress);
+    return OKV_OK;
 }
 
 /* Multimodal checkpoints name the text decoder differently across
@@ -448,6 +469,9 @@ static okv_status write_program(export_job *j, const char *hf_dir, const char *o
     pf.tensors = tensors;
     pf.produce = produce_tensor;
     pf.produce_ctx = j;
+    j->progress = (okv_export_progress){0, n, 0, 0, 0};
+    for (int t = 0; t < n; t++) j->progress.total_bytes += tensors[t].nbytes;
+    j->progress_start = now_seconds();
     okv_status st = okv_graph_validate(&pf, err);
     if (!st) st = okv_format_write(out_path, &pf, err);
     free(pf.meta.extra_json);

@@ -1,0 +1,169 @@
+/* cmd_help.c — `offkv --help`, `offkv COMMAND --help` and `offkv --version`.
+ *
+ * One page per command, kept here rather than spread over the parsers so a
+ * newcomer's first question ("what can run do?") has one answer, and so
+ * main() can answer --help before any command parses its options (a parser
+ * would otherwise take --help for an option missing its value). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+#ifndef OKV_VERSION
+#define OKV_VERSION "0.1.0"
+#endif
+
+#define CACHE_OPTS                                                                                            \
+    "cache and runner options:\n"                                                                             \
+    "  --kv-storage-dtype f32|f16|bf16   KV cache element type (default f32)\n"                               \
+    "  --kv-max-capacity N               most tokens the caches hold (default: the program's max_ctx_len)\n"  \
+    "  --kv-initial-capacity N           first allocation; caches double as they fill\n"                       \
+    "  --kv-windows W[,W...]             sliding window per cache, repeating (0 = full history)\n"            \
+    "  --threads N                       worker threads (default: all cores)\n"                               \
+    "  --reference-attention             the simple, slow attention kernel (for checking)\n"
+
+typedef struct help_page {
+    const char *command;
+    const char *text;
+} help_page;
+
+static const help_page PAGES[] = {
+    {"export",
+     "usage: offkv export CHECKPOINT -o OUT.okv [options]\n"
+     "\n"
+     "Turns a checkpoint into one program file: graph, weights, cache layout, tokenizer and chat template.\n"
+     "CHECKPOINT is an HF directory (config.json, *.safetensors, tokenizer.json, ...) or a llama.cpp .gguf file.\n"
+     "\n"
+     "  -o, --output OUT.okv              where to write the program (no file is left on failure)\n"
+     "  --dtype fp32|fp16|bf16            weight dtype of matrices that are not quantized (default bf16)\n"
+     "  --max-ctx-len N                   longest sequence the program accepts (default 2048)\n"
+     "  --prefill-chunk-size N            largest step (default min(512, smallest window, max-ctx-len))\n"
+     "  --qlinear 4w|8w                   quantize every decoder linear (4-bit asymmetric / 8-bit symmetric)\n"
+     "  --qlinear-group-size G            32, 64, 128 or 256 (default 32)\n"
+     "  --qembedding 4w|8w                quantize the embedding table and LM head\n"
+     "  --qembedding-group-size G         32, 64, 128 or 256\n"
+     "\n"
+     "example: offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv --dtype fp32\n"},
+    {"inspect",
+     "usage: offkv inspect PROGRAM.okv|MODEL.gguf [--json]\n"
+     "       offkv inspect --config DIR|config.json [--json]\n"
+     "\n"
+     "Shows what a program holds (model, size, cache layout, graph, tensors, tokenizer), what a GGUF file\n"
+     "holds, or the cache layout a checkpoint would get without reading its weights.\n"
+     "\n"
+     "  --json                            a JSON document instead of text\n"},
+    {"logits",
+     "usage: offkv logits PROGRAM.okv --tokens FILE|\"ids\" --out LOGITS.f32 [--chunk N] [cache options]\n"
+     "\n"
+     "Runs the ids through the model and writes every position's logits ([n, vocab] float32).\n"
+     "\n"
+     "  --tokens FILE|\"ids\"               a JSON file with a \"tokens\" array, or ids separated by spaces\n"
+     "  --out FILE                        where the logits go\n"
+     "  --chunk N                         tokens per step (default: the program's prefill_chunk_size)\n"
+     "\n" CACHE_OPTS},
+    {"generate",
+     "usage: offkv generate PROGRAM.okv --tokens FILE|\"ids\" [--max-new-tokens N] [cache options]\n"
+     "\n"
+     "Greedy generation from token ids; prints the new ids.\n"
+     "\n"
+     "  --tokens FILE|\"ids\"               the prompt ids\n"
+     "  --max-new-tokens N                default 32; stops early at an EOS id\n"
+     "\n" CACHE_OPTS},
+    {"perplexity",
+     "usage: offkv perplexity PROGRAM.okv --file TEXT [--ctx N] [--kl-base BASE.okv] [--tokenizer FILE] [cache options]\n"
+     "\n"
+     "Perplexity of a text file in windows of --ctx tokens (default 512); with --kl-base also the KL\n"
+     "divergence from, and top-1 agreement with, another program of the same model.\n"
+     "\n" CACHE_OPTS},
+    {"run",
+     "usage: offkv run PROGRAM.okv --prompt TEXT [options]\n"
+     "       offkv run PROGRAM.okv --interactive [options]\n"
+     "\n"
+     "Text in, streamed text out: the prompt goes through the model's chat template, the reply is streamed\n"
+     "to stdout and a stats line (prompt and generation speed, why it stopped) goes to stderr.\n"
+     "\n"
+     "  --prompt TEXT                     the user message\n"
+     "  --system TEXT                     a system message\n"
+     "  -i, --interactive                 a conversation: one user turn per stdin line (/reset, /quit)\n"
+     "  --chat auto|none|template         auto: the template if the model has one; none: the prompt as is\n"
+     "  --chat-arg KEY=JSON               an extra template variable (e.g. enable_thinking=false)\n"
+     "  --max-new-tokens N                default 256\n"
+     "  --greedy                          always the most likely token\n"
+     "  --temperature F --top-k N --top-p F --min-p F --repetition-penalty F --seed N\n"
+     "                                    sampling (defaults from the model's generation_config.json)\n"
+     "  --stop STRING                     stop when the text contains STRING (repeatable)\n"
+     "  --tokenizer FILE                  a tokenizer.json instead of the bundled one\n"
+     "  --verbose                         the model's name and size, and the cache layout, first\n"
+     "\n" CACHE_OPTS
+     "\n"
+     "example: offkv run smol.okv --prompt \"What is the capital of France?\"\n"},
+    {"tokenize",
+     "usage: offkv tokenize PROGRAM.okv|--tokenizer tokenizer.json (--text TEXT [--json] | --jsonl IN.jsonl)\n"
+     "                      [--no-special] [--out FILE]\n"
+     "\n"
+     "Text to token ids with the program's tokenizer (or a tokenizer.json): one id per line, a JSON array\n"
+     "with --json, or {\"ids\": [...]} lines for each {\"text\": ...} line of --jsonl. --no-special: no BOS.\n"},
+    {"detokenize",
+     "usage: offkv detokenize PROGRAM.okv|--tokenizer tokenizer.json (--ids \"ids\" | --jsonl IN.jsonl)\n"
+     "                        [--skip-special] [--out FILE]\n"
+     "\n"
+     "Token ids to text; --skip-special drops special tokens.\n"},
+    {"chat-render",
+     "usage: offkv chat-render --tokenizer-config tokenizer_config.json [--template FILE.jinja] --jsonl IN.jsonl\n"
+     "\n"
+     "Renders conversations ({\"messages\": [...], \"add_generation_prompt\": bool, ...} lines) with a chat\n"
+     "template exactly as HF's apply_chat_template does.\n"},
+};
+
+static const char OVERVIEW[] =
+    "offkv — run HuggingFace and GGUF language models on CPUs, KV cache owned by the runtime\n"
+    "\n"
+    "usage: offkv COMMAND [options]      (offkv COMMAND --help for one command)\n"
+    "\n"
+    "  export       checkpoint (HF directory or .gguf) -> program file\n"
+    "  run          chat with a program: prompt in, streamed text out\n"
+    "  inspect      what a program, GGUF file or checkpoint config holds\n"
+    "  generate     greedy generation from token ids\n"
+    "  logits       logits of token ids, to a file\n"
+    "  perplexity   perplexity (and KL against another program) on a text file\n"
+    "  tokenize     text -> ids with a program's tokenizer\n"
+    "  detokenize   ids -> text\n"
+    "  chat-render  render conversations with a chat template\n"
+    "\n"
+    "first steps:\n"
+    "  offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv\n"
+    "  offkv run smol.okv --prompt \"What is the capital of France?\"\n"
+    "\n"
+    "  --version    the version\n";
+
+int okv_cli_overview(FILE *to) {
+    fputs(OVERVIEW, to);
+    return 0;
+}
+
+int okv_cli_version(void) {
+    printf("offkv %s\n", OKV_VERSION);
+    return 0;
+}
+
+int okv_cli_help(const char *command) {
+    for (size_t i = 0; i < sizeof PAGES / sizeof *PAGES; i++)
+        if (!strcmp(PAGES[i].command, command)) {
+            fputs(PAGES[i].text, stdout);
+            return 0;
+        }
+    return okv_cli_overview(stdout);
+}
+
+/* True if the command line asks for help: --help or -h anywhere after the
+ * command, unless it is the value of an option that takes text. */
+bool okv_cli_wants_help(int argc, char **argv) {
+    static const char *const text_opts[] = {"--prompt", "--system", "--text", "--stop", "--chat-arg", "--ids"};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") && strcmp(argv[i], "-h")) continue;
+        bool is_value = false;
+        for (size_t k = 0; k < sizeof text_opts / sizeof *text_opts && i > 1; k++) is_value |= !strcmp(argv[i - 1], text_opts[k]);
+        if (!is_value) return true;
+    }
+    return false;
+}
