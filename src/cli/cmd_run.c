@@ -7,8 +7,11 @@
  *       reuses the cache up to the longest prefix it already holds (/reset, /quit)
  *
  * Sampling defaults come from the program's bundled generation_config.json
- * (as HF's generate() would use them); any flag overrides them. The stats
- * line goes to stderr at the end. */
+ * (as HF's generate() would use them); any flag overrides them. The reply
+ * streams to stdout and ends with a newline (added only when the text did
+ * not end with one); the stats line then goes to stderr, after stdout is
+ * flushed, so the two never share a line on a terminal. --verbose first
+ * prints the model's name and size and the cache layout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +35,7 @@ typedef struct run_args {
     /* sampling overrides: NaN / -1 = not given */
     double temperature, top_p, min_p, penalty;
     long long top_k, seed;
-    bool greedy, interactive;
+    bool greedy, interactive, verbose;
     okv_cli_run_opts run;
 } run_args;
 
@@ -56,6 +59,7 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         bool ok = true;
         if (!strcmp(o, "--greedy")) { a->greedy = true; continue; }
         if (!strcmp(o, "--interactive") || !strcmp(o, "-i")) { a->interactive = true; continue; }
+        if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { a->verbose = true; continue; }
         if (o[0] != '-') { if (a->program) return okv_cli_usage_error("run: unexpected argument '%s'", o); a->program = o; continue; }
         if (!v) return okv_cli_usage_error("%s needs a value", o);
         i++;
@@ -154,9 +158,45 @@ static int collect_eos(const okv_cli_session *s, const okv_tok *tok, const char 
     return n;
 }
 
+/* The streamed reply; remembers whether stdout is at the start of a line. */
+typedef struct text_out {
+    bool at_line_start;
+} text_out;
+
 static void print_text(void *ctx, const char *text, size_t len) {
+    text_out *o = ctx;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
+    if (len) o->at_line_start = text[len - 1] == '\n';
+}
+
+/* Ends the reply's line (if it has one open) before stderr is written. */
+static void end_reply(const okv_gen_options *go) {
+    text_out *o = go->ctx;
+    if (!o->at_line_start) fputc('\n', stdout);
+    fflush(stdout);
+    o->at_line_start = true;
+}
+
+/* "offkv: model NAME | ARCH | 134.5M parameters | 256.6 MiB of bf16 weights" */
+static void print_model_line(const okv_program *p) {
+    char *json = NULL;
+    okv_error err = {0};
+    if (okv_program_describe(p, true, &json, &err)) return;
+    cJSON *d = cJSON_Parse(json);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(d, "parameters");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(d, "weight_bytes");
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "name"));
+    const char *arch = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "architecture"));
+    const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "dtype"));
+    if (name && cJSON_IsNumber(params) && cJSON_IsNumber(bytes)) {
+        double n = params->valuedouble;
+        fprintf(stderr, "offkv: model %s | %s | %.*f%s parameters | %.1f MiB of %s weights\n", name, arch ? arch : "?",
+                n >= 1e9 ? 2 : 1, n >= 1e9 ? n / 1e9 : n >= 1e6 ? n / 1e6 : n / 1e3, n >= 1e9 ? "B" : n >= 1e6 ? "M" : "K",
+                bytes->valuedouble / (1024.0 * 1024.0), dtype ? dtype : "");
+    }
+    cJSON_Delete(d);
+    free(json);
 }
 
 static void print_stats(const okv_gen_stats *stats, size_t reused) {
@@ -176,7 +216,7 @@ static okv_status run_once(const run_args *a, okv_cli_session *s, const okv_tok 
     if (!st && a->chat == OKV_CHAT_AUTO && !templated) fprintf(stderr, "offkv: note: no chat template; prompt used as is\n");
     okv_gen_stats stats;
     if (!st) st = okv_generate(s->runner, tok, ids, n, 0, go, NULL, &stats, err);
-    printf("\n");
+    end_reply(go);
     if (!st) print_stats(&stats, 0);
     free(ids);
     return st;
@@ -212,7 +252,7 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
         okv_gen_stats stats;
         size_t reused = 0;
         st = okv_chat_session_turn(chat, turn, go, NULL, &stats, &reused, err);
-        printf("\n");
+        end_reply(go);
         if (!st) print_stats(&stats, reused);
     }
     free(line);
@@ -226,7 +266,13 @@ int okv_cli_run(int argc, char **argv) {
     if (rc) return rc;
     okv_cli_session s;
     a.run.runner.max_logit_rows = 1;   /* generation only reads the last row */
-    if (okv_cli_session_open(a.program, &a.run, &s, true)) return 1;
+    if (okv_cli_session_open(a.program, &a.run, &s, false)) return 1;
+    if (a.verbose) {
+        char line[256];
+        okv_error e = {0};
+        print_model_line(s.program);
+        if (!okv_cache_describe(s.key, line, sizeof line, &e)) fprintf(stderr, "offkv: %s\n", line);
+    }
     okv_error err = {0};
     okv_tok *tok = NULL;
     char *tok_config = blob_string(s.program, "tokenizer_config.json");
@@ -236,10 +282,11 @@ int okv_cli_run(int argc, char **argv) {
     if (!st) {
         okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id, NULL};
         int32_t eos[32];
+        text_out out = {true};
         int capacity = a.run.cache.max_capacity > 0 ? a.run.cache.max_capacity : s.info.max_ctx_len;
         okv_gen_options go = {.max_new_tokens = a.max_new, .sampling = sampling_params(s.program, &a), .stops = a.stops,
                               .n_stops = a.n_stops, .eos_ids = eos, .n_eos = collect_eos(&s, tok, tok_config, eos, 32),
-                              .context_limit = capacity, .on_text = print_text};
+                              .context_limit = capacity, .on_text = print_text, .ctx = &out};
         st = okv_sampler_params_check(&go.sampling, &err);
         if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);
     }

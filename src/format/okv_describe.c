@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "okv_common.h"
 #include "okv_format.h"
@@ -92,9 +93,22 @@ static void render_schemes(sbuf *b, const cJSON *doc) {
     sb_printf(b, " total %.0f bytes (%.1f MiB)\n", total->valuedouble, total->valuedouble / (1024.0 * 1024.0));
 }
 
+/* "model: NAME | 134.5M parameters | 513.0 MiB of weights" (programs only). */
+static void render_model(sbuf *b, const cJSON *doc) {
+    const char *name = okv_json_str(doc, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(doc, "parameters");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(doc, "weight_bytes");
+    if (!name || !cJSON_IsNumber(params) || !cJSON_IsNumber(bytes)) return;
+    double p = params->valuedouble;
+    sb_printf(b, "model: %s | %.*f%s parameters | %.1f MiB of weights\n", name, p >= 1e9 ? 2 : 1,
+              p >= 1e9 ? p / 1e9 : p >= 1e6 ? p / 1e6 : p / 1e3, p >= 1e9 ? "B" : p >= 1e6 ? "M" : "K",
+              bytes->valuedouble / (1024.0 * 1024.0));
+}
+
 char *okv_describe_render(const cJSON *doc, bool json) {
     if (json) return cJSON_Print(doc);
     sbuf b = {0};
+    render_model(&b, doc);
     const char *dtype = okv_json_str(doc, "dtype");
     sb_printf(&b, "architecture: %s%s%s\n", okv_json_str(doc, "architecture"), dtype ? " | dtype " : "", dtype ? dtype : "");
     const cJSON *e;
@@ -198,9 +212,41 @@ static void add_scheme_facts(cJSON *doc, cJSON *tensors, const okv_program_file 
     cJSON_AddNumberToObject(doc, "total_bytes", total);
 }
 
+/* The model's name: the checkpoint directory's or GGUF file's own name
+ * (e.g. "Llama-3.2-1B-Instruct", "SmolLM2-135M-Instruct.Q4_1"). */
+static void model_name(const char *source, char *out, size_t n) {
+    size_t len = source ? strlen(source) : 0;
+    while (len > 1 && source[len - 1] == '/') len--;
+    size_t start = len;
+    while (start > 0 && source[start - 1] != '/') start--;
+    size_t end = len;
+    if (end - start > 5 && !strncmp(source + end - 5, ".gguf", 5)) end -= 5;
+    if (end == start) { snprintf(out, n, "unnamed"); return; }
+    snprintf(out, n, "%.*s", (int)(end - start), source + start);
+}
+
+/* Parameters and bytes of the weights (bundled byte blobs excluded). */
+static void add_size_facts(cJSON *doc, const okv_program_file *pf) {
+    double params = 0, bytes = 0;
+    for (int t = 0; t < pf->n_tensors; t++) {
+        const okv_tensor *x = &pf->tensors[t];
+        if (x->dtype == OKV_T_U8) continue;
+        double e = 1;
+        for (int d = 0; d < x->n_dims; d++) e *= (double)x->shape[d];
+        params += e;
+        bytes += (double)x->nbytes;
+    }
+    cJSON_AddNumberToObject(doc, "parameters", params);
+    cJSON_AddNumberToObject(doc, "weight_bytes", bytes);
+}
+
 cJSON *okv_describe_program_doc(const okv_program_file *pf) {
     const okv_meta *m = &pf->meta;
     cJSON *doc = okv_describe_layout_doc(&pf->layout, m->architecture, okv_dtype_name(m->dtype));
+    char name[256];
+    model_name(m->source, name, sizeof name);
+    cJSON_AddStringToObject(doc, "name", name);
+    add_size_facts(doc, pf);
     cJSON_AddNumberToObject(doc, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(doc, "hidden_size", m->hidden_size);
     cJSON_AddNumberToObject(doc, "n_layers", m->n_layers);
