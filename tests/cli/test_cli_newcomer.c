@@ -162,7 +162,7 @@ static void test_run_streams(void) {
     r = run(args);
     CHECKF(r.code == 0 && !strcmp(r.out, " Paris.\n"), "stdout \"%s\"", r.out);
     CHECKF(starts_with(r.err, "offkv: model SmolLM2-135M-Instruct.Q4_1 | LlamaForCausalLM | 134.5M parameters | ") &&
-               strstr(r.err, "fp32 weights") && strstr(r.err, "caches") && strstr(r.err, "generated 2 tok"),
+               strstr(r.err, "MiB of f32 weights") && strstr(r.err, "caches") && strstr(r.err, "generated 2 tok"),
            "stderr %s", r.err);
     result_free(&r);
 }
