@@ -12,7 +12,7 @@ static const okv_kernels kernels_plain = {
 
 static const okv_kernels kernels_avx2 = {
     OKV_ISA_AVX2, "avx2", okv_matmul_avx2, okv_rmsnorm_avx2, okv_glu_avx2, okv_attend_avx2,
-    okv_matmul_q_plain,
+    okv_matmul_q_best,
 };
 
 static bool cpu_has_avx2(void) {

@@ -103,6 +103,53 @@ void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int
 /* y[T, N] = NaN: what a quantized matmul without scratch memory returns. */
 void okv_qmm_fail(float *y, int T, int N);
 
+/* The integer-dot algorithm (okv_qmatmul.c's head comment) is one driver
+ * with per-ISA inner loops. Activations are quantized once per call: row t
+ * of x[T, K] becomes int8 codes in W's superblock order (unpacked, one byte
+ * per element) with a scale and sums per group. */
+typedef struct okv_qact {
+    int8_t *q;      /* [T][K]: x ~= dx * q inside each group */
+    float *dx;      /* [T][G] */
+    int32_t *qsum;  /* [T][G]: sum of the group's q (symmetric offset) */
+    float *sx;      /* [T][G]: dx * qsum (asymmetric offset) */
+} okv_qact;
+
+typedef struct okv_qmm_job {
+    float *y;               /* [T, N] */
+    int T, K, N;
+    okv_qview w;
+    okv_qact a;
+    const float *bias;
+    int block_rows;         /* prefill: W rows per task */
+} okv_qmm_job;
+
+typedef struct okv_qmm_ops {
+    /* row t of x[K] -> a's row t (codes, dx, qsum, sx) */
+    void (*quantize)(const okv_qmm_job *j, const float *x, int t);
+    /* T = 1: y[n] for n in [n0, n1) */
+    void (*gemv)(const okv_qmm_job *j, int n0, int n1);
+    /* all T rows for W rows [n0, n1) */
+    void (*gemm)(const okv_qmm_job *j, int n0, int n1);
+} okv_qmm_ops;
+
+/* Quantizes x with ops, then runs the GEMV (T = 1: per-thread ranges of W
+ * rows claimed in chunks, like the bf16 GEMV) or the GEMM (T > 1: blocks of
+ * W rows that stay in L2). */
+void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
+                 const okv_qscheme *s, int N, const float *bias);
+/* The integer algorithm in plain C: the model the SIMD versions must match
+ * bit for bit (okv_qmatmul.c). */
+extern const okv_qmm_ops okv_qmm_ops_plain;
+void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            const okv_qscheme *s, int N, const float *bias);
+/* AVX-512 F/BW/VL + VNNI (okv_qmatmul_avx512.c): vpdpbusd on 512-bit vectors. */
+void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                             const okv_qscheme *s, int N, const float *bias);
+bool okv_qmm_have_avx512vnni(void);
+/* The fastest of the above this CPU supports. */
+void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias);
+
 /* Splitting N output features into blocks of whole rows for the pool:
  * blocks of `rows` rows (a multiple of `align`) sized so one block of W
  * stays in L2 and there are enough blocks to balance the threads. */

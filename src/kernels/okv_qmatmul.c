@@ -1,12 +1,33 @@
 /* okv_qmatmul.c — y = x @ dequant(W)^T for quantized W (okv_quant.h): the
- * plain f32 reference every fast path is measured against.
+ * plain f32 reference, and the integer-dot algorithm every SIMD version
+ * runs (its driver and its plain C model).
  *
- * The reference dequantizes each W row once into f32 (okv_dequant_row, the
+ * Reference: dequantizes each W row once into f32 (okv_dequant_row, the
  * layer's own definition of the values) and reuses it for all T rows of x,
- * summing with 8 partial sums. Threads split N in blocks of whole rows, so
- * every output is computed by one task and the bits do not depend on the
- * thread count. */
+ * summing with 8 partial sums.
+ *
+ * Integer algorithm: each row of x is quantized per group of the W scheme,
+ * dx = max|x| / 127, q = round(x / dx) in [-127, 127] (stored in the same
+ * superblock order as W's codes), with sum(q) per group. Then for one
+ * output and one superblock (16 groups, lane l = group l):
+ *     isum_l = sum over the group of c * q      (exact in int32: at most
+ *              256 * 255 * 127 < 2^24, so also exact as a float)
+ *     s_l    = d_l * dx_l                       (f32)
+ *     sym:   acc_l = fma(s_l, float(isum_l - 2^(bits-1) * qsum_l), acc_l)
+ *     asym:  acc_l = fma(s_l, float(isum_l), acc_l);
+ *            acc_l = fma(m_l, sx_l, acc_l)      (sx = dx * qsum)
+ * and y = ((acc[i] + acc[i+8]) + ...) reduced 16 -> 8 -> 4 -> 2 -> 1, plus
+ * bias. Lanes past a tail superblock's groups add fma(0, 0, acc) = acc. The
+ * SIMD versions do exactly these operations in this order, so they match
+ * this model bit for bit (tests/kernels/test_qmatmul.c). Against the exact
+ * product the only new error is x's rounding: |dy| <= sum over groups of
+ * dx/2 * sum|w| (plus f32 rounding of the K-term sum).
+ *
+ * Threads split N: each output is computed by one task, so the bits do not
+ * depend on the thread count (nor on row tiling: every row's arithmetic is
+ * the same whatever tile it is computed in). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "okv_kernels_internal.h"
@@ -61,4 +82,215 @@ void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int
     }
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, qmm_plain_task, &j);
     free(j.rows);
+}
+
+/* ---- the integer algorithm: driver -------------------------------------------- */
+
+enum { QMM_CHUNK_BYTES = 128 * 1024, /* of W per GEMV claim */
+       QMM_MAX_RANGES = 64,
+       QMM_X_ROWS_PER_TASK = 8 };
+
+typedef struct qmm_counter {
+    _Alignas(64) atomic_int next;
+} qmm_counter;
+
+/* The decode split of okv_kernels_avx2.c's GEMV: one contiguous range of
+ * rows per thread, claimed in chunks; a thread done with its own range
+ * helps with the others. */
+typedef struct qmm_gemv_job {
+    const okv_qmm_job *j;
+    const okv_qmm_ops *ops;
+    int n_ranges, range_rows, chunk_rows;
+    qmm_counter ranges[QMM_MAX_RANGES];
+} qmm_gemv_job;
+
+static void qmm_gemv_task(void *ctx, int task, int thread) {
+    (void)thread;
+    qmm_gemv_job *g = ctx;
+    for (int i = 0; i < g->n_ranges; i++) {
+        int r = (task + i) % g->n_ranges;
+        int r0 = r * g->range_rows, r1 = r0 + g->range_rows < g->j->N ? r0 + g->range_rows : g->j->N;
+        for (;;) {
+            int c = atomic_fetch_add_explicit(&g->ranges[r].next, 1, memory_order_relaxed);
+            int n0 = r0 + c * g->chunk_rows;
+            if (n0 >= r1) break;
+            g->ops->gemv(g->j, n0, n0 + g->chunk_rows < r1 ? n0 + g->chunk_rows : r1);
+        }
+    }
+}
+
+static int round_up(int v, int a) { return (v + a - 1) / a * a; }
+
+static void qmm_gemv_run(okv_threadpool *tp, const okv_qmm_ops *ops, const okv_qmm_job *j) {
+    qmm_gemv_job g;
+    g.j = j;
+    g.ops = ops;
+    size_t row_bytes = j->w.code_stride + (size_t)j->w.groups * 2 * (j->w.asym ? 2 : 1);
+    int chunk = (int)(QMM_CHUNK_BYTES / row_bytes);
+    g.chunk_rows = round_up(chunk > 0 ? chunk : 1, 16);
+    int n_ranges = okv_threadpool_size(tp);
+    if (n_ranges > QMM_MAX_RANGES) n_ranges = QMM_MAX_RANGES;
+    g.range_rows = round_up((j->N + n_ranges - 1) / n_ranges, 16);
+    g.n_ranges = (j->N + g.range_rows - 1) / g.range_rows;
+    for (int r = 0; r < g.n_ranges; r++) atomic_init(&g.ranges[r].next, 0);
+    okv_threadpool_run(tp, g.n_ranges, qmm_gemv_task, &g);
+}
+
+typedef struct qmm_task_ctx {
+    const okv_qmm_job *j;
+    const okv_qmm_ops *ops;
+    const float *x;
+} qmm_task_ctx;
+
+static void qmm_quantize_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const qmm_task_ctx *c = ctx;
+    int t0 = task * QMM_X_ROWS_PER_TASK, t1 = t0 + QMM_X_ROWS_PER_TASK < c->j->T ? t0 + QMM_X_ROWS_PER_TASK : c->j->T;
+    for (int t = t0; t < t1; t++) c->ops->quantize(c->j, c->x + (size_t)t * c->j->K, t);
+}
+
+static void qmm_gemm_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const qmm_task_ctx *c = ctx;
+    int n0 = task * c->j->block_rows, n1 = n0 + c->j->block_rows < c->j->N ? n0 + c->j->block_rows : c->j->N;
+    c->ops->gemm(c->j, n0, n1);
+}
+
+void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
+                 const okv_qscheme *s, int N, const float *bias) {
+    if (T <= 0 || N <= 0) return;
+    okv_qmm_job j = {y, T, K, N, okv_quant_view(s, W, N, K), {0}, bias, 0};
+    int G = j.w.groups;
+    size_t tk = (size_t)T * K, tg = (size_t)T * G;
+    /* one allocation: codes (64-byte aligned rows when K allows), then scales */
+    size_t qbytes = (tk + 63) / 64 * 64;
+    char *mem = aligned_alloc(64, qbytes + tg * 12 + 64);
+    if (!mem) {
+        okv_qmm_fail(y, T, N);
+        return;
+    }
+    j.a.q = (int8_t *)mem;
+    j.a.dx = (float *)(mem + qbytes);
+    j.a.qsum = (int32_t *)(j.a.dx + tg);
+    j.a.sx = (float *)(j.a.qsum + tg);
+    qmm_task_ctx c = {&j, ops, x};
+    if (T == 1) {
+        ops->quantize(&j, x, 0);
+        qmm_gemv_run(tp, ops, &j);
+    } else {
+        okv_threadpool_run(tp, (T + QMM_X_ROWS_PER_TASK - 1) / QMM_X_ROWS_PER_TASK, qmm_quantize_task, &c);
+        size_t row_bytes = j.w.code_stride + (size_t)G * 2 * (j.w.asym ? 2 : 1);
+        int n_threads = okv_threadpool_size(tp);
+        int rows = (int)((192 * 1024) / row_bytes); /* the block of W stays in L2 */
+        int per_thread = (N + n_threads * 4 - 1) / (n_threads * 4);
+        if (rows > 128) rows = 128;
+        if (rows > per_thread) rows = per_thread;
+        j.block_rows = round_up(rows > 0 ? rows : 1, 4);
+        okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, qmm_gemm_task, &c);
+    }
+    free(mem);
+}
+
+/* ---- the integer algorithm: plain C model -------------------------------------- */
+
+/* Lanes (groups) of superblock sb of a row with G groups. */
+static int sb_lanes(int G, int sb) { return G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS; }
+
+static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
+    const int gs = j->w.group, G = j->w.groups;
+    int8_t *q = j->a.q + (size_t)t * j->K;
+    for (int g = 0; g < G; g++) {
+        const float *xg = x + (size_t)g * gs;
+        float amax = 0.0f;
+        bool bad = false;
+        for (int i = 0; i < gs; i++) {
+            bad |= !isfinite(xg[i]);
+            amax = fabsf(xg[i]) > amax ? fabsf(xg[i]) : amax;
+        }
+        float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
+        int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS, L = sb_lanes(G, sb);
+        int8_t *qsb = q + (size_t)sb * OKV_QSB_GROUPS * gs;
+        int32_t sum = 0;
+        for (int i = 0; i < gs; i++) {
+            int v = bad ? 0 : (int)nearbyintf(xg[i] * id);
+            qsb[(i / 4) * 4 * L + 4 * l + i % 4] = (int8_t)v;
+            sum += v;
+        }
+        size_t gi = (size_t)t * G + g;
+        if (bad) { /* a non-finite activation makes the outputs NaN, as in f32 */
+            j->a.dx[gi] = j->a.sx[gi] = NAN;
+            j->a.qsum[gi] = 0;
+            continue;
+        }
+        j->a.dx[gi] = amax / 127.0f;
+        j->a.qsum[gi] = sum;
+        j->a.sx[gi] = j->a.dx[gi] * (float)sum;
+    }
+}
+
+/* Sum of 16 lanes in the fixed order every version uses. */
+static float reduce16(const float *a) {
+    float h8[8], h4[4], h2[2];
+    for (int i = 0; i < 8; i++) h8[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) h4[i] = h8[i] + h8[i + 4];
+    for (int i = 0; i < 2; i++) h2[i] = h4[i] + h4[i + 2];
+    return h2[0] + h2[1];
+}
+
+/* One output: W row n . activation row t, the integer algorithm. */
+static float qdot_plain(const okv_qmm_job *j, int n, int t) {
+    const okv_qview *w = &j->w;
+    const int gs = w->group, G = w->groups, off = w->asym ? 0 : 1 << (w->bits - 1);
+    const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
+    const uint16_t *drow = w->d + (size_t)n * w->scale_stride, *mrow = w->m ? w->m + (size_t)n * w->scale_stride : NULL;
+    const int8_t *q = j->a.q + (size_t)t * j->K;
+    const float *dx = j->a.dx + (size_t)t * G, *sx = j->a.sx + (size_t)t * G;
+    const int32_t *qsum = j->a.qsum + (size_t)t * G;
+    float acc[OKV_QSB_GROUPS] = {0};
+    for (int sb = 0; sb * OKV_QSB_GROUPS < G; sb++) {
+        int L = sb_lanes(G, sb), g0 = sb * OKV_QSB_GROUPS;
+        const uint8_t *csb = crow + (size_t)g0 * gs * w->bits / 8;
+        const int8_t *qsb = q + (size_t)g0 * gs;
+        int32_t isum[OKV_QSB_GROUPS] = {0};
+        for (int u = 0; u < gs / 4; u++)
+            for (int l = 0; l < L; l++)
+                for (int i = 0; i < 4; i++) {
+                    int e = 4 * l + i, c;
+                    if (w->bits == 8) c = csb[u * 4 * L + e];
+                    else c = (csb[(u / 2) * 4 * L + e] >> ((u & 1) * 4)) & 15;
+                    isum[l] += c * qsb[u * 4 * L + e];
+                }
+        for (int l = 0; l < OKV_QSB_GROUPS; l++) {
+            bool on = l < L;
+            float s = on ? okv_k_f16(drow[g0 + l]) * dx[g0 + l] : 0.0f;
+            if (!mrow) {
+                float v = (float)(isum[l] - off * (on ? qsum[g0 + l] : 0));
+                acc[l] = fmaf(s, v, acc[l]);
+            } else {
+                acc[l] = fmaf(s, (float)isum[l], acc[l]);
+                acc[l] = fmaf(on ? okv_k_f16(mrow[g0 + l]) : 0.0f, on ? sx[g0 + l] : 0.0f, acc[l]);
+            }
+        }
+    }
+    return reduce16(acc);
+}
+
+static void gemm_plain(const okv_qmm_job *j, int n0, int n1) {
+    for (int t = 0; t < j->T; t++)
+        for (int n = n0; n < n1; n++)
+            j->y[(size_t)t * j->N + n] = qdot_plain(j, n, t) + (j->bias ? j->bias[n] : 0.0f);
+}
+
+const okv_qmm_ops okv_qmm_ops_plain = {quantize_x_plain, gemm_plain, gemm_plain};
+
+void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            const okv_qscheme *s, int N, const float *bias) {
+    okv_qmm_run(tp, &okv_qmm_ops_plain, y, x, T, K, W, s, N, bias);
+}
+
+/* The best integer kernel this CPU runs (the tables point here). */
+void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias) {
+    if (okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni(tp, y, x, T, K, W, s, N, bias);
+    else okv_matmul_q_int_plain(tp, y, x, T, K, W, s, N, bias);
 }

@@ -1,0 +1,221 @@
+/* okv_qmatmul_avx512.c — the integer-dot quantized matmul (okv_qmatmul.c's
+ * algorithm) with AVX-512 F/BW/VL and VNNI: vpdpbusd on 512-bit vectors.
+ *
+ * The W layout (okv_quant.c) is made for this loop: one 64-byte load of a
+ * superblock unit holds 4 codes of each of 16 groups, and vpdpbusd (u8
+ * codes x s8 activations, 4 products summed per 32-bit lane) accumulates
+ * each group's exact integer dot product in its own lane. 4-bit codes come
+ * two units per load (AND, shift+AND). Only at the end of a superblock are
+ * the 16 lanes converted to f32 and scaled, with one vector of d * dx.
+ *
+ * Decode (T = 1): tiles of 4 W rows share each x unit load (x, K bytes of
+ * int8, stays in L1); each thread streams its own contiguous range of rows.
+ * Prefill (T > 1): tiles of 4 W rows x 4 x rows (16 int32 accumulators),
+ * so each W unit is unpacked once for 4 rows of x and each x unit loaded
+ * once for 4 W rows; blocks of W rows stay in L2 while the x panel
+ * (quantized once per call) streams past them.
+ *
+ * Measurements: see bench_kernels (qgemv / qgemm sections) and README. */
+#include <immintrin.h>
+#include <math.h>
+#include <float.h>
+
+#include "okv_kernels_internal.h"
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INLINE_TGT static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+
+bool okv_qmm_have_avx512vnni(void) {
+    const okv_cpu_caps *c = okv_cpu();
+    return c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx512vnni && c->fma && c->f16c;
+}
+
+/* ---- activations ------------------------------------------------------------- */
+
+/* Row t of x -> int8 codes in superblock order, dx, qsum, sx (exactly the
+ * plain model's operations: max, one f32 multiply, round to nearest even). */
+static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
+    const int gs = j->w.group, G = j->w.groups;
+    int8_t *q = j->a.q + (size_t)t * j->K;
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), fmax = _mm512_set1_ps(FLT_MAX);
+    for (int g = 0; g < G; g++) {
+        const float *xg = x + (size_t)g * gs;
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int i = 0; i < gs; i += 16) {
+            __m512 a = _mm512_and_ps(_mm512_loadu_ps(xg + i), absmask);
+            bad |= _mm512_cmp_ps_mask(a, fmax, _CMP_NLE_UQ); /* NaN or inf */
+            amax = _mm512_max_ps(amax, a);
+        }
+        float am = _mm512_reduce_max_ps(amax);
+        int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS;
+        int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
+        int8_t *qg = q + (size_t)sb * OKV_QSB_GROUPS * gs + 4 * l;
+        size_t gi = (size_t)t * G + g;
+        if (bad) {
+            for (int u = 0; u < gs / 4; u++) memset(qg + (size_t)u * 4 * L, 0, 4);
+            j->a.dx[gi] = j->a.sx[gi] = NAN;
+            j->a.qsum[gi] = 0;
+            continue;
+        }
+        __m512 id = _mm512_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+        __m512i sum = _mm512_setzero_si512();
+        for (int i = 0; i < gs; i += 16) {
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + i), id));
+            sum = _mm512_add_epi32(sum, v);
+            __m128i b = _mm512_cvtsepi32_epi8(v); /* 4 units of 4 codes */
+            int u = i / 4;
+            int32_t w[4];
+            _mm_storeu_si128((__m128i *)w, b);
+            for (int k = 0; k < 4; k++) memcpy(qg + (size_t)(u + k) * 4 * L, &w[k], 4);
+        }
+        int32_t s = _mm512_reduce_add_epi32(sum);
+        j->a.dx[gi] = am / 127.0f;
+        j->a.qsum[gi] = s;
+        j->a.sx[gi] = j->a.dx[gi] * (float)s;
+    }
+}
+
+/* ---- the tile --------------------------------------------------------------------- */
+
+/* Sum of 16 lanes, 16 -> 8 -> 4 -> 2 -> 1 (the plain model's order). */
+INLINE_TGT float reduce16(__m512 a) {
+    __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+/* y[t0 + i, n0 + r] for r < RW, i < RT: W rows n0.. times activation rows
+ * t0.. over all of K. RW, RT, bits, asym are constants after inlining. */
+INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
+    const okv_qview *w = &j->w;
+    const int gs = w->group, G = w->groups, K = j->K;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
+        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS;
+        const size_t us = (size_t)4 * L; /* bytes per unit */
+        const __mmask64 km = L == OKV_QSB_GROUPS ? ~(__mmask64)0 : ((__mmask64)1 << us) - 1;
+        const __mmask16 lm = (__mmask16)((1u << L) - 1);
+        const uint8_t *c[4];
+        const int8_t *xq[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            c[r] = w->codes + (size_t)(n0 + (r < RW ? r : 0)) * w->code_stride + (size_t)g0 * gs * bits / 8;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) xq[i] = j->a.q + (size_t)(t0 + (i < RT ? i : 0)) * K + (size_t)g0 * gs;
+        __m512i is[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) is[r][i] = _mm512_setzero_si512();
+        if (bits == 4) {
+            for (int p = 0; p < gs / 8; p++) {
+                __m512i xa[4], xb[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    if (i >= RT) continue;
+                    xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + 2 * p * us);
+                    xb[i] = _mm512_maskz_loadu_epi8(km, xq[i] + (2 * p + 1) * us);
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    if (r >= RW) continue;
+                    __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + p * us);
+                    __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) {
+                        if (i >= RT) continue;
+                        is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, xa[i]);
+                        is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, xb[i]);
+                    }
+                }
+            }
+        } else {
+            for (int u = 0; u < gs / 4; u++) {
+                __m512i xa[4];
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    if (i < RT) xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + u * us);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    if (r >= RW) continue;
+                    __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + u * us);
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++)
+                        if (i < RT) is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, xa[i]);
+                }
+            }
+        }
+        /* scales: lane l of everything below is group g0 + l (0 past L) */
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= RW) continue;
+            size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
+            __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->d + srow));
+            __m512 mw = asym ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->m + srow)) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                if (i >= RT) continue;
+                size_t arow = (size_t)(t0 + i) * G + g0;
+                __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
+                if (!asym) {
+                    __m512i qs = _mm512_maskz_loadu_epi32(lm, j->a.qsum + arow);
+                    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(is[r][i], _mm512_slli_epi32(qs, bits - 1)));
+                    acc[r][i] = _mm512_fmadd_ps(s, v, acc[r][i]);
+                } else {
+                    acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(is[r][i]), acc[r][i]);
+                    acc[r][i] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(lm, j->a.sx + arow), acc[r][i]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (r >= RW) continue;
+        float b = j->bias ? j->bias[n0 + r] : 0.0f;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            if (i < RT) j->y[(size_t)(t0 + i) * j->N + n0 + r] = reduce16(acc[r][i]) + b;
+    }
+}
+
+/* Rows [n0, n1) x activation rows [t0, t0 + RT): 4-row tiles, then single rows. */
+INLINE_TGT void qrows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) qtile(j, n, t0, 4, RT, bits, asym);
+    for (; n < n1; n++) qtile(j, n, t0, 1, RT, bits, asym);
+}
+
+INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+    int t = 0;
+    for (; t + 4 <= j->T; t += 4) qrows(j, n0, n1, t, 4, bits, asym);
+    for (; t < j->T; t++) qrows(j, n0, n1, t, 1, bits, asym);
+}
+
+static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 4, false); }
+static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 4, true); }
+static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 8, false); }
+static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 8, true); }
+static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, false); }
+static TGT void gemm_q4a(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, true); }
+static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 8, false); }
+static TGT void gemm_q8a(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 8, true); }
+
+static const okv_qmm_ops ops_avx512[4] = {
+    {quantize_avx512, gemv_q4s, gemm_q4s},
+    {quantize_avx512, gemv_q4a, gemm_q4a},
+    {quantize_avx512, gemv_q8s, gemm_q8s},
+    {quantize_avx512, gemv_q8a, gemm_q8a},
+};
+
+void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                             const okv_qscheme *s, int N, const float *bias) {
+    const okv_qmm_ops *ops = &ops_avx512[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
+    okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias);
+}
