@@ -12,9 +12,14 @@
  *   7. decode: the GEMVs of one Llama-3.2-1B token (q k v o gate up down per
  *      layer, then the 128256-row LM head) in bf16 on 2 threads, each shape
  *      alone and as back-to-back layers, as GB/s and an estimated tok/s
+ *   8. quantized (okv_quant.h) decode GEMV on the Llama-3.2-1B shapes, q8
+ *      and q4, each path side by side with bf16 and with the read-bandwidth
+ *      probe in the same loop (medians: this VM's bandwidth flips between
+ *      two states), as GB/s of bytes really read; and the prefill GEMM
+ *      (T = 512) in GFLOP/s next to bf16's
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] (default: all sections). Best of N repetitions everywhere; weights
+ * [decode] [qgemv] [qgemm] (default: all sections). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
 #include <math.h>
@@ -25,6 +30,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels.h"
+#include "okv_kernels_internal.h"
 
 static double now(void) {
     struct timespec ts;
@@ -256,6 +262,187 @@ static void bench_decode(const okv_kernels *k, okv_threadpool *tp, double bw, in
     free(y);
 }
 
+
+/* ---- 8. quantized matmul --------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One probe pass: seconds to sum the buffer on the pool. */
+static double probe_once(okv_threadpool *tp, const float *buf, size_t n) {
+    sum_job j = {buf, n, okv_threadpool_size(tp), {0}};
+    double t0 = now();
+    okv_threadpool_run(tp, j.parts, sum_task, &j);
+    return now() - t0;
+}
+
+/* Copies of one quantized matrix laid end to end in an arena much larger
+ * than the L3, with random codes and valid scales; calls rotate through
+ * them so every byte comes from DRAM. */
+typedef struct qarena {
+    uint8_t *mem;
+    size_t size;
+} qarena;
+
+/* Valid, normal bf16 everywhere (so the bf16 rows read the same arena
+ * without subnormal slow paths); any byte is a valid code. */
+static void qarena_fill_random(qarena *a) {
+    uint16_t *p = (uint16_t *)a->mem;
+    for (size_t i = 0; i < a->size / 2; i++) p[i] = (uint16_t)(0x3c00 | ((i * 2654435761u) >> 24 & 0xff));
+}
+
+typedef struct qset {
+    const qarena *a;
+    okv_qscheme s;
+    int N, K, n_copies;
+    size_t stride;
+    uint64_t bytes;
+} qset;
+
+static qset make_qset(const qarena *a, okv_qscheme s, int N, int K) {
+    qset q = {a, s, N, K, 0, 0, okv_quant_bytes(&s, N, K)};
+    q.stride = (q.bytes + 63) / 64 * 64;
+    q.n_copies = (int)(a->size / q.stride);
+    for (int c = 0; c < q.n_copies; c++) { /* scales and offsets: small, valid f16 */
+        okv_qview v = okv_quant_view(&s, a->mem + c * q.stride, N, K);
+        uint16_t *d = (uint16_t *)v.d;
+        size_t n = (size_t)N * v.groups;
+        for (size_t i = 0; i < n; i++) d[i] = okv_f32_to_f16(0.001f + (float)(i % 7) * 1e-4f);
+        if (v.m)
+            for (size_t i = 0; i < n; i++) ((uint16_t *)v.m)[i] = okv_f32_to_f16(-0.01f * (float)(i % 3));
+    }
+    return q;
+}
+
+static const void *qset_copy(const qset *q, int i) { return q->a->mem + (size_t)(i % q->n_copies) * q->stride; }
+
+typedef struct qpath {
+    const char *name;
+    void (*fn)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s, int N,
+               const float *bias);
+} qpath;
+
+enum { Q_MAX_PATHS = 4 };
+
+static int q_paths(qpath *p) {
+    int n = 0;
+    if (okv_qmm_have_avx512vnni()) p[n++] = (qpath){"int8-avx512vnni", okv_matmul_q_avx512vnni};
+    if (okv_qmm_have_avx512vnni()) p[n++] = (qpath){"f32-avx512", okv_matmul_q_avx512_f32};
+    if (!n) p[n++] = (qpath){"int8-plain", okv_matmul_q_int_plain};
+    return n;
+}
+
+static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) {
+    static const int shapes[5][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}, {4, 32, false, OKV_F16}};
+    qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
+    a.mem = aligned_alloc(64, a.size);
+    qarena_fill_random(&a);
+    size_t pn = (256u << 20) / 4; /* probe: 256 MiB, one pass per rep */
+    float *pbuf = aligned_alloc(64, pn * 4);
+    for (size_t i = 0; i < pn; i++) pbuf[i] = 1.0f;
+    qpath paths[Q_MAX_PATHS];
+    int n_paths = q_paths(paths), reps = quick ? 9 : 25;
+    float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 128256);
+    for (int i = 0; i < 8192; i++) x[i] = frand();
+    printf("\nquantized decode GEMV, %d threads, medians of %d (probe = 256 MiB sum, same loop)\n",
+           okv_threadpool_size(tp), reps);
+    printf("%-12s %-16s %-16s %9s %9s %9s %8s\n", "W (NxK)", "scheme", "path", "us", "MB read", "GB/s", "of bw");
+    for (int si = 0; si < 5; si++)
+        for (int qi = 0; qi < 3; qi++) {
+            int N = shapes[si][0], K = shapes[si][1];
+            qset q = make_qset(&a, schemes[qi], N, K);
+            double t[Q_MAX_PATHS][64], tp_[64], tb[64];
+            /* bf16 of the same shape, for reference (copies in the same arena) */
+            size_t bf_bytes = (size_t)N * K * 2, bf_copies = a.size / bf_bytes;
+            for (int r = 0; r < reps; r++) {
+                tp_[r] = probe_once(tp, pbuf, pn);
+                for (int p = 0; p < n_paths; p++) {
+                    const void *W = qset_copy(&q, r * (n_paths + 1) + p);
+                    double t0 = now();
+                    paths[p].fn(tp, y, x, 1, K, W, &q.s, N, NULL);
+                    t[p][r] = now() - t0;
+                }
+                if (qi == 0) {
+                    const void *W = a.mem + (size_t)(r % (bf_copies ? bf_copies : 1)) * bf_bytes;
+                    double t0 = now();
+                    best->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                    tb[r] = now() - t0;
+                }
+            }
+            double bw = (double)pn * 4 / median(tp_, reps) / 1e9;
+            char sname[32];
+            okv_qscheme_name(&q.s, sname, sizeof sname);
+            double bytes = (double)q.bytes + K * 4.0;
+            for (int p = 0; p < n_paths; p++) {
+                double sec = median(t[p], reps);
+                printf("%6dx%-5d %-16s %-16s %9.1f %9.2f %9.1f %7.0f%%\n", N, K, sname, paths[p].name, sec * 1e6,
+                       bytes / 1e6, bytes / sec / 1e9, 100 * bytes / sec / 1e9 / bw);
+            }
+            if (qi == 0) {
+                double sec = median(tb, reps), bb = (double)bf_bytes;
+                printf("%6dx%-5d %-16s %-16s %9.1f %9.2f %9.1f %7.0f%%\n", N, K, "bf16", best->name, sec * 1e6,
+                       bb / 1e6, bb / sec / 1e9, 100 * bb / sec / 1e9 / bw);
+            }
+            printf("%6dx%-5d %-16s %-16s %9s %9s %9.1f\n", N, K, "", "probe", "", "", bw);
+        }
+    free(x);
+    free(y);
+    free(pbuf);
+    free(a.mem);
+}
+
+static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick) {
+    static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}};
+    const int T = 512, reps = quick ? 3 : 5;
+    qarena a = {NULL, (size_t)256 << 20};
+    a.mem = aligned_alloc(64, a.size);
+    qarena_fill_random(&a);
+    float *x = malloc(sizeof(float) * (size_t)T * 8192), *y = malloc(sizeof(float) * (size_t)T * 8192);
+    for (size_t i = 0; i < (size_t)T * 8192; i++) x[i] = frand();
+    printf("\nprefill GEMM T=%d, %d threads, medians of %d\n", T, okv_threadpool_size(tp), reps);
+    printf("%-12s %-16s %-16s %9s %9s\n", "W (NxK)", "scheme", "path", "ms", "GFLOP/s");
+    for (int si = 0; si < 3; si++) {
+        int N = shapes[si][0], K = shapes[si][1];
+        uint16_t *wb = aligned_alloc(64, (size_t)N * K * 2);
+        for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = okv_f32_to_bf16(frand() * 0.05f);
+        qset q[2];
+        for (int qi = 0; qi < 2; qi++) q[qi] = make_qset(&a, schemes[qi], N, K);
+        double tq[2][16], tb[16];
+        for (int r = 0; r < reps; r++) {
+            for (int qi = 0; qi < 2; qi++) {
+                double t0 = now();
+                okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                tq[qi][r] = now() - t0;
+            }
+            double t0 = now();
+            best->matmul(tp, y, x, T, K, wb, OKV_BF16, N, NULL);
+            tb[r] = now() - t0;
+        }
+        double flop = 2.0 * T * N * K;
+        for (int qi = 0; qi < 2; qi++) {
+            char sname[32];
+            double sec = median(tq[qi], reps);
+            printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
+                   okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain", sec * 1e3, flop / sec / 1e9);
+        }
+        double sec = median(tb, reps);
+        printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", best->name, sec * 1e3, flop / sec / 1e9);
+        free(wb);
+    }
+    free(x);
+    free(y);
+    free(a.mem);
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -392,6 +579,10 @@ int main(int argc, char **argv) {
 
     /* 7 */
     if (SECTION("decode")) bench_decode(tabs[n_tabs - 1], tps[1], bw[1], quick);
+
+    /* 8 */
+    if (SECTION("qgemv")) bench_qgemv(tps[1], tabs[n_tabs - 1], quick);
+    if (SECTION("qgemm")) bench_qgemm(tps[1], tabs[n_tabs - 1], quick);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

@@ -146,6 +146,10 @@ void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T,
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_avx512vnni(void);
+/* The same CPU, dequantizing W to f32 in registers (f32 x, FMA per element):
+ * the measured alternative to integer dots, not used by the tables. */
+void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                             const okv_qscheme *s, int N, const float *bias);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);

@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <float.h>
+#include <stdlib.h>
 
 #include "okv_kernels_internal.h"
 
@@ -218,4 +219,135 @@ void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T
                              const okv_qscheme *s, int N, const float *bias) {
     const okv_qmm_ops *ops = &ops_avx512[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
     okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias);
+}
+
+/* ---- the f32 alternative (measured, not dispatched) ------------------------------ */
+
+/* Dequantizing to f32 in registers instead: codes -> f32 and one FMA with
+ * f32 x per element. Kept to measure against the integer path (bench_kernels
+ * qgemv) and tested against the reference. x is permuted into superblock
+ * order once per row; each 64-code unit becomes 4 vectors (groups 4k..4k+3,
+ * 4 codes each), summed per group at the end of the superblock. Tail
+ * superblocks (fewer than 16 groups) run in scalar code. */
+typedef struct qf32_job {
+    float *y;
+    const float *xp, *xs; /* [K] permuted x, [G] per-group sums of x */
+    int K, N, t, T;
+    okv_qview w;
+    const float *bias;
+    int parts;
+} qf32_job;
+
+INLINE_TGT __m512 group_sums(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 c[4] = {a0, a1, a2, a3};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        c[k] = _mm512_add_ps(c[k], _mm512_permute_ps(c[k], _MM_SHUFFLE(2, 3, 0, 1)));
+        c[k] = _mm512_add_ps(c[k], _mm512_permute_ps(c[k], _MM_SHUFFLE(1, 0, 3, 2)));
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m512 p01 = _mm512_permutex2var_ps(c[0], idx, c[1]), p23 = _mm512_permutex2var_ps(c[2], idx, c[3]);
+    return _mm512_shuffle_f32x4(p01, p23, _MM_SHUFFLE(1, 0, 1, 0));
+}
+
+INLINE_TGT __m512 unit_fma(__m512i codes, const float *x, __m512 *A) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m128i b = k == 0 ? _mm512_castsi512_si128(codes) : k == 1 ? _mm512_extracti32x4_epi32(codes, 1)
+                  : k == 2 ? _mm512_extracti32x4_epi32(codes, 2) : _mm512_extracti32x4_epi32(codes, 3);
+        A[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), _mm512_loadu_ps(x + 16 * k), A[k]);
+    }
+    return A[0];
+}
+
+INLINE_TGT float qf32_row(const qf32_job *j, int n, int bits) {
+    const okv_qview *w = &j->w;
+    const int gs = w->group, G = w->groups;
+    const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
+    const uint16_t *drow = w->d + (size_t)n * w->scale_stride, *mrow = w->m ? w->m + (size_t)n * w->scale_stride : NULL;
+    const float off = w->asym ? 0.0f : (float)(1 << (bits - 1));
+    __m512 acc = _mm512_setzero_ps();
+    float tail = 0.0f;
+    int g0 = 0;
+    for (; g0 + OKV_QSB_GROUPS <= G; g0 += OKV_QSB_GROUPS) {
+        const uint8_t *c = crow + (size_t)g0 * gs * bits / 8;
+        const float *xp = j->xp + (size_t)g0 * gs;
+        __m512 A[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        if (bits == 4) {
+            const __m512i m4 = _mm512_set1_epi8(0x0f);
+            for (int p = 0; p < gs / 8; p++) {
+                __m512i wv = _mm512_loadu_si512(c + 64 * p);
+                unit_fma(_mm512_and_si512(wv, m4), xp + 128 * p, A);
+                unit_fma(_mm512_and_si512(_mm512_srli_epi16(wv, 4), m4), xp + 128 * p + 64, A);
+            }
+        } else {
+            for (int u = 0; u < gs / 4; u++) unit_fma(_mm512_loadu_si512(c + 64 * u), xp + 64 * u, A);
+        }
+        __m512 S = group_sums(A[0], A[1], A[2], A[3]), xs = _mm512_loadu_ps(j->xs + g0);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(drow + g0)));
+        if (mrow) {
+            acc = _mm512_fmadd_ps(dw, S, acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mrow + g0))), xs, acc);
+        } else {
+            acc = _mm512_fmadd_ps(dw, _mm512_fnmadd_ps(_mm512_set1_ps(off), xs, S), acc);
+        }
+    }
+    if (g0 < G) { /* tail superblock: L lanes, scalar */
+        int L = G - g0;
+        const uint8_t *c = crow + (size_t)g0 * gs * bits / 8;
+        const float *xp = j->xp + (size_t)g0 * gs;
+        for (int l = 0; l < L; l++) {
+            float sc = 0.0f;
+            for (int u = 0; u < gs / 4; u++)
+                for (int i = 0; i < 4; i++) {
+                    int e = 4 * l + i;
+                    int code = bits == 8 ? c[u * 4 * L + e] : (c[(u / 2) * 4 * L + e] >> ((u & 1) * 4)) & 15;
+                    sc += (float)code * xp[u * 4 * L + e];
+                }
+            float d = okv_k_f16(drow[g0 + l]), xs = j->xs[g0 + l];
+            tail += mrow ? d * sc + okv_k_f16(mrow[g0 + l]) * xs : d * (sc - off * xs);
+        }
+    }
+    return reduce16(acc) + tail;
+}
+
+static TGT void qf32_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const qf32_job *j = ctx;
+    int per = (j->N + j->parts - 1) / j->parts, n0 = task * per, n1 = n0 + per < j->N ? n0 + per : j->N;
+    for (int n = n0; n < n1; n++) {
+        float v = j->w.bits == 4 ? qf32_row(j, n, 4) : qf32_row(j, n, 8);
+        j->y[(size_t)j->t * j->N + n] = v + (j->bias ? j->bias[n] : 0.0f);
+    }
+}
+
+void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                             const okv_qscheme *s, int N, const float *bias) {
+    if (T <= 0 || N <= 0) return;
+    qf32_job j = {y, NULL, NULL, K, N, 0, T, okv_quant_view(s, W, N, K), bias, okv_threadpool_size(tp)};
+    const int gs = s->group, G = j.w.groups;
+    float *xp = malloc(sizeof(float) * ((size_t)K + G));
+    if (!xp) {
+        okv_qmm_fail(y, T, N);
+        return;
+    }
+    float *xs = xp + K;
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * K;
+        for (int g = 0; g < G; g++) {
+            int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS;
+            int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
+            float sum = 0.0f;
+            for (int i = 0; i < gs; i++) {
+                xp[(size_t)sb * OKV_QSB_GROUPS * gs + (i / 4) * 4 * L + 4 * l + i % 4] = xr[(size_t)g * gs + i];
+                sum += xr[(size_t)g * gs + i];
+            }
+            xs[g] = sum;
+        }
+        j.xp = xp;
+        j.xs = xs;
+        j.t = t;
+        okv_threadpool_run(tp, j.parts, qf32_task, &j);
+    }
+    free(xp);
 }

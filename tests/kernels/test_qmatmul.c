@@ -158,6 +158,7 @@ int main(void) {
     impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false};
     impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true};
     if (okv_qmm_have_avx512vnni()) impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true};
+    if (okv_qmm_have_avx512vnni()) impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false};
     else fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
     if (best->matmul_q != okv_matmul_q_avx512vnni)
