@@ -105,13 +105,13 @@ void okv_qmm_fail(float *y, int T, int N);
 
 /* The integer-dot algorithm (okv_qmatmul.c's head comment) is one driver
  * with per-ISA inner loops. Activations are quantized once per call: row t
- * of x[T, K] becomes int8 codes in W's superblock order (unpacked, one byte
- * per element) with a scale and sums per group. */
+ * of x[T, K] becomes two int8 planes in W's superblock order (unpacked, one
+ * byte per element), x ~= dx * q + dx2 * q2 per group, with their sums. */
 typedef struct okv_qact {
-    int8_t *q;      /* [T][K]: x ~= dx * q inside each group */
-    float *dx;      /* [T][G] */
-    int32_t *qsum;  /* [T][G]: sum of the group's q (symmetric offset) */
-    float *sx;      /* [T][G]: dx * qsum (asymmetric offset) */
+    int8_t *q, *q2;          /* [T][K]: codes and residual codes */
+    float *dx, *dx2;         /* [T][G]: dx = max|x| / 127, dx2 = max|x| / 32258 */
+    int32_t *qsum, *qsum2;   /* [T][G]: sums of the group's q, q2 (symmetric offset) */
+    float *sx;               /* [T][G]: dx * qsum + dx2 * qsum2 (asymmetric offset) */
 } okv_qact;
 
 typedef struct okv_qmm_job {

@@ -6,22 +6,35 @@
  * layer's own definition of the values) and reuses it for all T rows of x,
  * summing with 8 partial sums.
  *
- * Integer algorithm: each row of x is quantized per group of the W scheme,
- * dx = max|x| / 127, q = round(x / dx) in [-127, 127] (stored in the same
- * superblock order as W's codes), with sum(q) per group. Then for one
- * output and one superblock (16 groups, lane l = group l):
- *     isum_l = sum over the group of c * q      (exact in int32: at most
- *              256 * 255 * 127 < 2^24, so also exact as a float)
- *     s_l    = d_l * dx_l                       (f32)
- *     sym:   acc_l = fma(s_l, float(isum_l - 2^(bits-1) * qsum_l), acc_l)
- *     asym:  acc_l = fma(s_l, float(isum_l), acc_l);
- *            acc_l = fma(m_l, sx_l, acc_l)      (sx = dx * qsum)
+ * Integer algorithm: each row of x is quantized per group of the W scheme
+ * in two int8 planes: dx = max|x| / 127, q = round(x / dx) in [-127, 127];
+ * the residual r = x - q dx (|r| <= dx/2) gets dx2 = max|x| / 32258 (=
+ * dx / 254), q2 = round(r / dx2) in [-127, 127]. So x ~= dx q + dx2 q2 to
+ * within dx2/2 = max|x| / 64516 per element, ~15 bits: one int8 plane alone
+ * (what llama.cpp's Q8 activations do) added as much error as the 8-bit
+ * weights themselves, which the error-amplifying fixtures of
+ * tests/e2e/test_quant.c turned into cosines below 0.998; with the residual
+ * the kernels match the f32 reference to ~1e-5 relative. The second plane
+ * costs one more vpdpbusd per unit, hidden under the memory wall in decode
+ * (bench_kernels qgemv). Planes are stored in the same superblock order as
+ * W's codes, with sums per group. For one output and one superblock (16
+ * groups, lane l = group l):
+ *     isum_l  = sum over the group of c * q, isum2_l likewise with q2
+ *               (exact in int32: at most 256 * 255 * 127 < 2^24, so also
+ *               exact as floats)
+ *     s_l = d_l * dx_l,  s2_l = d_l * dx2_l                      (f32)
+ *     sym:  acc_l = fma(s_l,  float(isum_l  - 2^(bits-1) qsum_l),  acc_l);
+ *           acc_l = fma(s2_l, float(isum2_l - 2^(bits-1) qsum2_l), acc_l)
+ *     asym: acc_l = fma(s_l, float(isum_l), acc_l);
+ *           acc_l = fma(s2_l, float(isum2_l), acc_l);
+ *           acc_l = fma(m_l, sx_l, acc_l)        (sx = dx qsum + dx2 qsum2)
  * and y = ((acc[i] + acc[i+8]) + ...) reduced 16 -> 8 -> 4 -> 2 -> 1, plus
  * bias. Lanes past a tail superblock's groups add fma(0, 0, acc) = acc. The
  * SIMD versions do exactly these operations in this order, so they match
  * this model bit for bit (tests/kernels/test_qmatmul.c). Against the exact
  * product the only new error is x's rounding: |dy| <= sum over groups of
- * dx/2 * sum|w| (plus f32 rounding of the K-term sum).
+ * (max|x_g| / 64516 + f32 rounding of r) * sum|w| (plus f32 rounding of
+ * the K-term sum).
  *
  * Threads split N: each output is computed by one task, so the bits do not
  * depend on the thread count (nor on row tiling: every row's arithmetic is
@@ -162,17 +175,20 @@ void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const flo
     okv_qmm_job j = {y, T, K, N, okv_quant_view(s, W, N, K), {0}, bias, 0};
     int G = j.w.groups;
     size_t tk = (size_t)T * K, tg = (size_t)T * G;
-    /* one allocation: codes (64-byte aligned rows when K allows), then scales */
+    /* one allocation: two code planes (64-byte aligned rows when K allows), then per-group values */
     size_t qbytes = (tk + 63) / 64 * 64;
-    char *mem = aligned_alloc(64, qbytes + tg * 12 + 64);
+    char *mem = aligned_alloc(64, 2 * qbytes + tg * 24 + 64);
     if (!mem) {
         okv_qmm_fail(y, T, N);
         return;
     }
     j.a.q = (int8_t *)mem;
-    j.a.dx = (float *)(mem + qbytes);
-    j.a.qsum = (int32_t *)(j.a.dx + tg);
-    j.a.sx = (float *)(j.a.qsum + tg);
+    j.a.q2 = (int8_t *)(mem + qbytes);
+    j.a.dx = (float *)(mem + 2 * qbytes);
+    j.a.dx2 = j.a.dx + tg;
+    j.a.sx = j.a.dx2 + tg;
+    j.a.qsum = (int32_t *)(j.a.sx + tg);
+    j.a.qsum2 = j.a.qsum + tg;
     qmm_task_ctx c = {&j, ops, x};
     if (T == 1) {
         ops->quantize(&j, x, 0);
@@ -196,9 +212,15 @@ void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const flo
 /* Lanes (groups) of superblock sb of a row with G groups. */
 static int sb_lanes(int G, int sb) { return G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS; }
 
+/* Where element i of group g goes in a row's superblock order. */
+static size_t act_pos(int gs, int G, int g, int i) {
+    int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS, L = sb_lanes(G, sb);
+    return (size_t)sb * OKV_QSB_GROUPS * gs + (size_t)(i / 4) * 4 * L + 4 * l + i % 4;
+}
+
 static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
-    int8_t *q = j->a.q + (size_t)t * j->K;
+    int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     for (int g = 0; g < G; g++) {
         const float *xg = x + (size_t)g * gs;
         float amax = 0.0f;
@@ -207,24 +229,34 @@ static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
             bad |= !isfinite(xg[i]);
             amax = fabsf(xg[i]) > amax ? fabsf(xg[i]) : amax;
         }
-        float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
-        int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS, L = sb_lanes(G, sb);
-        int8_t *qsb = q + (size_t)sb * OKV_QSB_GROUPS * gs;
-        int32_t sum = 0;
-        for (int i = 0; i < gs; i++) {
-            int v = bad ? 0 : (int)nearbyintf(xg[i] * id);
-            qsb[(i / 4) * 4 * L + 4 * l + i % 4] = (int8_t)v;
-            sum += v;
-        }
         size_t gi = (size_t)t * G + g;
         if (bad) { /* a non-finite activation makes the outputs NaN, as in f32 */
-            j->a.dx[gi] = j->a.sx[gi] = NAN;
-            j->a.qsum[gi] = 0;
+            for (int i = 0; i < gs; i++) q[act_pos(gs, G, g, i)] = q2[act_pos(gs, G, g, i)] = 0;
+            j->a.dx[gi] = j->a.dx2[gi] = j->a.sx[gi] = NAN;
+            j->a.qsum[gi] = j->a.qsum2[gi] = 0;
             continue;
         }
-        j->a.dx[gi] = amax / 127.0f;
+        float id = amax > 0.0f ? 127.0f / amax : 0.0f, id2 = amax > 0.0f ? 32258.0f / amax : 0.0f;
+        float dx = amax / 127.0f;
+        int32_t sum = 0, sum2 = 0;
+        for (int i = 0; i < gs; i++) {
+            float v = nearbyintf(xg[i] * id);
+            float p = v * dx;
+            float r = xg[i] - p;
+            float v2 = nearbyintf(r * id2);
+            v2 = v2 > 127.0f ? 127.0f : v2 < -127.0f ? -127.0f : v2;
+            size_t e = act_pos(gs, G, g, i);
+            q[e] = (int8_t)v;
+            q2[e] = (int8_t)v2;
+            sum += (int)v;
+            sum2 += (int)v2;
+        }
+        j->a.dx[gi] = dx;
+        j->a.dx2[gi] = amax / 32258.0f;
         j->a.qsum[gi] = sum;
-        j->a.sx[gi] = j->a.dx[gi] * (float)sum;
+        j->a.qsum2[gi] = sum2;
+        float sx1 = dx * (float)sum, sx2 = j->a.dx2[gi] * (float)sum2;
+        j->a.sx[gi] = sx1 + sx2;
     }
 }
 
@@ -243,15 +275,14 @@ static float qdot_plain(const okv_qmm_job *j, int n, int t) {
     const int gs = w->group, G = w->groups, off = w->asym ? 0 : 1 << (w->bits - 1);
     const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
     const uint16_t *drow = w->d + (size_t)n * w->scale_stride, *mrow = w->m ? w->m + (size_t)n * w->scale_stride : NULL;
-    const int8_t *q = j->a.q + (size_t)t * j->K;
-    const float *dx = j->a.dx + (size_t)t * G, *sx = j->a.sx + (size_t)t * G;
-    const int32_t *qsum = j->a.qsum + (size_t)t * G;
+    const int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
+    const size_t a0 = (size_t)t * G;
     float acc[OKV_QSB_GROUPS] = {0};
     for (int sb = 0; sb * OKV_QSB_GROUPS < G; sb++) {
         int L = sb_lanes(G, sb), g0 = sb * OKV_QSB_GROUPS;
         const uint8_t *csb = crow + (size_t)g0 * gs * w->bits / 8;
-        const int8_t *qsb = q + (size_t)g0 * gs;
-        int32_t isum[OKV_QSB_GROUPS] = {0};
+        const int8_t *qsb = q + (size_t)g0 * gs, *q2sb = q2 + (size_t)g0 * gs;
+        int32_t isum[OKV_QSB_GROUPS] = {0}, isum2[OKV_QSB_GROUPS] = {0};
         for (int u = 0; u < gs / 4; u++)
             for (int l = 0; l < L; l++)
                 for (int i = 0; i < 4; i++) {
@@ -259,16 +290,22 @@ static float qdot_plain(const okv_qmm_job *j, int n, int t) {
                     if (w->bits == 8) c = csb[u * 4 * L + e];
                     else c = (csb[(u / 2) * 4 * L + e] >> ((u & 1) * 4)) & 15;
                     isum[l] += c * qsb[u * 4 * L + e];
+                    isum2[l] += c * q2sb[u * 4 * L + e];
                 }
         for (int l = 0; l < OKV_QSB_GROUPS; l++) {
             bool on = l < L;
-            float s = on ? okv_k_f16(drow[g0 + l]) * dx[g0 + l] : 0.0f;
+            size_t ga = a0 + g0 + l;
+            float d = on ? okv_k_f16(drow[g0 + l]) : 0.0f;
+            float s = d * (on ? j->a.dx[ga] : 0.0f), s2 = d * (on ? j->a.dx2[ga] : 0.0f);
             if (!mrow) {
-                float v = (float)(isum[l] - off * (on ? qsum[g0 + l] : 0));
+                float v = (float)(isum[l] - off * (on ? j->a.qsum[ga] : 0));
+                float v2 = (float)(isum2[l] - off * (on ? j->a.qsum2[ga] : 0));
                 acc[l] = fmaf(s, v, acc[l]);
+                acc[l] = fmaf(s2, v2, acc[l]);
             } else {
                 acc[l] = fmaf(s, (float)isum[l], acc[l]);
-                acc[l] = fmaf(on ? okv_k_f16(mrow[g0 + l]) : 0.0f, on ? sx[g0 + l] : 0.0f, acc[l]);
+                acc[l] = fmaf(s2, (float)isum2[l], acc[l]);
+                acc[l] = fmaf(on ? okv_k_f16(mrow[g0 + l]) : 0.0f, on ? j->a.sx[ga] : 0.0f, acc[l]);
             }
         }
     }

@@ -10,9 +10,9 @@
  *
  * Decode (T = 1): tiles of 4 W rows share each x unit load (x, K bytes of
  * int8, stays in L1); each thread streams its own contiguous range of rows.
- * Prefill (T > 1): tiles of 4 W rows x 4 x rows (16 int32 accumulators),
- * so each W unit is unpacked once for 4 rows of x and each x unit loaded
- * once for 4 W rows; blocks of W rows stay in L2 while the x panel
+ * Prefill (T > 1): tiles of 4 W rows x 2 x rows (16 int32 accumulators:
+ * two activation planes, see okv_qmatmul.c), so each W unit is unpacked
+ * once for 2 rows of x and each x unit loaded once for 4 W rows; blocks of W rows stay in L2 while the x panel
  * (quantized once per call) streams past them.
  *
  * Measurements: see bench_kernels (qgemv / qgemm sections) and README. */
@@ -33,12 +33,13 @@ bool okv_qmm_have_avx512vnni(void) {
 
 /* ---- activations ------------------------------------------------------------- */
 
-/* Row t of x -> int8 codes in superblock order, dx, qsum, sx (exactly the
- * plain model's operations: max, one f32 multiply, round to nearest even). */
+/* Row t of x -> two int8 planes in superblock order, dx, dx2, sums (exactly
+ * the plain model's operations: max, f32 multiplies, round to nearest even). */
 static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
-    int8_t *q = j->a.q + (size_t)t * j->K;
+    int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), fmax = _mm512_set1_ps(FLT_MAX);
+    const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
     for (int g = 0; g < G; g++) {
         const float *xg = x + (size_t)g * gs;
         __m512 amax = _mm512_setzero_ps();
@@ -51,29 +52,45 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
         float am = _mm512_reduce_max_ps(amax);
         int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS;
         int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
-        int8_t *qg = q + (size_t)sb * OKV_QSB_GROUPS * gs + 4 * l;
+        size_t base = (size_t)sb * OKV_QSB_GROUPS * gs + 4 * l;
         size_t gi = (size_t)t * G + g;
         if (bad) {
-            for (int u = 0; u < gs / 4; u++) memset(qg + (size_t)u * 4 * L, 0, 4);
-            j->a.dx[gi] = j->a.sx[gi] = NAN;
-            j->a.qsum[gi] = 0;
+            for (int u = 0; u < gs / 4; u++) {
+                memset(q + base + (size_t)u * 4 * L, 0, 4);
+                memset(q2 + base + (size_t)u * 4 * L, 0, 4);
+            }
+            j->a.dx[gi] = j->a.dx2[gi] = j->a.sx[gi] = NAN;
+            j->a.qsum[gi] = j->a.qsum2[gi] = 0;
             continue;
         }
-        __m512 id = _mm512_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
-        __m512i sum = _mm512_setzero_si512();
+        float dxs = am / 127.0f;
+        __m512 id = _mm512_set1_ps(am > 0.0f ? 127.0f / am : 0.0f), id2 = _mm512_set1_ps(am > 0.0f ? 32258.0f / am : 0.0f);
+        __m512 dx = _mm512_set1_ps(dxs);
+        __m512i sum = _mm512_setzero_si512(), sum2 = _mm512_setzero_si512();
         for (int i = 0; i < gs; i += 16) {
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + i), id));
+            __m512 xv = _mm512_loadu_ps(xg + i);
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(xv, id));
+            __m512 r = _mm512_sub_ps(xv, _mm512_mul_ps(_mm512_cvtepi32_ps(v), dx));
+            __m512i v2 = _mm512_cvtps_epi32(_mm512_mul_ps(r, id2));
+            v2 = _mm512_max_epi32(_mm512_min_epi32(v2, lim), nlim);
             sum = _mm512_add_epi32(sum, v);
-            __m128i b = _mm512_cvtsepi32_epi8(v); /* 4 units of 4 codes */
+            sum2 = _mm512_add_epi32(sum2, v2);
+            int32_t w[4], w2[4]; /* 4 units of 4 codes each */
+            _mm_storeu_si128((__m128i *)w, _mm512_cvtsepi32_epi8(v));
+            _mm_storeu_si128((__m128i *)w2, _mm512_cvtsepi32_epi8(v2));
             int u = i / 4;
-            int32_t w[4];
-            _mm_storeu_si128((__m128i *)w, b);
-            for (int k = 0; k < 4; k++) memcpy(qg + (size_t)(u + k) * 4 * L, &w[k], 4);
+            for (int k = 0; k < 4; k++) {
+                memcpy(q + base + (size_t)(u + k) * 4 * L, &w[k], 4);
+                memcpy(q2 + base + (size_t)(u + k) * 4 * L, &w2[k], 4);
+            }
         }
-        int32_t s = _mm512_reduce_add_epi32(sum);
-        j->a.dx[gi] = am / 127.0f;
-        j->a.qsum[gi] = s;
-        j->a.sx[gi] = j->a.dx[gi] * (float)s;
+        int32_t s1 = _mm512_reduce_add_epi32(sum), s2 = _mm512_reduce_add_epi32(sum2);
+        j->a.dx[gi] = dxs;
+        j->a.dx2[gi] = am / 32258.0f;
+        j->a.qsum[gi] = s1;
+        j->a.qsum2[gi] = s2;
+        float sx1 = dxs * (float)s1, sx2 = j->a.dx2[gi] * (float)s2;
+        j->a.sx[gi] = sx1 + sx2;
     }
 }
 
@@ -87,69 +104,84 @@ INLINE_TGT float reduce16(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
 }
 
-/* y[t0 + i, n0 + r] for r < RW, i < RT: W rows n0.. times activation rows
- * t0.. over all of K. RW, RT, bits, asym are constants after inlining. */
+/* y[t0 + i, n0 + r] for r < RW, i < RT (RT <= 2): W rows n0.. times
+ * activation rows t0.. over all of K. RW, RT, bits, asym are constants
+ * after inlining; 2 x RW x RT int32 accumulators. */
 INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, K = j->K;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[4][4];
+    __m512 acc[4][2];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) acc[r][i] = _mm512_setzero_ps();
     for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
         const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS;
         const size_t us = (size_t)4 * L; /* bytes per unit */
         const __mmask64 km = L == OKV_QSB_GROUPS ? ~(__mmask64)0 : ((__mmask64)1 << us) - 1;
         const __mmask16 lm = (__mmask16)((1u << L) - 1);
         const uint8_t *c[4];
-        const int8_t *xq[4];
+        const int8_t *xq[2], *xq2[2];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             c[r] = w->codes + (size_t)(n0 + (r < RW ? r : 0)) * w->code_stride + (size_t)g0 * gs * bits / 8;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) xq[i] = j->a.q + (size_t)(t0 + (i < RT ? i : 0)) * K + (size_t)g0 * gs;
-        __m512i is[4][4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            size_t o = (size_t)(t0 + (i < RT ? i : 0)) * K + (size_t)g0 * gs;
+            xq[i] = j->a.q + o;
+            xq2[i] = j->a.q2 + o;
+        }
+        __m512i is[4][2], is2[4][2];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) is[r][i] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) is[r][i] = is2[r][i] = _mm512_setzero_si512();
         if (bits == 4) {
             for (int p = 0; p < gs / 8; p++) {
-                __m512i xa[4], xb[4];
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) {
+                __m512i xa[2], xb[2], ya[2], yb[2];
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; i++) {
                     if (i >= RT) continue;
                     xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + 2 * p * us);
                     xb[i] = _mm512_maskz_loadu_epi8(km, xq[i] + (2 * p + 1) * us);
+                    ya[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + 2 * p * us);
+                    yb[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + (2 * p + 1) * us);
                 }
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     if (r >= RW) continue;
                     __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + p * us);
                     __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
-#pragma GCC unroll 4
-                    for (int i = 0; i < 4; i++) {
+#pragma GCC unroll 2
+                    for (int i = 0; i < 2; i++) {
                         if (i >= RT) continue;
                         is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, xa[i]);
                         is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, xb[i]);
+                        is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ya[i]);
+                        is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, yb[i]);
                     }
                 }
             }
         } else {
             for (int u = 0; u < gs / 4; u++) {
-                __m512i xa[4];
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++)
-                    if (i < RT) xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + u * us);
+                __m512i xa[2], ya[2];
+#pragma GCC unroll 2
+                for (int i = 0; i < 2; i++)
+                    if (i < RT) {
+                        xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + u * us);
+                        ya[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + u * us);
+                    }
 #pragma GCC unroll 4
                 for (int r = 0; r < 4; r++) {
                     if (r >= RW) continue;
                     __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + u * us);
-#pragma GCC unroll 4
-                    for (int i = 0; i < 4; i++)
-                        if (i < RT) is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, xa[i]);
+#pragma GCC unroll 2
+                    for (int i = 0; i < 2; i++)
+                        if (i < RT) {
+                            is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, xa[i]);
+                            is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], wv, ya[i]);
+                        }
                 }
             }
         }
@@ -160,17 +192,22 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
             size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
             __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->d + srow));
             __m512 mw = asym ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->m + srow)) : _mm512_setzero_ps();
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) {
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) {
                 if (i >= RT) continue;
                 size_t arow = (size_t)(t0 + i) * G + g0;
                 __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
+                __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
                 if (!asym) {
                     __m512i qs = _mm512_maskz_loadu_epi32(lm, j->a.qsum + arow);
+                    __m512i qs2 = _mm512_maskz_loadu_epi32(lm, j->a.qsum2 + arow);
                     __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(is[r][i], _mm512_slli_epi32(qs, bits - 1)));
+                    __m512 v2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(is2[r][i], _mm512_slli_epi32(qs2, bits - 1)));
                     acc[r][i] = _mm512_fmadd_ps(s, v, acc[r][i]);
+                    acc[r][i] = _mm512_fmadd_ps(s2, v2, acc[r][i]);
                 } else {
                     acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(is[r][i]), acc[r][i]);
+                    acc[r][i] = _mm512_fmadd_ps(s2, _mm512_cvtepi32_ps(is2[r][i]), acc[r][i]);
                     acc[r][i] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(lm, j->a.sx + arow), acc[r][i]);
                 }
             }
@@ -180,8 +217,8 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
     for (int r = 0; r < 4; r++) {
         if (r >= RW) continue;
         float b = j->bias ? j->bias[n0 + r] : 0.0f;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++)
             if (i < RT) j->y[(size_t)(t0 + i) * j->N + n0 + r] = reduce16(acc[r][i]) + b;
     }
 }
@@ -195,7 +232,7 @@ INLINE_TGT void qrows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int 
 
 INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
     int t = 0;
-    for (; t + 4 <= j->T; t += 4) qrows(j, n0, n1, t, 4, bits, asym);
+    for (; t + 2 <= j->T; t += 2) qrows(j, n0, n1, t, 2, bits, asym);
     for (; t < j->T; t++) qrows(j, n0, n1, t, 1, bits, asym);
 }
 

@@ -130,13 +130,16 @@ static void check_fixture(const char *fixture) {
                 CHECKF(cos >= CASES[c].min_cos, "%s: min cosine %.6f < %.3f", what, cos, CASES[c].min_cos);
                 CHECKF(share >= CASES[c].min_argmax_share, "%s: argmax agrees on %.1f%% < %.0f%%", what, 100 * share,
                        100 * CASES[c].min_argmax_share);
-                /* the plain kernel table gives the same logits within float rounding */
+                /* the plain kernel table gives the same logits within the fast
+                 * kernels' arithmetic: their activations in two int8 planes are
+                 * within max|x|/64516 per element (okv_qmatmul.c), which these
+                 * error-amplifying fixtures turn into <= 0.004 on the logits */
                 e2e_run_opts plain = ro;
                 plain.runner.plain_kernels = true;
                 float *ref = e2e_run(p, ids, n, &plain);
                 if (ref) {
                     double d = e2e_max_diff(got, ref, (size_t)n * info.vocab_size);
-                    CHECKF(d < 1e-3, "%s: auto vs plain kernels differ by %.3g", what, d);
+                    CHECKF(d < 1e-2, "%s: auto vs plain kernels differ by %.3g", what, d);
                 }
                 free(ref);
             }

@@ -62,8 +62,9 @@ static double w_at(const qweights *w, int n, int k) {
 }
 
 /* Wrong outputs of y against the double sum. f32 paths: K ulps of the
- * absolute sum. int8-activation paths additionally: x rounded to a step of
- * max|x_group|/127 moves each product by at most half that step times |w|. */
+ * absolute sum. Integer-activation paths additionally: x in two int8
+ * planes is within max|x_group| / 64516 (plus f32 rounding of the
+ * residual) of x, times |w| per product. */
 static int qmm_errors(const impl *im, const float *y, const float *x, const qweights *w, const float *bias, int T) {
     int bad = 0, K = w->K, N = w->N, gs = w->s.group;
     for (int t = 0; t < T; t++)
@@ -79,7 +80,7 @@ static int qmm_errors(const impl *im, const float *y, const float *x, const qwei
                     amax = fmax(amax, fabs(xr[k]));
                     wsum += fabs(wk);
                 }
-                xq += 0.5 * amax / 127 * wsum * (1 + 1e-6);
+                xq += (0.5 / 32258 + 3e-7) * amax * wsum;
             }
             double tol = (K + 8) * 1.2e-7 * abs_s + (im->int_act ? xq : 0) + 1e-30;
             double e = fabs(y[(size_t)t * N + n] - s);
