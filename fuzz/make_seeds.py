@@ -12,6 +12,9 @@ fixtures in ../shared/fixtures, keeping every seed a few KB:
                (ids renumbered), then NUL and a sample text
   chat         the fixture chat templates, and tokenizer_config.json files
                reduced to the chat fields
+  gguf         hand-written GGUF v3 files: every metadata value type, one
+               tensor of each dequantizable ggml type, and the cut llama3 and
+               gemma3 vocabularies as tokenizer.ggml.* arrays (gpt2 / llama)
 
 Run from the repo root after building what it calls:
   cmake --build build --target offkv okv-fuzz-ckpt && fuzz/make_seeds.py build
@@ -245,8 +248,119 @@ def make_chat():
     return tcfg
 
 
+# ---- GGUF --------------------------------------------------------------------------
+
+GGML = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22),
+        "Q5_1": (7, 32, 24), "Q8_0": (8, 32, 34), "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110),
+        "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "Q8_K": (15, 256, 292),
+        "BF16": (30, 1, 2)}
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+SCALAR = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q",
+          I64: "<q", F64: "<d"}
+
+
+def g_str(x):
+    b = x.encode() if isinstance(x, str) else x
+    return struct.pack("<Q", len(b)) + b
+
+
+def g_val(t, v):
+    if t == STR:
+        return g_str(v)
+    if t == ARR:
+        et, xs = v
+        return struct.pack("<IQ", et, len(xs)) + b"".join(g_val(et, x) for x in xs)
+    return struct.pack(SCALAR[t], v)
+
+
+def gguf_bytes(kvs, tensors, align=32):
+    """kvs: [(key, type, value)]; tensors: [(name, ne list, ggml type name, raw bytes)]."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += g_str(k) + struct.pack("<I", t) + g_val(t, v)
+    off, data = 0, b""
+    for name, ne, tname, raw in tensors:
+        out += g_str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        out += struct.pack("<IQ", GGML[tname][0], off)
+        pad = b"\0" * (-len(raw) % align)
+        data += raw + pad
+        off += len(raw) + len(pad)
+    out += b"\0" * (-len(out) % align)
+    return out + data
+
+
+def lcg_bytes(n, seed):
+    b = bytearray()
+    while len(b) < n:
+        seed = (seed * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        b.append(seed >> 56)
+    return bytes(b)
+
+
+def small_floats(n, dtype):
+    vals = [((i * 37) % 17 - 8) / 16.0 for i in range(n)]
+    if dtype == "F32":
+        return struct.pack(f"<{n}f", *vals)
+    if dtype == "F16":
+        return struct.pack(f"<{n}e", *vals)
+    return b"".join(struct.pack("<f", v)[2:] for v in vals)  # BF16: top half of f32
+
+
+def make_gguf():
+    d = out_dir("gguf")
+    tensors = []
+    for i, (name, (tid, block, tsize)) in enumerate(GGML.items()):
+        n = block * (2 if block == 32 else 1) if block > 1 else 8
+        ne = [n] if block > 1 else [4, 2]
+        raw = small_floats(n, name) if block == 1 else lcg_bytes(n // block * tsize, i + 1)
+        if block > 1:   # keep the f16 block scales finite: first two bytes of each block small
+            raw = bytearray(raw)
+            for b0 in range(0, len(raw), tsize):
+                raw[b0 + 1] &= 0x3B
+            raw = bytes(raw)
+        tensors.append((f"t.{name.lower()}", ne, name, raw))
+    meta = [("general.architecture", STR, "llama"), ("general.alignment", U32, 32),
+            ("general.name", STR, "fuzz seed"), ("llama.block_count", U32, 2), ("llama.context_length", U64, 64),
+            ("llama.embedding_length", U32, 8), ("llama.attention.head_count", U32, 2),
+            ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5), ("llama.rope.freq_base", F32, 10000.0)]
+    write(os.path.join(d, "tensor-types.gguf"), gguf_bytes(meta, tensors))
+    values = [("u8", U8, 7), ("i8", I8, -7), ("u16", U16, 700), ("i16", I16, -700), ("u32", U32, 70000),
+              ("i32", I32, -70000), ("f32", F32, 0.5), ("bool", BOOL, True), ("str", STR, "h\u00e9llo"),
+              ("u64", U64, 1 << 40), ("i64", I64, -(1 << 40)), ("f64", F64, -2.25),
+              ("arr.i32", ARR, (I32, [1, -2, 3])), ("arr.f32", ARR, (F32, [0.5, 1.5])),
+              ("arr.str", ARR, (STR, ["a", "", "bc"])), ("arr.bool", ARR, (BOOL, [True, False])),
+              ("arr.empty", ARR, (U8, [])), ("general.alignment", U32, 64)]
+    write(os.path.join(d, "value-types.gguf"),
+          gguf_bytes(values, [("w", [4, 2], "F32", small_floats(8, "F32"))], align=64))
+    for name, model in (("llama3", "gpt2"), ("gemma3", "llama")):
+        j = shrink_tokenizer(json.load(open(os.path.join(FIX, "tokenizers", name, "tokenizer.json"), encoding="utf-8")),
+                             n_merges=40)
+        vocab = dict(j["model"]["vocab"])
+        for a in j["added_tokens"]:
+            vocab.setdefault(a["content"], a["id"])
+        ids = sorted(vocab.values())
+        by_id = {i: t for t, i in vocab.items()}
+        toks = [by_id.get(i, f"[UNUSED{i}]") for i in range(ids[-1] + 1)]
+        special = {a["id"] for a in j["added_tokens"]}
+        types = [3 if i in special else 6 if t.startswith("<0x") else 1 for i, t in enumerate(toks)]
+        kv = [("general.architecture", STR, "llama"), ("tokenizer.ggml.model", STR, model),
+              ("tokenizer.ggml.tokens", ARR, (STR, toks)), ("tokenizer.ggml.token_type", ARR, (I32, types)),
+              ("tokenizer.ggml.bos_token_id", U32, min(special) if special else 0),
+              ("tokenizer.ggml.eos_token_id", U32, max(special) if special else 0),
+              ("tokenizer.chat_template", STR, "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")]
+        if model == "gpt2":
+            kv += [("tokenizer.ggml.pre", STR, "smollm"),
+                   ("tokenizer.ggml.merges", ARR, (STR, [m if isinstance(m, str) else " ".join(m)
+                                                          for m in j["model"]["merges"]]))]
+        else:
+            kv += [("tokenizer.ggml.scores", ARR, (F32, [-float(i) for i in range(len(toks))])),
+                   ("tokenizer.ggml.add_space_prefix", BOOL, False)]
+        write(os.path.join(d, f"tokenizer-{name}.gguf"), gguf_bytes(kv, []))
+
+
 def main():
     make_config()
+    make_gguf()
     tok = make_tokenizer()
     tcfg = make_chat()
     make_program_and_safetensors(tok, tcfg)
