@@ -47,10 +47,10 @@ TINY = {"hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2, "nu
         "max_position_embeddings": 64, "query_pre_attn_scalar": 4}
 
 
-def shrink(cfg):
+def shrink(cfg, **dims):
     c = json.loads(json.dumps(cfg))
     t = c.get("text_config", c)
-    for k, v in TINY.items():
+    for k, v in dict(TINY, **dims).items():
         if k in t:
             t[k] = v
     layers = t.get("num_hidden_layers", 2)
@@ -91,7 +91,9 @@ def make_config():
 # ---- programs and safetensors -------------------------------------------------
 
 def run(*args, cwd=None):
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    r = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    if r.returncode:
+        sys.exit(f"{args[0]} failed: {r.stderr.strip()}")
 
 
 def make_program_and_safetensors(tok_seed, tcfg_seed):
@@ -117,6 +119,17 @@ def make_program_and_safetensors(tok_seed, tcfg_seed):
             out = os.path.join(dp, m + ".program")  # not .okv: .gitignore drops those
             run(os.path.join(build, "src", "cli", "offkv"), "export", os.path.join("fuzz-seeds", m), "-o", out,
                 "--dtype", dtypes[i % 3], "--max-ctx-len", "16", "--prefill-chunk-size", "4", cwd=build)
+            if m in ("llama32-tiny", "gemma3-tiny"):   # quantized linears + embedding: dims a multiple of 32
+                q = "4w" if m == "llama32-tiny" else "8w"
+                qk = ck + "-q"
+                os.makedirs(qk)
+                write(os.path.join(qk, "config.json"),
+                      json.dumps(shrink(cfg, hidden_size=32, intermediate_size=64, head_dim=16)))
+                run(os.path.join(build, "fuzz", "okv-fuzz-ckpt"), qk)
+                run(os.path.join(build, "src", "cli", "offkv"), "export", os.path.join("fuzz-seeds", m + "-q"), "-o",
+                    os.path.join(dp, f"{m}-q{q}.program"), "--dtype", "f32", "--max-ctx-len", "16",
+                    "--prefill-chunk-size", "4", "--qlinear", q, "--qlinear-group-size", "32",
+                    "--qembedding", q, "--qembedding-group-size", "32", cwd=build)
     finally:
         shutil.rmtree(tmp)
     for name, tensors, meta in hand_made_safetensors():
