@@ -8,7 +8,11 @@
  * A step is: validate ids -> okv_kv_begin_step (validates positions and
  * capacity, plans cache runs; on failure nothing changed) -> run the nodes in
  * order -> okv_kv_commit_step. Nothing after begin_step can fail, which is
- * what makes a step transactional. */
+ * what makes a step transactional.
+ *
+ * Quantized weights (okv_quant.h) need no step-time decisions: a MATMUL
+ * whose weight is quantized calls the table's matmul_q (the LM head too),
+ * an EMBED over a quantized table dequantizes only the rows it looks up. */
 #include <stdio.h>
 #include <stdlib.h>
 
