@@ -150,6 +150,10 @@ bool okv_qmm_have_avx512vnni(void);
  * the measured alternative to integer dots, not used by the tables. */
 void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias);
+/* AVX2 + FMA + F16C (okv_qmatmul_avx2.c): vpmaddubsw + vpmaddwd, exact. */
+void okv_matmul_q_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias);
+bool okv_qmm_have_avx2(void);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);

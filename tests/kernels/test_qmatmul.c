@@ -158,11 +158,16 @@ int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
     impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false};
     impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true};
-    if (okv_qmm_have_avx512vnni()) impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true};
-    if (okv_qmm_have_avx512vnni()) impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false};
-    else fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
+    if (okv_qmm_have_avx512vnni()) {
+        impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true};
+        impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false};
+    } else {
+        fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
+    }
+    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true};
+    else fprintf(stderr, "no AVX2 here: that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
-    if (best->matmul_q != okv_matmul_q_avx512vnni)
+    if (best->matmul_q != okv_matmul_q_best)
         impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain};
     test_shapes();
     return okv_test_finish();
