@@ -36,6 +36,11 @@ typedef struct okv_gen_prompt_args {
                                     when set, system/user are not used for templated prompts */
 } okv_gen_prompt_args;
 
+/* Refuses a tokenizer whose ids do not all fit the program's vocabulary
+ * (generation would later fail on the first such id). okv_generate and
+ * okv_chat_session_create check it; callers may check at load. */
+okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv_error *err);
+
 /* Builds the prompt ids (caller frees *ids). A rendered prompt is encoded
  * without adding special tokens (templates write BOS themselves); a raw one
  * with them. A leading duplicated BOS is collapsed to one. *used_template
@@ -51,6 +56,9 @@ typedef struct okv_gen_options {
     const int32_t *eos_ids;      /* generation stops on any of them (not printed) */
     int n_eos;
     int context_limit;           /* positions available (cache capacity) */
+    bool drop_oldest_turns;      /* chat sessions: when the conversation outgrows the context, drop
+                                    the oldest user/assistant turns (never the system message) instead
+                                    of refusing the turn */
     /* receives streamed text; may be NULL */
     void (*on_text)(void *ctx, const char *text, size_t len);
     void *ctx;

@@ -7,6 +7,7 @@
  * is computed, not assumed) and prefills only the new tail. A ring cache
  * that cannot serve the rewind point is cleared and the prompt re-prefilled. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "offkv_gen.h"
 #include "okv_common.h"
@@ -26,6 +27,9 @@ struct okv_chat_session {
 
 okv_status okv_chat_session_create(okv_runner *r, const char *cache_key, const okv_tok *tok,
                                    const okv_gen_prompt_args *base, okv_chat_session **out, okv_error *err) {
+    *out = NULL;
+    okv_status cst = okv_gen_check_tokenizer(okv_runner_program(r), tok, err);
+    if (cst) return cst;
     okv_chat_session *s = calloc(1, sizeof *s);
     if (!s) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     s->runner = r;
@@ -114,19 +118,69 @@ static okv_status remember_cached(okv_chat_session *s, const int32_t *prompt, si
     return OKV_OK;
 }
 
-okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t *out_ids,
-                                 okv_gen_stats *stats, size_t *reused, okv_error *err) {
-    add_message(s, "user", user);
+/* Renders the conversation so far into prompt ids (*ids NULL on failure). */
+static okv_status render_ids(okv_chat_session *s, const char *user, int32_t **ids, size_t *n, okv_error *err) {
     char *msgs = cJSON_PrintUnformatted(s->messages);
     okv_gen_prompt_args a = s->base;
     a.mode = OKV_CHAT_TEMPLATE;
     a.messages_json = msgs;
     a.user = user;
+    *ids = NULL;
+    *n = 0;
+    okv_status st = msgs ? okv_gen_prompt(s->tok, &a, ids, n, NULL, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    free(msgs);
+    if (!st && *n == 0) st = okv_fail(err, OKV_ERR_INVALID, "the rendered prompt is empty");
+    if (st) { free(*ids); *ids = NULL; }
+    return st;
+}
+
+static bool is_user(const cJSON *m) {
+    const char *role = okv_json_str(m, "role");
+    return role && !strcmp(role, "user");
+}
+
+/* Index of the oldest message that is not the system prompt, or -1 when only
+ * the system prompt and the current user message are left. */
+static int oldest_turn(const okv_chat_session *s) {
+    int first = s->base.system ? 1 : 0;
+    return cJSON_GetArraySize(s->messages) - first > 1 ? first : -1;
+}
+
+/* Renders the conversation and makes it fit the context: drops the oldest
+ * turns when asked to, else refuses with the real numbers. The cache is not
+ * touched here, so a refused turn leaves the session as it was. */
+static okv_status fitting_prompt(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t **ids,
+                                 size_t *n, okv_error *err) {
+    for (;;) {
+        okv_status st = render_ids(s, user, ids, n, err);
+        if (st) return st;
+        if (*n <= (size_t)o->context_limit) return OKV_OK;
+        int drop = o->drop_oldest_turns ? oldest_turn(s) : -1;
+        if (drop < 0) break;
+        free(*ids);
+        *ids = NULL;
+        /* a whole turn: the user message and what follows it up to the next user message */
+        do cJSON_DeleteItemFromArray(s->messages, drop);
+        while (cJSON_GetArraySize(s->messages) - drop > 1 && !is_user(cJSON_GetArrayItem(s->messages, drop)));
+    }
+    size_t earlier = common_prefix(s->cached, s->n_cached, *ids, *n);
+    okv_fail(err, OKV_ERR_CAPACITY,
+             "the conversation (%zu tokens: %zu of earlier turns + %zu for this one) does not fit the context "
+             "(%d positions); turn refused (/reset starts over%s)", *n, earlier, *n - earlier, o->context_limit,
+             o->drop_oldest_turns ? "" : ", or drop the oldest turns automatically with --drop-old-turns");
+    free(*ids);
+    *ids = NULL;
+    return OKV_ERR_CAPACITY;
+}
+
+okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t *out_ids,
+                                 okv_gen_stats *stats, size_t *reused, okv_error *err) {
+    memset(stats, 0, sizeof *stats);
+    if (reused) *reused = 0;
+    add_message(s, "user", user);
     int32_t *ids = NULL, *gen = NULL;
     size_t n = 0;
-    okv_status st = msgs ? okv_gen_prompt(s->tok, &a, &ids, &n, NULL, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    free(msgs);
-    if (!st && n == 0) st = okv_fail(err, OKV_ERR_INVALID, "the rendered prompt is empty");
+    okv_status st = fitting_prompt(s, user, o, &ids, &n, err);
     if (!st) {
         gen = out_ids ? out_ids : malloc(sizeof(int32_t) * (size_t)(o->max_new_tokens > 0 ? o->max_new_tokens : 1));
         if (!gen) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");

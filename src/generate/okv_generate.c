@@ -179,6 +179,17 @@ static okv_status decode_loop(gen_state *g, okv_runner *r, int pos, int32_t *out
     return st;
 }
 
+okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv_error *err) {
+    okv_program_info info;
+    okv_program_get_info(p, &info);
+    size_t tv = okv_tok_vocab_size(tok);
+    if (tv > (size_t)info.vocab_size)
+        return okv_fail(err, OKV_ERR_INVALID,
+                        "the tokenizer has ids up to %zu but the program's vocabulary has %d entries "
+                        "(a tokenizer.json of another model?)", tv - 1, info.vocab_size);
+    return OKV_OK;
+}
+
 okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
                         const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err) {
     okv_program_info info;
@@ -186,8 +197,15 @@ okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt
     memset(stats, 0, sizeof *stats);
     stats->prompt_tokens = (int64_t)n;
     if (n == 0) return okv_fail(err, OKV_ERR_INVALID, "the prompt is empty");
-    if (start_pos + (int64_t)n > o->context_limit)
+    okv_status cst = okv_gen_check_tokenizer(okv_runner_program(r), tok, err);
+    if (cst) return cst;
+    if (start_pos + (int64_t)n > o->context_limit) {
+        if (start_pos > 0)
+            return okv_fail(err, OKV_ERR_CAPACITY,
+                            "the prompt (%lld tokens: %d already cached + %zu new) does not fit the context (%d positions)",
+                            (long long)start_pos + (long long)n, start_pos, n, o->context_limit);
         return okv_fail(err, OKV_ERR_CAPACITY, "the prompt (%zu tokens) does not fit the context (%d positions)", n, o->context_limit);
+    }
     gen_state g = {.o = o};
     g.logits = malloc(sizeof(float) * (size_t)info.vocab_size);
     okv_status st = g.logits ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
