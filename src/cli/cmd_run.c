@@ -3,8 +3,10 @@
  *   offkv run PROGRAM.okv --prompt TEXT [--system TEXT] [--chat auto|none] [--chat-arg KEY=JSON]...
  *       [--temperature F] [--top-k N] [--top-p F] [--min-p F] [--repetition-penalty F] [--seed N]
  *       [--greedy] [--stop STRING]... [--max-new-tokens N] [--tokenizer FILE] [cache options]
- *   offkv run PROGRAM.okv --interactive [...]   a conversation on stdin, one turn per line; each turn
- *       reuses the cache up to the longest prefix it already holds (/reset, /quit)
+ *   offkv run PROGRAM.okv --interactive [--drop-old-turns] [...]   a conversation on stdin, one turn per
+ *       line; each turn reuses the cache up to the longest prefix it already holds (/reset, /quit). A turn
+ *       that does not fit the context is refused and the session goes on (or, with --drop-old-turns, the
+ *       oldest turns are dropped until it fits)
  *
  * Sampling defaults come from the program's bundled generation_config.json
  * (as HF's generate() would use them); any flag overrides them. The reply
@@ -12,6 +14,9 @@
  * not end with one); the stats line then goes to stderr, after stdout is
  * flushed, so the two never share a line on a terminal. --verbose first
  * prints the model's name and size and the cache layout. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +40,15 @@ typedef struct run_args {
     /* sampling overrides: NaN / -1 = not given */
     double temperature, top_p, min_p, penalty;
     long long top_k, seed;
-    bool greedy, interactive, verbose;
+    bool greedy, interactive, verbose, drop_old_turns;
     okv_cli_run_opts run;
 } run_args;
 
-static bool parse_double(const char *s, double *out) {
+/* A finite number in [lo, hi] (NaN and inf are refused). */
+static bool parse_double(const char *s, double lo, double hi, double *out) {
     char *end;
     *out = strtod(s, &end);
-    return end != s && !*end;
+    return end != s && !*end && isfinite(*out) && *out >= lo && *out <= hi;
 }
 
 static int parse_run_args(int argc, char **argv, run_args *a) {
@@ -60,6 +66,7 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         if (!strcmp(o, "--greedy")) { a->greedy = true; continue; }
         if (!strcmp(o, "--interactive") || !strcmp(o, "-i")) { a->interactive = true; continue; }
         if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { a->verbose = true; continue; }
+        if (!strcmp(o, "--drop-old-turns")) { a->drop_old_turns = true; continue; }
         if (o[0] != '-') { if (a->program) return okv_cli_usage_error("run: unexpected argument '%s'", o); a->program = o; continue; }
         if (!v) return okv_cli_usage_error("%s needs a value", o);
         i++;
@@ -78,12 +85,19 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
             if (a->n_stops == MAX_STOPS || !*v) return okv_cli_usage_error("--stop: '%s' (non-empty, at most 16)", v);
             a->stops[a->n_stops++] = v;
         } else if (!strcmp(o, "--max-new-tokens")) ok = okv_cli_parse_int(v, 0, 1 << 30, &a->max_new);
-        else if (!strcmp(o, "--temperature")) ok = parse_double(v, &a->temperature);
-        else if (!strcmp(o, "--top-p")) ok = parse_double(v, &a->top_p);
-        else if (!strcmp(o, "--min-p")) ok = parse_double(v, &a->min_p);
-        else if (!strcmp(o, "--repetition-penalty")) ok = parse_double(v, &a->penalty);
-        else if (!strcmp(o, "--top-k")) { int k; ok = okv_cli_parse_int(v, 0, 1 << 30, &k); a->top_k = k; }
-        else if (!strcmp(o, "--seed")) { char *end; a->seed = strtoll(v, &end, 10); ok = end != v && !*end && a->seed >= 0; }
+        else if (!strcmp(o, "--temperature")) {
+            if (!parse_double(v, 0, 1e6, &a->temperature)) return okv_cli_usage_error("--temperature: '%s' must be a finite number >= 0", v);
+        } else if (!strcmp(o, "--top-p")) {
+            if (!parse_double(v, 0, 1, &a->top_p)) return okv_cli_usage_error("--top-p: '%s' must be a number in [0, 1]", v);
+        } else if (!strcmp(o, "--min-p")) {
+            if (!parse_double(v, 0, 1, &a->min_p)) return okv_cli_usage_error("--min-p: '%s' must be a number in [0, 1]", v);
+        } else if (!strcmp(o, "--repetition-penalty")) {
+            if (!parse_double(v, 1e-6, 1e6, &a->penalty)) return okv_cli_usage_error("--repetition-penalty: '%s' must be a finite number > 0", v);
+        } else if (!strcmp(o, "--top-k")) {
+            int k;
+            if (!okv_cli_parse_int(v, 0, 1 << 30, &k)) return okv_cli_usage_error("--top-k: '%s' must be an integer >= 0", v);
+            a->top_k = k;
+        } else if (!strcmp(o, "--seed")) { char *end; a->seed = strtoll(v, &end, 10); ok = end != v && !*end && a->seed >= 0; }
         else return okv_cli_usage_error("run: unknown option '%s'", o);
         if (!ok) return okv_cli_usage_error("invalid value for option: '%s'", v);
     }
@@ -108,20 +122,52 @@ static char *chat_vars_json(const run_args *a) {
     return s;
 }
 
-/* generation_config.json values, then the command line on top. */
-static okv_sampler_params sampling_params(const okv_program *p, const run_args *a) {
+static okv_status fail_format(okv_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static okv_status fail_format(okv_error *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return err->status = OKV_ERR_FORMAT;
+}
+
+/* One generation_config.json number: absent/null keeps *out; otherwise it
+ * must be finite, within [lo, hi] and (integral) whole. */
+static okv_status gen_config_number(const cJSON *j, const char *key, double lo, double hi, bool integral,
+                                    double *out, okv_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v)) return OKV_OK;
+    if (!cJSON_IsNumber(v))
+        return fail_format(err, "generation_config.json (bundled): '%s' must be a number", key);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < lo || d > hi || (integral && d != floor(d)))
+        return fail_format(err, "generation_config.json (bundled): '%s' is %g; it must be %s in [%g, %g]", key, d,
+                           integral ? "an integer" : "a number", lo, hi);
+    *out = d;
+    return OKV_OK;
+}
+
+/* generation_config.json values (checked), then the command line on top. */
+static okv_status sampling_params(const okv_program *p, const run_args *a, okv_sampler_params *out, okv_error *err) {
     okv_sampler_params sp = okv_sampler_params_default();
     size_t len;
     const char *gc = okv_program_blob(p, "generation_config.json", &len);
     cJSON *j = gc ? cJSON_ParseWithLength(gc, len) : NULL;
     const cJSON *v;
     if ((v = cJSON_GetObjectItemCaseSensitive(j, "do_sample")) && cJSON_IsBool(v)) sp.do_sample = cJSON_IsTrue(v);
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "temperature")) && cJSON_IsNumber(v)) sp.temperature = (float)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_k")) && cJSON_IsNumber(v)) sp.top_k = (int32_t)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_p")) && cJSON_IsNumber(v)) sp.top_p = (float)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "min_p")) && cJSON_IsNumber(v)) sp.min_p = (float)v->valuedouble;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "repetition_penalty")) && cJSON_IsNumber(v)) sp.repetition_penalty = (float)v->valuedouble;
+    double t = sp.temperature, k = sp.top_k, tp = sp.top_p, mp = sp.min_p, rp = sp.repetition_penalty;
+    okv_status st = gen_config_number(j, "temperature", 0, 1e6, false, &t, err);
+    if (!st) st = gen_config_number(j, "top_k", 0, INT32_MAX, true, &k, err);
+    if (!st) st = gen_config_number(j, "top_p", 0, 1, false, &tp, err);
+    if (!st) st = gen_config_number(j, "min_p", 0, 1, false, &mp, err);
+    if (!st) st = gen_config_number(j, "repetition_penalty", 1e-6, 1e6, false, &rp, err);
     cJSON_Delete(j);
+    if (st) return st;
+    sp.temperature = (float)t;
+    sp.top_k = (int32_t)k;
+    sp.top_p = (float)tp;
+    sp.min_p = (float)mp;
+    sp.repetition_penalty = (float)rp;
     if (a->temperature >= 0) { sp.temperature = (float)a->temperature; sp.do_sample = a->temperature > 0; }
     if (a->top_p >= 0) sp.top_p = (float)a->top_p;
     if (a->min_p >= 0) sp.min_p = (float)a->min_p;
@@ -129,7 +175,8 @@ static okv_sampler_params sampling_params(const okv_program *p, const run_args *
     if (a->top_k >= 0) sp.top_k = (int32_t)a->top_k;
     if (a->seed >= 0) sp.seed = (uint64_t)a->seed;
     if (a->greedy) sp.do_sample = false;
-    return sp;
+    *out = sp;
+    return OKV_OK;
 }
 
 /* The tokenizer bundled in the program, or --tokenizer. */
@@ -254,6 +301,11 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
         st = okv_chat_session_turn(chat, turn, go, NULL, &stats, &reused, err);
         end_reply(go);
         if (!st) print_stats(&stats, reused);
+        else if (st != OKV_ERR_NOMEM) { /* the turn was refused or failed; the session goes on without it */
+            fflush(stdout);
+            fprintf(stderr, "offkv: error: %s\n", err->message);
+            st = OKV_OK;
+        }
     }
     free(line);
     okv_chat_session_free(chat);
@@ -284,10 +336,12 @@ int okv_cli_run(int argc, char **argv) {
         int32_t eos[32];
         text_out out = {true};
         int capacity = a.run.cache.max_capacity > 0 ? a.run.cache.max_capacity : s.info.max_ctx_len;
-        okv_gen_options go = {.max_new_tokens = a.max_new, .sampling = sampling_params(s.program, &a), .stops = a.stops,
-                              .n_stops = a.n_stops, .eos_ids = eos, .n_eos = collect_eos(&s, tok, tok_config, eos, 32),
-                              .context_limit = capacity, .on_text = print_text, .ctx = &out};
-        st = okv_sampler_params_check(&go.sampling, &err);
+        okv_gen_options go = {.max_new_tokens = a.max_new, .stops = a.stops, .n_stops = a.n_stops, .eos_ids = eos,
+                              .n_eos = collect_eos(&s, tok, tok_config, eos, 32), .context_limit = capacity,
+                              .drop_oldest_turns = a.drop_old_turns, .on_text = print_text, .ctx = &out};
+        st = sampling_params(s.program, &a, &go.sampling, &err);
+        if (!st) st = okv_sampler_params_check(&go.sampling, &err);
+        if (!st) st = okv_gen_check_tokenizer(s.program, tok, &err);
         if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);
     }
     if (st) rc = okv_cli_die(&err);

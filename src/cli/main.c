@@ -10,10 +10,14 @@
  *   offkv tokenize / detokenize / chat-render / run  (text commands)
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 #include "offkv.h"
@@ -149,35 +153,49 @@ static int parse_id_text(const char *text, int32_t **ids, int *n) {
     return -1;
 }
 
-/* A JSON file with a "tokens" array (or a bare array), or whitespace
- * separated ids, either in a file or given inline. */
+/* The ids of a JSON array: integers in [0, INT32_MAX]. */
+static int json_id_array(const cJSON *arr, const char *arg, int32_t **ids, int *n) {
+    int count = cJSON_GetArraySize(arr);
+    *ids = malloc(sizeof(int32_t) * (size_t)(count > 0 ? count : 1));
+    if (!*ids) return okv_cli_usage_error("--tokens %s: out of memory", arg);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!cJSON_IsNumber(e) || d < 0 || d > INT32_MAX || d != (double)(int64_t)d)
+            return okv_cli_usage_error("--tokens %s: the \"tokens\" array must hold integer ids in [0, 2^31)", arg);
+        (*ids)[(*n)++] = (int32_t)d;
+    }
+    return 0;
+}
+
+/* A JSON file with a top-level "tokens" array (or a bare array), or
+ * whitespace separated ids, either in a file or given inline. */
 int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
-    FILE *f = fopen(arg, "rb");
     char *text = NULL;
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long len = ftell(f);
-        rewind(f);
-        text = malloc((size_t)len + 1);
-        if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); return okv_cli_usage_error("cannot read %s", arg); }
-        text[len] = 0;
-        fclose(f);
+    struct stat sb;
+    if (stat(arg, &sb) == 0) { /* a file (anything else that exists is refused, a FIFO would block) */
+        FILE *f = S_ISREG(sb.st_mode) ? fopen(arg, "rb") : NULL;
+        text = f ? malloc((size_t)sb.st_size + 1) : NULL;
+        size_t got = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
+        if (f) fclose(f);
+        if (!text || got != (size_t)sb.st_size) {
+            free(text);
+            return okv_cli_usage_error("--tokens: cannot read %s (not a readable regular file)", arg);
+        }
+        text[got] = 0;
     }
     const char *src = text ? text : arg;
     const char *start = src + strspn(src, " \t\r\n");
     int rc = 0;
     if (*start == '{' || *start == '[') {
-        const char *arr = *start == '[' ? start : strstr(start, "\"tokens\"");
-        arr = arr ? strchr(arr, '[') : NULL;
-        const char *close = arr ? strchr(arr, ']') : NULL;
-        if (!close) rc = okv_cli_usage_error("--tokens %s: JSON without a \"tokens\" array", arg);
-        else {
-            char *inner = strndup(arr + 1, (size_t)(close - arr - 1));
-            if (!inner || parse_id_text(inner, ids, n)) rc = okv_cli_usage_error("--tokens %s: invalid token id list", arg);
-            free(inner);
-        }
+        cJSON *j = cJSON_Parse(start);
+        const cJSON *arr = cJSON_IsArray(j) ? j : cJSON_GetObjectItemCaseSensitive(j, "tokens");
+        if (!j) rc = okv_cli_usage_error("--tokens %s: invalid JSON", arg);
+        else if (!cJSON_IsArray(arr)) rc = okv_cli_usage_error("--tokens %s: JSON without a top-level \"tokens\" array", arg);
+        else rc = json_id_array(arr, arg, ids, n);
+        cJSON_Delete(j);
     } else if (parse_id_text(src, ids, n)) rc = okv_cli_usage_error("--tokens %s: expected whitespace-separated token ids", arg);
     free(text);
     if (!rc && *n == 0) rc = okv_cli_usage_error("--tokens %s: no tokens", arg);
@@ -349,9 +367,11 @@ static int cmd_logits(int argc, char **argv) {
     return rc;
 }
 
+/* The highest finite logit's id (lowest on ties), or -1 if none is finite. */
 static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[best]) best = i;
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i]) && (best < 0 || x[i] > x[best])) best = i;
     return best;
 }
 
@@ -392,6 +412,12 @@ static int cmd_generate(int argc, char **argv) {
     }
     for (int g = 0; g < max_new && !rc; g++) {
         int32_t next = argmax(logits, V);
+        if (next < 0) {
+            printf("\n");
+            fprintf(stderr, "offkv: error: the model produced no finite logit at position %d (NaN or inf everywhere)\n", n + g);
+            rc = 1;
+            break;
+        }
         printf("%d%s", next, g + 1 < max_new ? " " : "");
         fflush(stdout);
         bool eos = false;
