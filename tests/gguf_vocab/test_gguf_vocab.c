@@ -168,6 +168,27 @@ static void check_small_spm(void) {
           strstr(t.tokenizer_config_json, "\"add_bos_token\":true"));
     CHECK(t.generation_config_json && strstr(t.generation_config_json, "\"eos_token_id\":[2]"));
     okv_gguf_vocab_texts_free(&t);
+
+    /* Llama-2 style (add_space_prefix): "ab" is read as " ab" -> ▁ab, and
+     * decoding strips that one leading space again */
+    v.add_space_prefix = 1;
+    v.add_bos = 0;
+    CHECK_OK(okv_gguf_vocab_synthesize(&v, &t, &err), &err);
+    tok = t.tokenizer_json ? load_texts(&t) : NULL;
+    if (tok) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        char *text = NULL;
+        CHECK_OK(okv_tok_encode(tok, "ab", 2, true, &ids, &n, &err), &err);
+        CHECKF(n == 1 && ids[0] == 8, "add_space_prefix encode: n=%zu", n);
+        CHECK_OK(okv_tok_decode(tok, ids, n, false, &text, &n, &err), &err);
+        CHECKF(text && !strcmp(text, "ab"), "add_space_prefix decode \"%s\"", text ? text : "");
+        free(ids);
+        free(text);
+        okv_tok_free(tok);
+    }
+    CHECK(t.tokenizer_config_json && strstr(t.tokenizer_config_json, "\"add_bos_token\":false"));
+    okv_gguf_vocab_texts_free(&t);
 }
 
 static void expect_error(const okv_gguf_vocab *v, const char *needle, const char *what) {

@@ -15,6 +15,8 @@
 #include "gguf_vocab_check.h"
 #include "okv_gguf.h"
 
+#include <time.h>
+
 /* ---- 3. the real GGUFs ------------------------------------------------------------------------ */
 
 static char *model_path(const char *file) {
@@ -37,8 +39,16 @@ static bool gguf_texts(const char *file, okv_gguf_vocab_texts *t) {
     CHECK_OK(okv_gguf_open(path, &g, &err), &err);
     free(path);
     if (!g) return false;
+    struct timespec t0, t1;
+    clock_t c0 = clock();
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     okv_status st = okv_gguf_tokenizer_texts(g, t, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     CHECK_OK(st, &err);
+    if (!st)
+        printf("%s: tokenizer.json of %.1f MB synthesised in %.2f s (%.2f s CPU)\n", file, (double)t->tokenizer_json_len / 1e6,
+               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+               (double)(clock() - c0) / CLOCKS_PER_SEC);
     okv_gguf_close(g);
     return st == OKV_OK;
 }
