@@ -38,9 +38,17 @@ typedef struct okv_layout {
     int max_ctx_len;
 } okv_layout;
 
+/* Bounds okv_layout_validate enforces (a layout may come from an untrusted
+ * program file). */
+#define OKV_LAYOUT_MAX_CACHES (1 << 16)   /* also the bound on n_layers */
+#define OKV_LAYOUT_MAX_CTX (1 << 30)      /* max_ctx_len (and so prefill_chunk_size) */
+#define OKV_LAYOUT_MAX_HEADS (1 << 16)
+#define OKV_LAYOUT_MAX_HEAD_DIM (1 << 16)
+#define OKV_LAYOUT_MAX_ROW (1 << 28)      /* kv_heads * head_dim of one cache */
+
 okv_status okv_layout_alloc(okv_layout *l, int n_caches, int n_layers, okv_error *err);
 void okv_layout_free(okv_layout *l);
-/* Checks internal consistency (positive dims, map in range, chunk <= ...). */
+/* Checks internal consistency (dims in their bounds, map in range, chunk <= ...). */
 okv_status okv_layout_validate(const okv_layout *l, okv_error *err);
 
 /* A contiguous span of pool slots holding consecutive positions:

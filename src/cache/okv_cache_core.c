@@ -44,21 +44,27 @@ void okv_layout_free(okv_layout *l) {
 }
 
 okv_status okv_layout_validate(const okv_layout *l, okv_error *err) {
-    if (l->n_caches < 1 || l->n_layers < 1)
-        return okv_fail(err, OKV_ERR_INVALID, "cache layout: n_caches (%d) and n_layers (%d) must be >= 1",
-                        l->n_caches, l->n_layers);
+    if (l->n_caches < 1 || l->n_layers < 1 || l->n_caches > OKV_LAYOUT_MAX_CACHES || l->n_layers > OKV_LAYOUT_MAX_CACHES)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: n_caches (%d) and n_layers (%d) must be in [1, %d]",
+                        l->n_caches, l->n_layers, OKV_LAYOUT_MAX_CACHES);
     if (!l->kv_heads || !l->head_dims || !l->windows || !l->layer_to_cache)
         return okv_fail(err, OKV_ERR_INVALID, "cache layout: missing kv_heads/head_dims/windows/layer_to_cache array");
-    if (l->max_ctx_len < 1)
-        return okv_fail(err, OKV_ERR_INVALID, "cache layout: max_ctx_len %d must be >= 1", l->max_ctx_len);
+    if (l->max_ctx_len < 1 || l->max_ctx_len > OKV_LAYOUT_MAX_CTX)
+        return okv_fail(err, OKV_ERR_INVALID, "cache layout: max_ctx_len %d must be in [1, %d]", l->max_ctx_len,
+                        OKV_LAYOUT_MAX_CTX);
     if (l->prefill_chunk_size < 1 || l->prefill_chunk_size > l->max_ctx_len)
         return okv_fail(err, OKV_ERR_INVALID, "cache layout: prefill_chunk_size %d must be in [1, max_ctx_len %d]",
                         l->prefill_chunk_size, l->max_ctx_len);
     for (int c = 0; c < l->n_caches; c++) {
-        if (l->kv_heads[c] < 1)
-            return okv_fail(err, OKV_ERR_INVALID, "cache layout: kv_heads[%d] = %d must be >= 1", c, l->kv_heads[c]);
-        if (l->head_dims[c] < 1)
-            return okv_fail(err, OKV_ERR_INVALID, "cache layout: head_dims[%d] = %d must be >= 1", c, l->head_dims[c]);
+        if (l->kv_heads[c] < 1 || l->kv_heads[c] > OKV_LAYOUT_MAX_HEADS)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: kv_heads[%d] = %d must be in [1, %d]", c, l->kv_heads[c],
+                            OKV_LAYOUT_MAX_HEADS);
+        if (l->head_dims[c] < 1 || l->head_dims[c] > OKV_LAYOUT_MAX_HEAD_DIM)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: head_dims[%d] = %d must be in [1, %d]", c, l->head_dims[c],
+                            OKV_LAYOUT_MAX_HEAD_DIM);
+        if ((int64_t)l->kv_heads[c] * l->head_dims[c] > OKV_LAYOUT_MAX_ROW)
+            return okv_fail(err, OKV_ERR_INVALID, "cache layout: kv_heads[%d] * head_dims[%d] = %lld exceeds %d", c, c,
+                            (long long)l->kv_heads[c] * l->head_dims[c], OKV_LAYOUT_MAX_ROW);
         if (l->windows[c] < 0)
             return okv_fail(err, OKV_ERR_INVALID, "cache layout: windows[%d] = %d must be >= 0", c, l->windows[c]);
         if (l->windows[c] > 0 && l->prefill_chunk_size > l->windows[c])

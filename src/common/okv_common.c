@@ -2,6 +2,7 @@
 #include "okv_common.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -348,6 +349,20 @@ void okv_convert(void *dst, okv_dtype dst_dt, const void *src, okv_dtype src_dt,
     }
 }
 
+/* ---- checked conversions ---------------------------------------------------- */
+
+bool okv_double_is_int_in(double d, int64_t lo, int64_t hi) {
+    return d >= (double)lo && d <= (double)hi && d == floor(d);   /* false for NaN */
+}
+
+bool okv_double_fits_float(double d) { return d >= -(double)FLT_MAX && d <= (double)FLT_MAX; }
+
+bool okv_json_item_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(item) || !okv_double_is_int_in(item->valuedouble, lo, hi)) return false;
+    *out = (int64_t)item->valuedouble;
+    return true;
+}
+
 /* ---- JSON ---------------------------------------------------------------- */
 
 okv_status okv_json_parse(const char *text, size_t len, cJSON **out, const char *what, okv_error *err) {
@@ -394,7 +409,7 @@ okv_status okv_json_req_int(const cJSON *obj, const char *key, int64_t *out, con
     okv_status st = get_number(obj, key, &d, &found, what, err);
     if (st) return st;
     if (!found) return okv_fail(err, OKV_ERR_FORMAT, "%s: missing required field '%s'", what, key);
-    if (d != floor(d) || fabs(d) > 9.0e15)
+    if (!okv_double_is_int_in(d, -(int64_t)9e15, (int64_t)9e15))
         return okv_fail(err, OKV_ERR_FORMAT, "%s: field '%s' must be an integer (got %g)", what, key, d);
     *out = (int64_t)d;
     return OKV_OK;

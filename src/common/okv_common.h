@@ -59,6 +59,17 @@ uint16_t okv_f32_to_bf16(float f);
 /* Converts n elements between dtypes (src and dst must not overlap). */
 void okv_convert(void *dst, okv_dtype dst_dt, const void *src, okv_dtype src_dt, size_t n);
 
+/* Range checks done on a double BEFORE any conversion (converting a double
+ * outside the target type's range is undefined behaviour, so JSON numbers
+ * are judged as doubles first). NaN and infinities fail both. */
+/* True iff d is an integer in [lo, hi] (|lo|, |hi| <= 2^53). */
+bool okv_double_is_int_in(double d, int64_t lo, int64_t hi);
+/* True iff d is finite and within float's range (|d| <= FLT_MAX). */
+bool okv_double_fits_float(double d);
+/* A cJSON item that is a number and an integer in [lo, hi]: stores it in
+ * *out and returns true; else false (*out untouched). */
+bool okv_json_item_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);
+
 /* cJSON accessors that validate types. `what` names the file/object in
  * error messages. A missing key is an error only for the _req variants. */
 okv_status okv_json_parse(const char *text, size_t len, cJSON **out, const char *what, okv_error *err);

@@ -472,7 +472,8 @@ static okv_status write_program(export_job *j, const char *hf_dir, const char *o
     j->progress = (okv_export_progress){0, n, 0, 0, 0};
     for (int t = 0; t < n; t++) j->progress.total_bytes += tensors[t].nbytes;
     j->progress_start = now_seconds();
-    okv_status st = okv_graph_validate(&pf, err);
+    okv_status st = okv_program_validate(&pf, err);   /* the loader's rules, before anything is written */
+    if (st) okv_fail_prefix(err, "export would write a program offkv cannot load");
     if (!st) st = okv_format_write(out_path, &pf, err);
     free(pf.meta.extra_json);
     free(tensors);

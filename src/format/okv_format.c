@@ -5,6 +5,7 @@
 #include "okv_format.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,11 +276,12 @@ static okv_status read_int_array(const cJSON *obj, const char *key, int **out, i
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, a) {
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble) {
+        int64_t x;
+        if (!okv_json_item_int(e, INT_MIN, INT_MAX, &x)) {
             free(v);
-            return okv_fail(err, OKV_ERR_FORMAT, "%s: '%s'[%d] must be an integer", what, key, i);
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: '%s'[%d] must be an integer in the int range", what, key, i);
         }
-        v[i++] = (int)e->valuedouble;
+        v[i++] = (int)x;
     }
     *out = v;
     if (len) *len = cnt;
@@ -304,14 +306,12 @@ static okv_status parse_meta(const cJSON *j, okv_meta *m, okv_error *err) {
         return okv_fail(err, OKV_ERR_FORMAT, "%s: 'architecture'/'dtype' missing or invalid", w);
     m->architecture = okv_strdup(arch);
     m->source = okv_strdup(okv_json_str(j, "source") ? okv_json_str(j, "source") : "");
-    okv_status st = read_int(j, "vocab_size", &m->vocab_size, 1, 1 << 28, w, err);
-    if (!st) st = read_int(j, "hidden_size", &m->hidden_size, 1, 1 << 20, w, err);
-    if (!st) st = read_int(j, "n_layers", &m->n_layers, 1, 1 << 16, w, err);
-    if (!st) st = read_int(j, "bos_id", &m->bos_id, -1, m->vocab_size - 1, w, err);
+    /* ranges are okv_meta_validate's job (shared with export) */
+    okv_status st = read_int(j, "vocab_size", &m->vocab_size, INT_MIN, INT_MAX, w, err);
+    if (!st) st = read_int(j, "hidden_size", &m->hidden_size, INT_MIN, INT_MAX, w, err);
+    if (!st) st = read_int(j, "n_layers", &m->n_layers, INT_MIN, INT_MAX, w, err);
+    if (!st) st = read_int(j, "bos_id", &m->bos_id, INT_MIN, INT_MAX, w, err);
     if (!st) st = read_int_array(j, "eos_ids", &m->eos_ids, -1, &m->n_eos, w, err);
-    for (int i = 0; !st && i < m->n_eos; i++)
-        if (m->eos_ids[i] < 0 || m->eos_ids[i] >= m->vocab_size)
-            st = okv_fail(err, OKV_ERR_FORMAT, "%s: eos id %d out of range", w, m->eos_ids[i]);
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(j, "extra");
     if (!st && extra) m->extra_json = cJSON_PrintUnformatted(extra);
     return st;
@@ -320,14 +320,14 @@ static okv_status parse_meta(const cJSON *j, okv_meta *m, okv_error *err) {
 static okv_status parse_layout(const cJSON *j, okv_layout *l, okv_error *err) {
     const char *w = "program layout";
     if (!cJSON_IsObject(j)) return okv_fail(err, OKV_ERR_FORMAT, "program header: 'layout' missing");
-    okv_status st = read_int(j, "n_caches", &l->n_caches, 1, 1 << 16, w, err);
+    /* ranges are okv_layout_validate's job (via okv_program_validate) */
+    okv_status st = read_int(j, "n_caches", &l->n_caches, 1, INT_MAX, w, err);
     if (!st) st = read_int_array(j, "kv_heads", &l->kv_heads, l->n_caches, NULL, w, err);
     if (!st) st = read_int_array(j, "head_dims", &l->head_dims, l->n_caches, NULL, w, err);
     if (!st) st = read_int_array(j, "windows", &l->windows, l->n_caches, NULL, w, err);
     if (!st) st = read_int_array(j, "layer_to_cache", &l->layer_to_cache, -1, &l->n_layers, w, err);
-    if (!st) st = read_int(j, "prefill_chunk_size", &l->prefill_chunk_size, 1, 1 << 30, w, err);
-    if (!st) st = read_int(j, "max_ctx_len", &l->max_ctx_len, 1, 1 << 30, w, err);
-    if (!st && okv_layout_validate(l, err)) st = err ? (err->status = OKV_ERR_FORMAT) : OKV_ERR_FORMAT; /* bad file, not bad call */
+    if (!st) st = read_int(j, "prefill_chunk_size", &l->prefill_chunk_size, INT_MIN, INT_MAX, w, err);
+    if (!st) st = read_int(j, "max_ctx_len", &l->max_ctx_len, INT_MIN, INT_MAX, w, err);
     return st;
 }
 
@@ -351,7 +351,10 @@ static okv_status parse_node(const cJSON *o, okv_node *nd, int idx, okv_error *e
         if (!cJSON_IsArray(fa) || cJSON_GetArraySize(fa) != OKV_NODE_MAX_F)
             st = okv_fail(err, OKV_ERR_FORMAT, "%s: 'f' must have %d numbers", w, OKV_NODE_MAX_F);
         else cJSON_ArrayForEach(e, fa) {
-            if (!cJSON_IsNumber(e)) { st = okv_fail(err, OKV_ERR_FORMAT, "%s: 'f' must be numbers", w); break; }
+            if (!cJSON_IsNumber(e) || !okv_double_fits_float(e->valuedouble)) {
+                st = okv_fail(err, OKV_ERR_FORMAT, "%s: 'f' must be numbers within float range", w);
+                break;
+            }
             nd->f[nf++] = (float)e->valuedouble;
         }
     }
@@ -374,11 +377,13 @@ static okv_status parse_graph(const cJSON *j, okv_graph *g, okv_error *err) {
     const cJSON *e;
     cJSON_ArrayForEach(e, vals) {
         const cJSON *w0 = cJSON_GetArrayItem(e, 0), *r0 = cJSON_GetArrayItem(e, 1);
-        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(w0) || !cJSON_IsNumber(r0) ||
-            w0->valuedouble < 1 || w0->valuedouble > (1 << 28))
-            return okv_fail(err, OKV_ERR_FORMAT, "program graph: value %d must be [width >= 1, rows flag]", k);
-        g->values[k].width = (int)w0->valuedouble;
-        g->values[k].logit_rows = r0->valuedouble != 0;
+        int64_t width, rows_flag;
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !okv_json_item_int(w0, 1, OKV_MAX_WIDTH, &width) ||
+            !okv_json_item_int(r0, 0, 1, &rows_flag))
+            return okv_fail(err, OKV_ERR_FORMAT, "program graph: value %d must be [width in [1, %d], rows flag 0 or 1]", k,
+                            OKV_MAX_WIDTH);
+        g->values[k].width = (int)width;
+        g->values[k].logit_rows = rows_flag != 0;
         k++;
     }
     k = 0;
@@ -428,22 +433,22 @@ static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t 
         return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': 'shape' must be an array of at most 4 dims", name);
     uint64_t count = 1;
     cJSON_ArrayForEach(e, sh) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 9.0e15 ||
-            e->valuedouble != (double)(int64_t)e->valuedouble)
+        int64_t dim;
+        if (!okv_json_item_int(e, 0, (int64_t)9e15, &dim))
             return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': invalid shape entry", name);
-        t->shape[t->n_dims++] = (int64_t)e->valuedouble;
+        t->shape[t->n_dims++] = dim;
         if (t->shape[t->n_dims - 1] && count > UINT64_MAX / 4 / (uint64_t)t->shape[t->n_dims - 1])
             return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': shape overflows", name);
         count *= (uint64_t)t->shape[t->n_dims - 1];
     }
-    double off, nb;
-    okv_status st = okv_json_opt_double(o, "offset", &off, -1, name, err);
-    if (!st) st = okv_json_opt_double(o, "nbytes", &nb, -1, name, err);
-    if (st) return st;
-    if (off < 0 || nb < 0 || off > 1.8e19 || nb > 1.8e19)
-        return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': missing or negative offset/nbytes", name);
+    /* offsets and sizes travel as JSON numbers: exact up to 2^53 bytes */
+    int64_t off, nb;
+    if (!okv_json_item_int(cJSON_GetObjectItemCaseSensitive(o, "offset"), 0, OKV_MAX_JSON_INT, &off) ||
+        !okv_json_item_int(cJSON_GetObjectItemCaseSensitive(o, "nbytes"), 0, OKV_MAX_JSON_INT, &nb))
+        return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': offset/nbytes missing, negative or not an integer", name);
     t->offset = (uint64_t)off;
     t->nbytes = (uint64_t)nb;
+    okv_status st;
     if (t->dtype == OKV_T_Q) {
         if (version < 2) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': quantized tensors need format version 2, the file says %u", name, version);
         st = parse_quant(o, t, err);
@@ -542,7 +547,7 @@ okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *
         else { memcpy(pf->header_json, p + FIXED_HEADER_SIZE, hlen); pf->header_json[hlen] = 0; }
     }
     if (!st) st = parse_header(pf->header_json, hlen, pf, p + data_off, data_size, version, err);
-    if (!st) st = okv_graph_validate(pf, err);
+    if (!st) st = okv_program_validate(pf, err);
     if (st) {
         if (err && !strstr(err->message, path)) okv_fail_prefix(err, "%s", path);
         okv_format_close(pf);

@@ -35,6 +35,14 @@
 #define OKV_FORMAT_VERSION_MIN 1
 #define OKV_ALIGN 64
 
+/* Bounds every program must respect (okv_program_validate). */
+#define OKV_MAX_WIDTH (1 << 28)       /* columns of one graph value */
+#define OKV_MAX_VOCAB (1 << 28)
+#define OKV_MAX_HIDDEN (1 << 20)
+#define OKV_MAX_LAYERS (1 << 16)
+#define OKV_MAX_EOS 16                /* eos ids a program may list */
+#define OKV_MAX_JSON_INT (1LL << 53)  /* largest integer a JSON number holds exactly */
+
 /* Element types of program tensors: the model dtypes, raw bytes (for
  * bundled blobs such as tokenizer.json), and group-quantized matrices
  * (okv_tensor.quant says how; only MATMUL weights and EMBED tables). */
@@ -159,5 +167,11 @@ struct cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *of
 int okv_format_find_tensor(const okv_program_file *pf, const char *name);
 /* Checks the graph against tensors and layout (ids in range, widths agree). */
 okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err);
+/* Checks the metadata (sizes in range, bos/eos ids inside the vocabulary). */
+okv_status okv_meta_validate(const okv_meta *m, okv_error *err);
+/* Everything the loader requires of a program: metadata, layout, graph.
+ * The loader runs it on every file; export runs it before writing, so it
+ * never writes a program the loader would refuse. */
+okv_status okv_program_validate(const okv_program_file *pf, okv_error *err);
 
 #endif

@@ -1,8 +1,16 @@
 /* okv_graph.c — validation of a step graph against its tensors and cache
- * layout. A program that passes can be executed without further checks:
- * every value is produced exactly once before it is read, every width agrees
- * with the tensors a node uses, and every update_and_attend node matches the
- * geometry (kv_heads, head_dim) of the cache it addresses. */
+ * layout, and of the program metadata (okv_program_validate: the one set of
+ * rules both the loader and export apply, so export never writes a program
+ * the loader refuses). A program that passes can be executed without further
+ * checks: every value is produced exactly once before it is read, every
+ * width agrees with the tensors a node uses, and every update_and_attend node
+ * matches the geometry (kv_heads, head_dim) of the cache it addresses.
+ *
+ * Node integers come from an untrusted file: every product or sum of them
+ * (heads * head_dim, offset + width) is formed in 64 bits and compared with
+ * the value widths exactly, so no wrapped int can make a node look
+ * consistent and then index past an activation at run time. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,7 +28,7 @@ static okv_status bad(graph_check *c, const char *what) {
     return okv_fail(c->err, OKV_ERR_FORMAT, "graph node %d (%s): %s", c->idx, okv_op_name(c->nd->op), what);
 }
 
-static int width(graph_check *c, int v) { return c->pf->graph.values[v].width; }
+static int64_t width(graph_check *c, int v) { return c->pf->graph.values[v].width; }
 
 /* Tensor w[k] must exist (or be -1 when optional) with the given float dtype
  * rules, dims and shape (shape entries < 0 are not checked). Quantized
@@ -53,12 +61,14 @@ static okv_status check_tensor(graph_check *c, int k, bool optional, int n_dims,
 static okv_status check_attn(graph_check *c) {
     const okv_node *nd = c->nd;
     const okv_layout *l = &c->pf->layout;
-    int cache = nd->i[0], hq = nd->i[1], hkv = nd->i[2], d = nd->i[3];
+    int cache = nd->i[0], hkv = nd->i[2];
+    int64_t hq = nd->i[1], d = nd->i[3];
     char msg[256];
     if (cache < 0 || cache >= l->n_caches) return bad(c, "cache id out of range");
     if (hq < 1 || hkv < 1 || d < 1 || hq % hkv) return bad(c, "head counts must be positive, heads a multiple of kv_heads");
+    if (nd->i[4] != 0 && nd->i[4] != 1) return bad(c, "i4 (writes k/v) must be 0 or 1");
     if (l->kv_heads[cache] != hkv || l->head_dims[cache] != d) {
-        snprintf(msg, sizeof msg, "node has kv_heads %d, head_dim %d but cache %d has kv_heads %d, head_dim %d", hkv, d,
+        snprintf(msg, sizeof msg, "node has kv_heads %d, head_dim %lld but cache %d has kv_heads %d, head_dim %d", hkv, (long long)d,
                  cache, l->kv_heads[cache], l->head_dims[cache]);
         return bad(c, msg);
     }
@@ -88,7 +98,8 @@ static okv_status check_node_shapes(graph_check *c) {
         return st ? st : check_tensor(c, 1, true, 1, width(c, out), -1, true);
     }
     case OKV_OP_ROPE:
-        if (!same_width(c, in0, out) || nd->i[0] < 1 || nd->i[1] < 2 || nd->i[1] % 2 || nd->i[0] * nd->i[1] != width(c, in0))
+        if (!same_width(c, in0, out) || nd->i[0] < 1 || nd->i[1] < 2 || nd->i[1] % 2 ||
+            (int64_t)nd->i[0] * nd->i[1] != width(c, in0))
             return bad(c, "width != n_heads * head_dim (even)");
         return check_tensor(c, 0, false, 1, nd->i[1] / 2, -1, true);
     case OKV_OP_ATTN:
@@ -106,7 +117,7 @@ static okv_status check_node_shapes(graph_check *c) {
         if (!(nd->f[0] > 0)) return bad(c, "softcap must be positive");
         return same_width(c, in0, out) ? OKV_OK : bad(c, "operand widths differ");
     case OKV_OP_SLICE:
-        return nd->i[0] >= 0 && nd->i[0] + width(c, out) <= width(c, in0) ? OKV_OK : bad(c, "slice out of range");
+        return nd->i[0] >= 0 && (int64_t)nd->i[0] + width(c, out) <= width(c, in0) ? OKV_OK : bad(c, "slice out of range");
     case OKV_OP_SELECT_ROWS:
         if (!same_width(c, in0, out)) return bad(c, "operand widths differ");
         return c->pf->graph.values[out].logit_rows && !c->pf->graph.values[in0].logit_rows
@@ -149,15 +160,31 @@ static okv_status check_operands(graph_check *c, const bool *defined) {
     return OKV_OK;
 }
 
+/* Node floats travel as JSON numbers, which cannot hold inf or NaN. */
+static okv_status check_floats(graph_check *c) {
+    for (int k = 0; k < OKV_NODE_MAX_F; k++)
+        if (!isfinite(c->nd->f[k])) {
+            char msg[64];
+            snprintf(msg, sizeof msg, "f%d = %g is not a finite number", k, (double)c->nd->f[k]);
+            return bad(c, msg);
+        }
+    return OKV_OK;
+}
+
 okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err) {
     const okv_graph *g = &pf->graph;
     if (g->n_nodes < 1 || g->n_values < 1) return okv_fail(err, OKV_ERR_FORMAT, "graph is empty");
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].width < 1 || g->values[v].width > OKV_MAX_WIDTH)
+            return okv_fail(err, OKV_ERR_FORMAT, "graph value %d: width %d outside [1, %d]", v, g->values[v].width,
+                            OKV_MAX_WIDTH);
     bool *defined = calloc((size_t)g->n_values, 1);
     if (!defined) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     okv_status st = OKV_OK;
     for (int n = 0; n < g->n_nodes && !st; n++) {
         graph_check c = {pf, &g->nodes[n], n, err};
         st = check_operands(&c, defined);
+        if (!st) st = check_floats(&c);
         if (!st) st = check_node_shapes(&c);
         if (!st) defined[g->nodes[n].out] = true;
     }
@@ -168,4 +195,36 @@ okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err) {
                       pf->meta.vocab_size);
     free(defined);
     return st;
+}
+
+/* ---- metadata and the whole program ------------------------------------------ */
+
+okv_status okv_meta_validate(const okv_meta *m, okv_error *err) {
+    const char *w = "program meta";
+    if (!m->architecture || !m->architecture[0]) return okv_fail(err, OKV_ERR_FORMAT, "%s: 'architecture' is empty", w);
+    if (m->dtype != OKV_F32 && m->dtype != OKV_F16 && m->dtype != OKV_BF16)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: 'dtype' %d is not f32, f16 or bf16", w, (int)m->dtype);
+    if (m->vocab_size < 1 || m->vocab_size > OKV_MAX_VOCAB)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: vocab_size %d outside [1, %d]", w, m->vocab_size, OKV_MAX_VOCAB);
+    if (m->hidden_size < 1 || m->hidden_size > OKV_MAX_HIDDEN)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: hidden_size %d outside [1, %d]", w, m->hidden_size, OKV_MAX_HIDDEN);
+    if (m->n_layers < 1 || m->n_layers > OKV_MAX_LAYERS)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: n_layers %d outside [1, %d]", w, m->n_layers, OKV_MAX_LAYERS);
+    if (m->bos_id < -1 || m->bos_id >= m->vocab_size)
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: bos_id %d outside [-1, vocab_size %d) (-1 = none)", w, m->bos_id,
+                        m->vocab_size);
+    if (m->n_eos < 0 || m->n_eos > OKV_MAX_EOS || (m->n_eos > 0 && !m->eos_ids))
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: %d eos ids, at most %d are supported", w, m->n_eos, OKV_MAX_EOS);
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos_ids[i] < 0 || m->eos_ids[i] >= m->vocab_size)
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: eos id %d outside [0, vocab_size %d)", w, m->eos_ids[i], m->vocab_size);
+    return OKV_OK;
+}
+
+okv_status okv_program_validate(const okv_program_file *pf, okv_error *err) {
+    okv_status st = okv_meta_validate(&pf->meta, err);
+    if (st) return st;
+    if (okv_layout_validate(&pf->layout, err))   /* a bad file, not a bad call */
+        return err ? (err->status = OKV_ERR_FORMAT) : OKV_ERR_FORMAT;
+    return okv_graph_validate(pf, err);
 }

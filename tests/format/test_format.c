@@ -2,6 +2,9 @@
  * write/open, and graphs that break the rules (geometry of an attention
  * node vs its cache, values used before they exist, tensor shapes, bad
  * layouts) are rejected at load with a message naming the node. */
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -77,6 +80,21 @@ static void attend_only_with_kv(okv_program_file *pf) { pf->graph.nodes[4].i[4] 
 static void output_width(okv_program_file *pf) { pf->meta.vocab_size = V + 1; }
 static void layout_map(okv_program_file *pf) { pf->layout.layer_to_cache[0] = 1; }
 static void norm_dtype(okv_program_file *pf) { pf->graph.nodes[6].w[0] = 1; }
+/* Node integers whose int products or sums wrap to look consistent (issue 8):
+ * rope n_heads (2^30 + 2) * head_dim 4 == 8 mod 2^32, attention with
+ * 2^30 + 2 heads of dim 4, a slice at column INT_MAX - 1. */
+static void rope_wrap(okv_program_file *pf) {
+    pf->graph.nodes[1] = (okv_node){.op = OKV_OP_ROPE, .in = {0, -1, -1}, .out = 1, .w = {3, -1},
+                                    .i = {(1 << 30) + 2, 4}};
+}
+static void attn_heads_wrap(okv_program_file *pf) { pf->graph.nodes[4].i[1] = (1 << 30) + 2; }
+static void slice_wrap(okv_program_file *pf) {
+    pf->graph.nodes[2] = (okv_node){.op = OKV_OP_SLICE, .in = {0, -1, -1}, .out = 2, .w = {-1, -1}, .i = {INT_MAX - 1}};
+}
+static void attn_write_flag(okv_program_file *pf) { pf->graph.nodes[4].i[4] = 7; }
+static void node_float_inf(okv_program_file *pf) { pf->graph.nodes[6].f[0] = INFINITY; }
+static void meta_bos(okv_program_file *pf) { pf->meta.bos_id = -5; }
+static void layout_heads_huge(okv_program_file *pf) { pf->layout.kv_heads[0] = 1 << 20; }
 
 static void test_rejects(void) {
     static const struct { mutate_fn fn; const char *needle; } cases[] = {
@@ -90,6 +108,13 @@ static void test_rejects(void) {
         {output_width, "vocab_size"},
         {layout_map, "layer_to_cache"},
         {norm_dtype, "wrong shape"},
+        {rope_wrap, "n_heads * head_dim"},
+        {attn_heads_wrap, "heads * head_dim"},
+        {slice_wrap, "slice out of range"},
+        {attn_write_flag, "must be 0 or 1"},
+        {node_float_inf, "'f' must be numbers"},   /* JSON has no inf: written as null */
+        {meta_bos, "bos_id -5"},
+        {layout_heads_huge, "kv_heads[0]"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         okv_program_file pf;
@@ -100,6 +125,28 @@ static void test_rejects(void) {
         cases[c].fn(&pf);
         okv_error err = {0};
         okv_status st = write_and_open(&pf, &err);
+        CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle), "case %zu: status %d: %s", c, st, err.message);
+        okv_layout_free(&pf.layout);
+    }
+}
+
+/* What the writer (export) checks before writing: the loader's rules. */
+static void test_validate_before_write(void) {
+    static const struct { mutate_fn fn; const char *needle; } cases[] = {
+        {node_float_inf, "f0 = inf is not a finite number"},
+        {meta_bos, "bos_id -5"},
+        {rope_wrap, "n_heads * head_dim"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        okv_program_file pf;
+        okv_tensor t[5];
+        okv_node nodes[8];
+        okv_value values[8];
+        build(&pf, t, nodes, values);
+        okv_error err = {0};
+        CHECK_OK(okv_program_validate(&pf, &err), &err);
+        cases[c].fn(&pf);
+        okv_status st = okv_program_validate(&pf, &err);
         CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle), "case %zu: status %d: %s", c, st, err.message);
         okv_layout_free(&pf.layout);
     }
@@ -184,12 +231,90 @@ static void test_header_fuzz(void) {
     free(data);
 }
 
+static uint64_t get_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static void put_le(uint8_t *p, uint64_t v, int n) { for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+
+/* Rewrites the program at `path` with the first `from` in its JSON header
+ * replaced by `to`, re-laying the file (header length, data offset, CRC) so
+ * only the JSON content differs. Returns false if `from` is absent. */
+static bool edit_header(const char *from, const char *to) {
+    char *data;
+    size_t len;
+    okv_error err;
+    if (okv_read_file(path, &data, &len, &err)) return false;
+    uint8_t *u = (uint8_t *)data;
+    uint64_t hlen = get_le(u + 16, 8), off = get_le(u + 24, 8), dsize = get_le(u + 32, 8);
+    char *json = strndup(data + 48, hlen);
+    char *hit = strstr(json, from);
+    if (!hit) { free(json); free(data); return false; }
+    size_t nlen = hlen - strlen(from) + strlen(to);
+    char *nj = malloc(nlen + 1);
+    size_t pre = (size_t)(hit - json);
+    memcpy(nj, json, pre);
+    memcpy(nj + pre, to, strlen(to));
+    strcpy(nj + pre + strlen(to), hit + strlen(from));
+    uint64_t noff = (48 + nlen + 63) / 64 * 64;
+    uint8_t *out = calloc(1, noff + dsize);
+    memcpy(out, u, 48);
+    memcpy(out + 48, nj, nlen);
+    memcpy(out + noff, u + off, dsize);
+    put_le(out + 12, crc32_of((uint8_t *)nj, nlen), 4);
+    put_le(out + 16, nlen, 8);
+    put_le(out + 24, noff, 8);
+    FILE *f = fopen(path, "wb");
+    fwrite(out, 1, noff + dsize, f);
+    fclose(f);
+    free(out); free(nj); free(json); free(data);
+    return true;
+}
+
+/* Numbers outside the target type's range are refused as doubles, before any
+ * conversion (issue 8: (int)1e20 and (float)1e300 are undefined behaviour,
+ * which clang's UBSan reports). */
+static void test_header_numbers(void) {
+    static const struct { const char *from, *to, *needle; } cases[] = {
+        {"\"i\":[0,2,1,4,1,0]", "\"i\":[0,2,1,4,1e20,0]", "'i'[4] must be an integer"},
+        {"\"i\":[0,2,1,4,1,0]", "\"i\":[0,2,1,4,-3e9,0]", "'i'[4] must be an integer"},
+        {"\"in\":[1,2,3]", "\"in\":[1,2,4294967299]", "'in'[2] must be an integer"},
+        {"\"eos_ids\":[]", "\"eos_ids\":[1e300]", "'eos_ids'[0] must be an integer"},
+        {"\"f\":[0.5,0]", "\"f\":[1e300,0]", "within float range"},
+        {"\"bos_id\":-1", "\"bos_id\":1e20", "'bos_id' must be an integer"},
+        {"[16,1]", "[1e300,1]", "value 7 must be [width"},
+        {"[16,1]", "[16,2]", "value 7 must be [width"},
+        {"\"offset\":0", "\"offset\":1e300", "offset/nbytes"},
+        {"\"offset\":0", "\"offset\":0.5", "offset/nbytes"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        okv_program_file pf;
+        okv_tensor t[5];
+        okv_node nodes[8];
+        okv_value values[8];
+        build(&pf, t, nodes, values);
+        okv_error err = {0};
+        CHECK_OK(okv_format_write(path, &pf, &err), &err);
+        okv_layout_free(&pf.layout);
+        bool edited = edit_header(cases[c].from, cases[c].to);
+        CHECKF(edited, "case %zu: '%s' not in the header", c, cases[c].from);
+        if (!edited) continue;
+        okv_program_file *got = NULL;
+        okv_status st = okv_format_open(path, &got, &err);
+        CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle), "case %zu: status %d: %s", c, st, err.message);
+        okv_format_close(got);
+    }
+}
+
 int main(void) {
     int fd = mkstemp(path);
     if (fd < 0) return 1;
     close(fd);
     test_roundtrip();
     test_rejects();
+    test_header_numbers();
+    test_validate_before_write();
     test_header_fuzz();
     unlink(path);
     return okv_test_finish();
