@@ -3,7 +3,8 @@
  * Three levels, each usable alone:
  *   1. Tensor-free core: the sequence controller (one logical length shared
  *      by every cache of a program), layout policies (flat: slot = position;
- *      ring: slot = position mod S with S = window + max_write - 1) and the
+ *      ring: slot = position mod S with S = min(window + max_write - 1,
+ *      capacity)) and the
  *      step planner that turns (position, T) into write runs, read runs and a
  *      read base position. No bytes are touched here.
  *   2. Byte layer: one K pool and one V pool per cache, storage dtype chosen at
@@ -77,11 +78,16 @@ typedef struct okv_policy {
     okv_policy_kind kind;
     int32_t window;     /* ring only */
     int32_t max_write;  /* largest step (program's prefill_chunk_size) */
-    int32_t slots;      /* ring: window + max_write - 1; flat: capacity */
+    int32_t slots;      /* ring: min(window + max_write - 1, capacity); flat: capacity */
 } okv_policy;
 
 okv_policy okv_policy_flat(int32_t capacity);
 okv_policy okv_policy_ring(int32_t window, int32_t max_write);
+/* The ring a cache of `capacity` positions gets: min(window + max_write - 1,
+ * capacity) slots. A ring never needs more slots than the sequence can have
+ * positions (with S = capacity no slot is ever overwritten), so a window of
+ * 100000 under a capacity of 64 costs 64 slots, not 100063. */
+okv_policy okv_policy_ring_capped(int32_t window, int32_t max_write, int32_t capacity);
 /* Plans a step of T tokens starting at pos (callers validated pos/T). */
 void okv_policy_plan(const okv_policy *p, int32_t pos, int32_t T, okv_step_plan *out);
 /* Whether, after a sequence of length cur_len written straight through (no
@@ -137,7 +143,8 @@ typedef struct okv_kv_options {
     const int32_t *windows_override; /* NULL = layout's windows; else repeats */
     int n_windows_override;          /* over caches ({512, 256} alternates);
                                       * 0 entry = flat, W > 0 = ring of
-                                      * W + chunk - 1 slots (W < chunk is fine),
+                                      * min(W + chunk - 1, capacity) slots
+                                      * (W < chunk is fine),
                                       * negative = error */
     size_t max_pool_bytes;     /* 0 = no limit; creating or growing pools past
                                 * it fails with OKV_ERR_NOMEM, like malloc */

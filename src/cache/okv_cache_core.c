@@ -7,7 +7,11 @@
  * A step of T <= max_write tokens at pos needs keys [pos - window + 1, pos+T),
  * at most window + T - 1 <= S positions, so it never overwrites a key one of
  * its own queries still needs. Spans that cross the end of the ring are cut
- * into two runs; a span is never longer than S, so two runs always suffice. */
+ * into two runs; a span is never longer than S, so two runs always suffice.
+ * When the capacity is smaller than that, S = capacity: positions never reach
+ * S, so nothing is ever overwritten and the ring behaves as a flat cache with
+ * a window mask. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "okv_cache.h"
@@ -95,7 +99,12 @@ okv_policy okv_policy_flat(int32_t capacity) {
 }
 
 okv_policy okv_policy_ring(int32_t window, int32_t max_write) {
-    okv_policy p = { OKV_POLICY_RING, window, max_write, window + max_write - 1 };
+    return okv_policy_ring_capped(window, max_write, INT32_MAX);
+}
+
+okv_policy okv_policy_ring_capped(int32_t window, int32_t max_write, int32_t capacity) {
+    int64_t slots = (int64_t)window + max_write - 1;   /* may exceed int32 for a huge window */
+    okv_policy p = { OKV_POLICY_RING, window, max_write, slots < capacity ? (int32_t)slots : capacity };
     return p;
 }
 

@@ -2,8 +2,8 @@
  * cache of a layout, all sharing one sequence controller.
  *
  * Pools are [slots_alloc, kv_heads, head_dim] elements of the storage dtype.
- * Rings are allocated once at their full size (window + max_write - 1
- * slots); flat pools start at initial_capacity slots and double (capped at
+ * Rings are allocated once at their full size (min(window + max_write - 1,
+ * capacity) slots); flat pools start at initial_capacity slots and double (capped at
  * the capacity) when a step needs more. A step is a transaction:
  * okv_kv_begin_step checks the positions, grows pools (allocating every new
  * pool before releasing any old one, so a failed growth leaves all caches as
@@ -82,9 +82,7 @@ static okv_status init_cache(okv_cache *c, int idx, const okv_layout *l, const o
     c->dtype = o->storage_dtype;
     c->oldest = 0;
     if (window > 0) {
-        if ((int64_t)window + l->prefill_chunk_size - 1 > INT32_MAX)
-            return okv_fail(err, OKV_ERR_INVALID, "kv cache %d: window %d is too large", idx, window);
-        c->policy = okv_policy_ring(window, l->prefill_chunk_size);
+        c->policy = okv_policy_ring_capped(window, l->prefill_chunk_size, capacity);
         c->slots_alloc = c->policy.slots;
     } else {
         c->policy = okv_policy_flat(capacity);

@@ -138,8 +138,20 @@ static int pick_buffer(const size_t *size, const bool *busy, int n, size_t need)
     return fit >= 0 ? fit : largest;
 }
 
+/* Sizes are products and sums of untrusted widths and the chunk size: every
+ * one is checked (no wrap), and the arena must stay under this many bytes. */
+#define ARENA_MAX_BYTES ((size_t)1 << 46)
+
+static okv_status arena_too_large(const okv_runner *r, int v, int rows, okv_error *err) {
+    const okv_value *val = &r->p->pf->graph.values[v];
+    return okv_fail(err, OKV_ERR_NOMEM,
+                    "activations too large: value %d is [%d rows x %d] floats (rows = %s %d), and the arena for all "
+                    "values live at once would exceed %zu bytes; export with a smaller --prefill-chunk-size",
+                    v, rows, val->width, val->logit_rows ? "max logit rows" : "prefill_chunk_size", rows, ARENA_MAX_BYTES);
+}
+
 /* Assigns each value a buffer; buffers are reused once every reader of the
- * value that held them has run. Returns the arena size in floats. */
+ * value that held them has run. Sizes the arena in floats. */
 static okv_status plan_memory(okv_runner *r, okv_error *err) {
     const okv_graph *g = &r->p->pf->graph;
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
@@ -157,13 +169,25 @@ static okv_status plan_memory(okv_runner *r, okv_error *err) {
             if (g->nodes[n].in[k] >= 0) last[g->nodes[n].in[k]] = n;
     last[g->output] = g->n_nodes;
     int n_bufs = 0;
-    for (int n = 0; n < g->n_nodes; n++) {
+    /* floats held by the buffers so far: the arena can never be smaller, so
+     * stop as soon as it alone is too large */
+    size_t held = 0, max_floats = ARENA_MAX_BYTES / sizeof(float);
+    okv_status st = OKV_OK;
+    for (int n = 0; n < g->n_nodes && !st; n++) {
         int v = g->nodes[n].out;
         int rows = g->values[v].logit_rows ? r->max_logit_rows : r->max_T;
-        size_t need = (size_t)g->values[v].width * (size_t)rows;
+        size_t need;
+        if (__builtin_mul_overflow((size_t)g->values[v].width, (size_t)rows, &need) || need > max_floats) {
+            st = arena_too_large(r, v, rows, err);
+            break;
+        }
         int best = pick_buffer(buf_size, busy, n_bufs, need);
         if (best < 0) best = n_bufs++;
-        if (buf_size[best] < need) buf_size[best] = need;
+        if (buf_size[best] < need) {
+            held += need - buf_size[best];   /* held <= max_floats + need: cannot wrap */
+            buf_size[best] = need;
+            if (held > max_floats) { st = arena_too_large(r, v, rows, err); break; }
+        }
         busy[best] = true;
         buf_of[v] = best;
         for (int k = 0; k < OKV_NODE_MAX_IN; k++) {
@@ -172,6 +196,8 @@ static okv_status plan_memory(okv_runner *r, okv_error *err) {
         }
         if (last[v] < 0) busy[best] = false;   /* never read (should not happen) */
     }
+    if (st) { free(last); free(buf_of); free(buf_size); free(busy); return st; }
+    /* each buffer padded to 16 floats: total <= held + 16 * n_bufs, far from wrapping */
     size_t total = 0;
     size_t *buf_off = calloc((size_t)n_bufs + 1, sizeof *buf_off);
     for (int b = 0; buf_off && b < n_bufs; b++) { buf_off[b] = total; total += (buf_size[b] + 15) / 16 * 16; }

@@ -152,7 +152,51 @@ static void test_option_errors(void) {
     okv_layout_free(&l);
 }
 
+/* A ring never holds more slots than the capacity has positions (issue 8: a
+ * window of 100000 under a capacity of 64 allocated 244 MiB). */
+static void test_ring_capped_by_capacity(void) {
+    okv_layout l;
+    int w[2] = { 100000, 0 };
+    make_layout(&l, 2, w, 4, 64, 16, 1 << 20);
+    okv_kv_options o;
+    okv_kv_options_default(&o);
+    o.max_capacity = 64;
+    okv_kv *kv;
+    okv_error err;
+    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    if (!kv) { okv_layout_free(&l); return; }
+    CHECK(kv->caches[0].policy.kind == OKV_POLICY_RING && kv->caches[0].policy.slots == 64 &&
+          kv->caches[0].policy.window == 100000);
+    /* ring: 2 pools x 64 slots x (4 x 64) x 4 B = 128 KiB; flat: initial min(256, 64) = 64 slots, the same */
+    CHECKF(okv_kv_bytes(kv) == (size_t)256 << 10, "%zu bytes", okv_kv_bytes(kv));
+    CHECK(okv_kv_bytes_full(kv) == (size_t)256 << 10);
+    /* fill to capacity in chunks: every key stays visible (no wrap), rewinds anywhere are accepted */
+    for (int32_t pos = 0; pos < 64; pos += 16) {
+        int32_t p[16];
+        for (int t = 0; t < 16; t++) p[t] = pos + t;
+        CHECK_OK(okv_kv_begin_step(kv, p, 16, &err), &err);
+        CHECK(kv->plans[0].n_write == 1 && kv->plans[0].write[0].slot == pos && kv->plans[0].read_base == 0 &&
+              kv->plans[0].n_read == 1 && kv->plans[0].read[0].n == pos + 16);
+        okv_kv_commit_step(kv);
+    }
+    CHECK(kv->caches[0].oldest == 0);
+    CHECK_OK(okv_kv_rewind(kv, 1, &err), &err);
+    /* a window override larger than the capacity is capped the same way */
+    okv_kv_free(kv);
+    int32_t big[] = { 1 << 30 };
+    o.windows_override = big;
+    o.n_windows_override = 1;
+    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    if (kv) {
+        CHECK(kv->caches[1].policy.kind == OKV_POLICY_RING && kv->caches[1].policy.slots == 64);
+        CHECK(okv_kv_bytes(kv) == (size_t)256 << 10);
+        okv_kv_free(kv);
+    }
+    okv_layout_free(&l);
+}
+
 int main(void) {
+    test_ring_capped_by_capacity();
     test_override_all_flat();
     test_gemma_describe();
     test_override_alternating();
