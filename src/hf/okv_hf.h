@@ -39,9 +39,11 @@ typedef struct okv_rope {
     double low_freq_factor, high_freq_factor;
     double original_max_pos;    /* llama3 */
     double partial_rotary;      /* proportional: fraction of pairs that rotate */
+    char field[48];             /* the config field it came from (for messages) */
 } okv_rope;
 
 #define OKV_HF_MAX_LAYERS 512
+#define OKV_HF_MAX_EOS 16   /* = OKV_MAX_EOS, what a program may list */
 
 typedef struct okv_hf_model {
     char architecture[64];      /* HF class, e.g. "LlamaForCausalLM" */
@@ -69,7 +71,7 @@ typedef struct okv_hf_model {
     char notes[512];            /* facts export should tell the user (may be empty) */
     /* generation */
     int bos_id;                 /* -1 if none */
-    int eos_ids[16];
+    int eos_ids[OKV_HF_MAX_EOS];/* more is refused, naming the field */
     int n_eos;
 } okv_hf_model;
 
@@ -88,8 +90,11 @@ int okv_hf_layer_kv_heads(const okv_hf_model *m, int layer);
  * layers map to their donor's (HF's rule: the last earlier non-shared layer
  * of the same attention type). */
 okv_status okv_hf_build_layout(const okv_hf_model *m, int prefill_chunk, int max_ctx, okv_layout *out, okv_error *err);
-/* inv_freq[D/2] for a rope spec and head dim. */
+/* inv_freq[D/2] for a rope spec and head dim (values beyond float range
+ * become inf; okv_hf_parse_config refuses specs that produce any). */
 void okv_hf_rope_inv_freq(const okv_rope *r, int head_dim, float *inv_freq);
+/* Entry i of that table, computed in double. */
+double okv_hf_rope_inv_freq_at(const okv_rope *r, int head_dim, int i);
 
 /* Where an exported tensor's bytes come from. */
 typedef struct okv_hf_tensor_src {

@@ -54,7 +54,10 @@ static okv_status read_shapes(cfg_ctx *c, okv_hf_model *m, int d_hidden, int d_i
         return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                         c->what, m->n_heads, m->n_kv_heads);
     if (m->head_dim % 2) return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: head_dim %d must be even", c->what, m->head_dim);
-    if (!(m->rms_eps > 0)) return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: rms_norm_eps must be positive", c->what);
+    /* the graph carries eps as a float: it must survive the conversion */
+    if (!(m->rms_eps >= 1e-30 && m->rms_eps <= 1))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: rms_norm_eps = %g is outside the supported range [1e-30, 1]",
+                        c->what, m->rms_eps);
     return OKV_OK;
 }
 
@@ -69,13 +72,17 @@ static okv_status require_act(cfg_ctx *c, const char *key, const char *dflt, okv
 
 /* Parses one rope parameter object (rope_scaling / rope_parameters[...]).
  * theta_dflt is used when the object has no rope_theta. */
+static okv_status check_rope_params(cfg_ctx *c, const okv_rope *r);
+
+/* field names the object (or, when r is NULL, where theta_dflt came from). */
 static okv_status parse_rope_obj(cfg_ctx *c, const cJSON *r, const char *field, double theta_dflt, okv_rope *out) {
     memset(out, 0, sizeof *out);
     out->theta = theta_dflt;
     out->factor = 1.0;
     out->partial_rotary = 1.0;
     out->kind = OKV_ROPE_DEFAULT;
-    if (!r || cJSON_IsNull(r)) return OKV_OK;
+    snprintf(out->field, sizeof out->field, "%s", field);
+    if (!r || cJSON_IsNull(r)) return check_rope_params(c, out);
     if (!cJSON_IsObject(r)) return okv_fail(c->err, OKV_ERR_FORMAT, "%s: %s must be an object or null", c->what, field);
     const char *type = okv_json_str(r, "rope_type");
     if (!type) type = okv_json_str(r, "type");
@@ -99,8 +106,46 @@ static okv_status parse_rope_obj(cfg_ctx *c, const cJSON *r, const char *field, 
     } else
         return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s rope_type \"%s\" is not supported (default, linear, llama3%s)",
                         c->what, field, type, "");
-    if (!(out->theta > 0) || !(out->factor > 0))
-        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s needs positive rope_theta and factor", c->what, field);
+    return check_rope_params(c, out);
+}
+
+/* The parameters alone (the inv_freq tables are checked once head dims are
+ * known, check_rope_tables). */
+static okv_status check_rope_params(cfg_ctx *c, const okv_rope *r) {
+    if (!(r->theta > 0) || !isfinite(r->theta))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: rope_theta = %g must be a positive number", c->what, r->field,
+                        r->theta);
+    if (!(r->factor > 0) || !isfinite(r->factor))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: factor = %g must be a positive number", c->what, r->field,
+                        r->factor);
+    if (!(r->partial_rotary > 0 && r->partial_rotary <= 1))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: partial_rotary_factor = %g must be in (0, 1]", c->what,
+                        r->field, r->partial_rotary);
+    if (r->kind != OKV_ROPE_PROPORTIONAL && r->partial_rotary != 1)
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: partial_rotary_factor = %g is only supported with rope_type "
+                        "\"proportional\"", c->what, r->field, r->partial_rotary);
+    if (r->kind == OKV_ROPE_LLAMA3 && !(r->original_max_pos >= 0 && isfinite(r->original_max_pos) &&
+                                        isfinite(r->high_freq_factor)))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: llama3 original_max_position_embeddings = %g and "
+                        "high_freq_factor = %g must be finite and non-negative", c->what, r->field, r->original_max_pos,
+                        r->high_freq_factor);
+    return OKV_OK;
+}
+
+/* Every layer's inv_freq table, as the graph builder will compute it, must
+ * be finite and within float range (a tiny rope_theta or factor overflows). */
+static okv_status check_rope_tables(cfg_ctx *c, const okv_hf_model *m) {
+    for (int layer = 0; layer < m->n_layers; layer++) {
+        const okv_rope *r = okv_hf_layer_is_full(m, layer) ? &m->rope_full : &m->rope_sliding;
+        int d = okv_hf_layer_head_dim(m, layer);
+        for (int i = 0; i < d / 2; i++) {
+            double inv = okv_hf_rope_inv_freq_at(r, d, i);
+            if (!okv_double_fits_float(inv) || inv < 0)
+                return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: %s: rope_theta = %g, factor = %g give inv_freq[%d] = %g "
+                                "for head_dim %d (layer %d): not a finite float", c->what, r->field, r->theta, r->factor,
+                                i, inv, d, layer);
+        }
+    }
     return OKV_OK;
 }
 
@@ -113,6 +158,7 @@ static okv_status read_rope_single(cfg_ctx *c, okv_hf_model *m, double theta_dfl
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(c->j, "rope_scaling");
     const char *field = "rope_scaling";
     if (!r || cJSON_IsNull(r)) { r = cJSON_GetObjectItemCaseSensitive(c->j, "rope_parameters"); field = "rope_parameters"; }
+    if (!r || cJSON_IsNull(r)) field = "rope_theta";
     st = parse_rope_obj(c, r, field, theta, out);
     if (!st && out->kind == OKV_ROPE_LLAMA3 && out->original_max_pos <= 0) out->original_max_pos = m->max_position_embeddings;
     if (!st && out->kind == OKV_ROPE_PROPORTIONAL)
@@ -148,6 +194,15 @@ static okv_status read_layer_types(cfg_ctx *c, okv_hf_model *m, int window, int 
     }
     for (int i = 0; i < m->n_layers; i++) m->window[i] = (pattern > 0 && (i + 1) % pattern) ? window : 0;
     return OKV_OK;
+}
+
+/* final_logit_softcapping: 0/absent = none, else a cap the graph's float holds. */
+static okv_status get_softcap(cfg_ctx *c, double *cap) {
+    okv_status st = get_double(c, "final_logit_softcapping", cap, 0);
+    if (!st && *cap != 0 && !(*cap >= 1e-30 && *cap <= 1e30))
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "%s: final_logit_softcapping = %g must be 0 (none) or in [1e-30, 1e30]",
+                        c->what, *cap);
+    return st;
 }
 
 static okv_status refuse_if_true(cfg_ctx *c, const char *key, const char *why) {
@@ -221,8 +276,7 @@ static okv_status read_gemma3_rope(cfg_ctx *c, okv_hf_model *m) {
     okv_status st = read_rope_single(c, m, 1e6, &m->rope_full);
     if (!st) st = get_double(c, "rope_local_base_freq", &local, 1e4);
     if (st) return st;
-    parse_rope_obj(c, NULL, "", local, &m->rope_sliding);
-    return OKV_OK;
+    return parse_rope_obj(c, NULL, "rope_local_base_freq", local, &m->rope_sliding);
 }
 
 static okv_status parse_gemma3(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) {
@@ -237,7 +291,7 @@ static okv_status parse_gemma3(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) 
     if (!st) st = read_layer_types(c, m, window, pattern);
     if (!st) st = get_int(c, "query_pre_attn_scalar", &qpas, 256, 1, 1 << 20);
     if (!st) st = read_gemma3_rope(c, m);
-    if (!st) st = get_double(c, "final_logit_softcapping", &cap, 0);
+    if (!st) st = get_softcap(c, &cap);
     if (!st) st = refuse_if_true(c, "use_bidirectional_attention", "bidirectional attention is not supported");
     if (st) return st;
     m->attn_bias_o = m->attn_bias_qkv;
@@ -255,6 +309,18 @@ static okv_status parse_gemma3(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) 
     return st;
 }
 
+/* A per_layer_config key: decimal digits only, naming a layer < n_layers;
+ * -1 otherwise ("3abc", "", "-1", " 2" are refused, not read as numbers). */
+static int layer_key(const char *s, int n_layers) {
+    if (!s || !*s || strlen(s) > 6) return -1;
+    int v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v < n_layers ? v : -1;
+}
+
 /* Gemma-4 full-layer geometry: flat global_head_dim/num_global_key_value_heads
  * or the newer per_layer_config {"<layer>": {"head_dim": ...}}. */
 static okv_status read_gemma4_global(cfg_ctx *c, okv_hf_model *m) {
@@ -264,9 +330,10 @@ static okv_status read_gemma4_global(cfg_ctx *c, okv_hf_model *m) {
     if (st || !cJSON_IsObject(plc)) return st;
     cJSON_ArrayForEach(e, plc) {
         cfg_ctx lc = {e, c->what, c->err};
-        int layer = atoi(e->string ? e->string : "-1");
-        if (layer < 0 || layer >= m->n_layers || !cJSON_IsObject(e))
-            return okv_fail(c->err, OKV_ERR_FORMAT, "%s: per_layer_config key \"%s\" is not a layer index", c->what, e->string);
+        int layer = layer_key(e->string, m->n_layers);
+        if (layer < 0 || !cJSON_IsObject(e))
+            return okv_fail(c->err, OKV_ERR_FORMAT, "%s: per_layer_config key \"%s\" is not a layer number in [0, %d) with an "
+                            "object value", c->what, e->string ? e->string : "", m->n_layers);
         if (m->window[layer] != 0) continue;   /* only full layers carry their own geometry */
         if (okv_json_has(e, "head_dim")) st = get_int(&lc, "head_dim", &m->global_head_dim, 0, 2, 1 << 14);
         if (!st && okv_json_has(e, "num_key_value_heads")) st = get_int(&lc, "num_key_value_heads", &m->global_kv_heads, 0, 1, 1024);
@@ -278,8 +345,8 @@ static okv_status read_gemma4_global(cfg_ctx *c, okv_hf_model *m) {
 static okv_status read_gemma4_rope(cfg_ctx *c, okv_hf_model *m) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->j, "rope_parameters");
     if (!cJSON_IsObject(rp)) {
-        parse_rope_obj(c, NULL, "", 1e4, &m->rope_sliding);
-        parse_rope_obj(c, NULL, "", 1e6, &m->rope_full);
+        parse_rope_obj(c, NULL, "default sliding rope", 1e4, &m->rope_sliding);
+        parse_rope_obj(c, NULL, "default full rope", 1e6, &m->rope_full);
         m->rope_full.kind = OKV_ROPE_PROPORTIONAL;
         m->rope_full.partial_rotary = 0.25;
         return OKV_OK;
@@ -308,7 +375,7 @@ static okv_status parse_gemma4(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) 
     if (!st) st = get_int(c, "vocab_size_per_layer_input", &m->ple_vocab, 262144, 1, 1 << 24);
     if (!st) st = get_bool(c, "use_double_wide_mlp", &m->double_wide_mlp, false);
     if (!st) st = get_bool(c, "attention_k_eq_v", &m->k_eq_v, false);
-    if (!st) st = get_double(c, "final_logit_softcapping", &cap, 0);
+    if (!st) st = get_softcap(c, &cap);
     if (!st) st = refuse_if_true(c, "enable_moe_block", "mixture-of-experts blocks are not supported yet");
     if (!st) st = refuse_if_true(c, "use_bidirectional_attention", "bidirectional attention is not supported");
     if (st) return st;
@@ -324,17 +391,41 @@ static okv_status parse_gemma4(cfg_ctx *c, const cJSON *outer, okv_hf_model *m) 
 
 /* ---- entry points --------------------------------------------------------- */
 
-static okv_status read_special_ids(const cJSON *j, okv_hf_model *m) {
+/* A token id field entry: an integer in [0, vocab), judged as a double. */
+static okv_status token_id(const cJSON *v, const char *what, const char *key, int idx, int vocab, int *out, okv_error *err) {
+    int64_t id;
+    if (okv_json_item_int(v, 0, (int64_t)vocab - 1, &id)) { *out = (int)id; return OKV_OK; }
+    char at[24] = "";
+    if (idx >= 0) snprintf(at, sizeof at, "[%d]", idx);
+    if (cJSON_IsNumber(v))
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: %s%s = %.17g is not a token id in [0, vocab_size %d)", what, key, at,
+                        v->valuedouble, vocab);
+    return okv_fail(err, OKV_ERR_FORMAT, "%s: %s%s must be an integer token id", what, key, at);
+}
+
+/* bos_token_id (integer or null) and eos_token_id (integer, list of at most
+ * OKV_HF_MAX_EOS integers, or null), every id inside the vocabulary: what
+ * a program may carry (okv_meta_validate), so export never writes one the
+ * loader refuses. Absent or null leaves m unchanged. */
+static okv_status read_special_ids(const cJSON *j, const char *what, int vocab, okv_hf_model *m, okv_error *err) {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "bos_token_id");
-    if (cJSON_IsNumber(b)) m->bos_id = (int)b->valuedouble;
+    okv_status st = OKV_OK;
+    if (b && !cJSON_IsNull(b)) st = token_id(b, what, "bos_token_id", -1, vocab, &m->bos_id, err);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");
-    if (cJSON_IsNumber(e)) { m->n_eos = 1; m->eos_ids[0] = (int)e->valuedouble; }
-    else if (cJSON_IsArray(e)) {
-        const cJSON *x;
-        m->n_eos = 0;
-        cJSON_ArrayForEach(x, e) if (cJSON_IsNumber(x) && m->n_eos < 16) m->eos_ids[m->n_eos++] = (int)x->valuedouble;
+    if (st || !e || cJSON_IsNull(e)) return st;
+    if (!cJSON_IsArray(e)) {
+        st = token_id(e, what, "eos_token_id", -1, vocab, &m->eos_ids[0], err);
+        if (!st) m->n_eos = 1;
+        return st;
     }
-    return OKV_OK;
+    int n = cJSON_GetArraySize(e);
+    if (n > OKV_HF_MAX_EOS)
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: eos_token_id lists %d ids; at most %d are supported", what, n,
+                        OKV_HF_MAX_EOS);
+    int ids[OKV_HF_MAX_EOS];
+    for (int i = 0; i < n && !st; i++) st = token_id(cJSON_GetArrayItem(e, i), what, "eos_token_id", i, vocab, &ids[i], err);
+    if (!st) { memcpy(m->eos_ids, ids, sizeof ids); m->n_eos = n; }
+    return st;
 }
 
 static okv_status pick_family(const char *arch, const char *what, okv_hf_model *m, okv_error *err) {
@@ -380,10 +471,9 @@ okv_status okv_hf_parse_config(const char *json, size_t len, const char *what, o
         case OKV_FAM_GEMMA4: st = parse_gemma4(&c, root, m); break;
         }
     }
-    if (!st) {
-        read_special_ids(root, m);
-        if (c.j != root && m->bos_id < 0) read_special_ids(c.j, m);
-    }
+    if (!st) st = check_rope_tables(&c, m);
+    if (!st) st = read_special_ids(root, what, m->vocab, m, err);
+    if (!st && c.j != root && m->bos_id < 0) st = read_special_ids(c.j, what, m->vocab, m, err);
     cJSON_Delete(root);
     return st;
 }
@@ -397,9 +487,9 @@ static okv_status read_generation_eos(const char *dir, okv_hf_model *m, okv_erro
         st = okv_json_load(path, &g, err);
         if (!st) {
             okv_hf_model tmp = {.bos_id = -1};
-            read_special_ids(g, &tmp);
-            if (tmp.n_eos) { memcpy(m->eos_ids, tmp.eos_ids, sizeof m->eos_ids); m->n_eos = tmp.n_eos; }
-            if (tmp.bos_id >= 0) m->bos_id = tmp.bos_id;
+            st = read_special_ids(g, path, m->vocab, &tmp, err);
+            if (!st && tmp.n_eos) { memcpy(m->eos_ids, tmp.eos_ids, sizeof m->eos_ids); m->n_eos = tmp.n_eos; }
+            if (!st && tmp.bos_id >= 0) m->bos_id = tmp.bos_id;
             cJSON_Delete(g);
         }
     }
@@ -421,10 +511,6 @@ okv_status okv_hf_load_config(const char *path, okv_hf_model *m, okv_error *err)
         free(text);
     }
     if (!st) st = read_generation_eos(dir, m, err);
-    for (int i = 0; !st && i < m->n_eos; i++)
-        if (m->eos_ids[i] < 0 || m->eos_ids[i] >= m->vocab)
-            st = okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: eos_token_id %d is outside the vocabulary (%d)", cfg, m->eos_ids[i], m->vocab);
-    if (!st && m->bos_id >= m->vocab) m->bos_id = -1;
     free(cfg);
     free(dir);
     return st;

@@ -79,22 +79,27 @@ okv_status okv_hf_build_layout(const okv_hf_model *m, int prefill_chunk, int max
     return okv_layout_validate(out, err);
 }
 
-void okv_hf_rope_inv_freq(const okv_rope *r, int head_dim, float *inv_freq) {
-    int half = head_dim / 2;
-    int rotate = r->kind == OKV_ROPE_PROPORTIONAL ? (int)(r->partial_rotary * head_dim / 2.0) : half;
-    for (int i = 0; i < half; i++) {
-        double inv = i < rotate ? pow(r->theta, -2.0 * i / head_dim) : 0.0;
-        if (r->kind == OKV_ROPE_LINEAR || r->kind == OKV_ROPE_PROPORTIONAL) inv /= r->factor;
-        if (r->kind == OKV_ROPE_LLAMA3) {
-            double wl = 2 * M_PI / inv;
-            double low_wl = r->original_max_pos / r->low_freq_factor, high_wl = r->original_max_pos / r->high_freq_factor;
-            if (wl > low_wl) inv = inv / r->factor;
-            else if (wl >= high_wl) {
-                double s = (r->original_max_pos / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
-                inv = (1 - s) * inv / r->factor + s * inv;
-            }
+double okv_hf_rope_inv_freq_at(const okv_rope *r, int head_dim, int i) {
+    double part = r->partial_rotary >= 0 && r->partial_rotary <= 1 ? r->partial_rotary : 1;   /* validated at parse */
+    int rotate = r->kind == OKV_ROPE_PROPORTIONAL ? (int)(part * head_dim / 2.0) : head_dim / 2;
+    double inv = i < rotate ? pow(r->theta, -2.0 * i / head_dim) : 0.0;
+    if (r->kind == OKV_ROPE_LINEAR || r->kind == OKV_ROPE_PROPORTIONAL) inv /= r->factor;
+    if (r->kind == OKV_ROPE_LLAMA3) {
+        double wl = 2 * M_PI / inv;
+        double low_wl = r->original_max_pos / r->low_freq_factor, high_wl = r->original_max_pos / r->high_freq_factor;
+        if (wl > low_wl) inv = inv / r->factor;
+        else if (wl >= high_wl) {
+            double s = (r->original_max_pos / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+            inv = (1 - s) * inv / r->factor + s * inv;
         }
-        inv_freq[i] = (float)inv;
+    }
+    return inv;
+}
+
+void okv_hf_rope_inv_freq(const okv_rope *r, int head_dim, float *inv_freq) {
+    for (int i = 0; i < head_dim / 2; i++) {
+        double inv = okv_hf_rope_inv_freq_at(r, head_dim, i);
+        inv_freq[i] = okv_double_fits_float(inv) || isnan(inv) ? (float)inv : (float)INFINITY;   /* no UB cast */
     }
 }
 

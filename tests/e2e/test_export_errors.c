@@ -51,6 +51,30 @@ static void test_config_refusals(void) {
     free(d);
 }
 
+/* Values main exported into programs its own loader then refused (issue 8):
+ * export applies the loader's rules and names the field. */
+static void test_unloadable_values(void) {
+    char *d;
+    d = edited_checkpoint("llama32-tiny", "bos-neg", "\"bos_token_id\": 256", "\"bos_token_id\": -5");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "bos_token_id = -5");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "bos-huge", "\"bos_token_id\": 256", "\"bos_token_id\": 1e20");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "bos_token_id = 1e+20");
+    free(d);
+    d = edited_checkpoint("llama32-tiny", "eps-huge", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e300");
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "rms_norm_eps = 1e+300");
+    free(d);
+    /* generation_config.json's EOS list: more than a program holds is refused, naming that file */
+    d = edited_checkpoint("llama32-tiny", "eos-many", "{", "{");
+    char path[640];
+    snprintf(path, sizeof path, "%s/generation_config.json", d);
+    FILE *f = fopen(path, "wb");
+    fputs("{\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", f);
+    fclose(f);
+    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "generation_config.json: eos_token_id lists 17 ids");
+    free(d);
+}
+
 /* A checkpoint whose model.safetensors is the fixture's cut to `keep` bytes. */
 static char *truncated_checkpoint(const char *name, size_t keep) {
     char *dir = e2e_path(name), path[640];
@@ -237,6 +261,7 @@ int main(void) {
     test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
     test_bind_mismatch();
     test_config_refusals();
+    test_unloadable_values();
     test_bad_safetensors();
     test_chunk_bounds();
     test_corrupt_program();
