@@ -25,7 +25,8 @@ static char *write_wide_program(void) {
         int prev = k == 1 ? 0 : N_EMBED + k - 2;
         nodes[N_EMBED + k - 1] = (okv_node){.op = OKV_OP_ADD, .in = {prev, k, -1}, .out = N_EMBED + k - 1, .w = {-1, -1}};
     }
-    okv_tensor t = {"embed", OKV_T_BF16, 2, {1, WIDE}, 0, (uint64_t)WIDE * 2, table};
+    okv_tensor t = {.name = "embed", .dtype = OKV_T_BF16, .n_dims = 2, .shape = {1, WIDE}, .nbytes = (uint64_t)WIDE * 2,
+                    .data = table};
     okv_program_file pf = {0};
     okv_layout_alloc(&pf.layout, 1, 1, NULL);
     pf.layout.kv_heads[0] = 1;
