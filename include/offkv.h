@@ -92,8 +92,9 @@ okv_status okv_config_describe(const char *path, bool json, const okv_export_opt
  * hyperparameters, tensor counts and bytes per ggml type, tokenizer kind,
  * whether a chat template is present. */
 okv_status okv_gguf_describe(const char *path, bool json, char **out, okv_error *err);
-/* True if path is a file starting with the GGUF magic (export and inspect
- * take such files instead of an HF directory). */
+/* True if path is a file starting with the GGUF magic or a regular file
+ * named *.gguf (export and inspect take such files instead of an HF
+ * directory; a damaged one then fails as a bad GGUF). */
 bool okv_is_gguf_file(const char *path);
 
 /* ---- caches ------------------------------------------------------------------- */

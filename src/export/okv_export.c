@@ -644,6 +644,7 @@ static okv_status gguf_text_files(export_job *j, okv_error *err) {
             add_blob_text(j, "generation_config.json", &t.generation_config_json, t.generation_config_json_len);
         }
         okv_gguf_vocab_texts_free(&t);
+        if (st) okv_fail_prefix(err, "%s", okv_gguf_path(g));
     }
     free(tokens);
     free(merges);
@@ -691,7 +692,7 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
 okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export_options *o, okv_error *err) {
     okv_export_options dflt;
     if (!o) { okv_export_options_default(&dflt); o = &dflt; }
-    if (okv_gguf_is_gguf_file(hf_dir)) return export_gguf(hf_dir, out_path, o, err);
+    if (okv_is_gguf_file(hf_dir)) return export_gguf(hf_dir, out_path, o, err);
     export_job j = {.opt = o};
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_check_output_path(out_path, err); /* before the slow part; checked again at the end */

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "offkv.h"
 #include "okv_common.h"
@@ -537,4 +538,11 @@ okv_status okv_gguf_describe(const char *path, bool json, char **out, okv_error 
     return *out ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
 }
 
-bool okv_is_gguf_file(const char *path) { return okv_gguf_is_gguf_file(path); }
+/* A regular file named *.gguf counts even without the magic, so a damaged
+ * one is reported as a bad GGUF rather than as a missing HF directory. */
+bool okv_is_gguf_file(const char *path) {
+    if (okv_gguf_is_gguf_file(path)) return true;
+    size_t n = strlen(path);
+    struct stat sb;
+    return n > 5 && !strcmp(path + n - 5, ".gguf") && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
