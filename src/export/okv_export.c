@@ -329,8 +329,65 @@ static float *source_f32(const export_job *j, int t, size_t n, okv_error *err) {
     return tmp;
 }
 
+/* Whether GGUF blocks of `type` are exactly the scheme's groups: Q8_0 =
+ * symmetric 8-bit g32, Q4_1 = asymmetric 4-bit g32, Q4_0 = either 4-bit
+ * g32 (asymmetric with m = -8d: d*c - 8d = d*(c-8), both exact in f32). */
+static bool gguf_blocks_fit(int type, const okv_qscheme *q) {
+    if (q->group != 32 || q->scale_dtype != OKV_F16) return false;
+    if (type == OKV_GGML_Q8_0) return q->bits == 8 && !q->asym;
+    if (type == OKV_GGML_Q4_1) return q->bits == 4 && q->asym;
+    if (type == OKV_GGML_Q4_0) return q->bits == 4;
+    return false;
+}
+
+/* GGUF row holding HF row r (llama.cpp's q/k permutation inverted). */
+static int64_t gguf_row_of(const okv_gguf_hf_tensor *h, int64_t rows, int64_t r) {
+    if (h->unpermute_heads <= 0) return r;
+    int64_t D = rows / h->unpermute_heads, half = D / 2, rr = r % D;
+    return r - rr + 2 * (rr % half) + rr / half;
+}
+
+static float f16_le(const uint8_t *p) { return okv_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* Carries a GGUF tensor's Q8_0/Q4_0/Q4_1 blocks into the scheme without
+ * re-quantizing: the program then holds exactly the GGUF's values. */
+static okv_status carry_gguf_blocks(const export_src *s, const okv_tensor *want, void *dst, okv_error *err) {
+    const int64_t N = want->shape[0], K = want->shape[1], G = K / 32;
+    const int type = s->gg->type, ts = okv_ggml_type_size(type);
+    uint8_t *codes = malloc((size_t)(N * K));
+    float *d = malloc(sizeof(float) * (size_t)(N * G)), *m = want->quant.asym ? malloc(sizeof(float) * (size_t)(N * G)) : NULL;
+    if (!codes || !d || (want->quant.asym && !m)) {
+        free(codes); free(d); free(m);
+        return okv_fail(err, OKV_ERR_NOMEM, "out of memory carrying '%s'", want->name);
+    }
+    for (int64_t r = 0; r < N; r++) {
+        const uint8_t *row = s->gg->data + (size_t)(gguf_row_of(&s->ggh, N, r) * G * ts);
+        for (int64_t g = 0; g < G; g++) {
+            const uint8_t *b = row + g * ts;
+            uint8_t *c = codes + r * K + g * 32;
+            float *dd = d + r * G + g;
+            *dd = f16_le(b);
+            if (type == OKV_GGML_Q8_0) {
+                for (int k = 0; k < 32; k++) c[k] = (uint8_t)((int8_t)b[2 + k] + 128);
+                continue;
+            }
+            const uint8_t *qs = b + (type == OKV_GGML_Q4_1 ? 4 : 2);
+            for (int k = 0; k < 16; k++) { c[k] = qs[k] & 0x0f; c[k + 16] = qs[k] >> 4; }
+            if (m) m[r * G + g] = type == OKV_GGML_Q4_1 ? f16_le(b + 2) : -8.0f * *dd;
+        }
+    }
+    okv_quant_pack(&want->quant, N, K, codes, d, m, dst);
+    free(codes);
+    free(d);
+    free(m);
+    return OKV_OK;
+}
+
 static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
     const okv_tensor *want = &j->hg.tensors[t];
+    const export_src *s = j->src[t];
+    if (s && s->gg && j->hg.srcs[t].add == 0.0f && s->ggh.add == 0.0f && gguf_blocks_fit(s->gg->type, &want->quant))
+        return carry_gguf_blocks(s, want, dst, err);
     err->status = OKV_OK;
     float *w = source_f32(j, t, (size_t)want->shape[0] * (size_t)want->shape[1], err);
     if (!w) return err->status ? err->status : okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
@@ -660,6 +717,19 @@ static okv_status gguf_text_files(export_job *j, okv_error *err) {
 }
 #endif
 
+/* Says how many quantized tensors keep the GGUF's own blocks. */
+static void report_carried(const export_job *j) {
+    int carried = 0, requant = 0;
+    for (int t = 0; t < j->hg.n_tensors; t++) {
+        if (j->hg.tensors[t].dtype != OKV_T_Q || !j->src[t] || !j->src[t]->gg) continue;
+        if (gguf_blocks_fit(j->src[t]->gg->type, &j->hg.tensors[t].quant)) carried++;
+        else requant++;
+    }
+    if (carried || requant)
+        notice(j, "%d quantized tensors keep the GGUF's own blocks exactly, %d are dequantized and quantized again",
+               carried, requant);
+}
+
 /* GGUF: metadata -> the config.json HF would have -> the same model
  * description, graph and writer as an HF directory. */
 static okv_status export_gguf(const char *path, const char *out_path, const okv_export_options *o, okv_error *err) {
@@ -676,6 +746,7 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
     if (!st) st = bind_sources(&j, err);
     if (!st) st = apply_rope_freqs(&j, err);
     if (!st) st = plan_quant(&j, err);
+    if (!st) report_carried(&j);
     if (!st) report_unused(&j);
     if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);
     if (!st) st = gguf_text_files(&j, err);
