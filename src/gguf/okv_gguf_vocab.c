@@ -260,8 +260,9 @@ static okv_status check_arrays(synth *S) {
         if (ids[i].id < -1 || ids[i].id >= (int64_t)v->n_tokens)
             return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.%s %lld is outside the %zu tokens", ids[i].key,
                             (long long)ids[i].id, v->n_tokens);
-    if (v->chat_template.ptr && utf8_valid_prefix(v->chat_template.ptr, v->chat_template.len) != v->chat_template.len)
-        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.chat_template is not valid UTF-8");
+    if (v->chat_template.ptr && (utf8_valid_prefix(v->chat_template.ptr, v->chat_template.len) != v->chat_template.len ||
+                                 memchr(v->chat_template.ptr, 0, v->chat_template.len)))
+        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.chat_template is not valid UTF-8 without NUL bytes");
     return OKV_OK;
 }
 
@@ -304,6 +305,8 @@ static okv_status build_tokens(synth *S) {
         if (!t.ptr && t.len) return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.tokens[%zu] is NULL", i);
         if (utf8_valid_prefix(t.ptr, t.len) != t.len)
             return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.tokens[%zu] is not valid UTF-8", i);
+        if (t.len && memchr(t.ptr, 0, t.len)) /* JSON readers cut strings there */
+            return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.tokens[%zu] contains a NUL byte", i);
         if (t.len == 0) { /* llama.cpp's name for an empty entry */
             char name[40];
             int k = snprintf(name, sizeof name, "[EMPTY_%zu]", i);
@@ -356,8 +359,8 @@ static okv_status put_gpt2_merges(synth *S, jbuf *b) {
     const okv_gguf_vocab *v = S->v;
     for (size_t i = 0; i < v->n_merges; i++) {
         okv_gguf_span m = v->merges[i];
-        if (!m.ptr || utf8_valid_prefix(m.ptr, m.len) != m.len)
-            return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.merges[%zu] is not valid UTF-8", i);
+        if (!m.ptr || utf8_valid_prefix(m.ptr, m.len) != m.len || memchr(m.ptr, 0, m.len))
+            return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.merges[%zu] is not valid UTF-8 without NUL bytes", i);
         const char *sp = m.len > 1 ? memchr(m.ptr + 1, ' ', m.len - 1) : NULL; /* as llama.cpp: first space after byte 0 */
         if (!sp || sp + 1 == m.ptr + m.len)
             return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.merges[%zu] \"%.*s\" is not two tokens separated by a space",

@@ -208,6 +208,7 @@ static void check_errors(void) {
     static const okv_gguf_span no_space[] = {SPAN("ab")};
     static const okv_gguf_span dup[] = {SPAN("a"), SPAN("b"), SPAN("a")};
     static const okv_gguf_span bad_utf8[] = {SPAN("a"), SPAN("\xff")};
+    static const okv_gguf_span with_nul[] = {SPAN("a"), SPAN("b\0c")};
     static const float scores3[] = {0, 0, 0};
     static const int32_t types[] = {1, 1, 1, 3}, bad_types[] = {1, 1, 9, 3};
     okv_gguf_vocab base = okv_gguf_vocab_empty();
@@ -266,6 +267,8 @@ static void check_errors(void) {
     v.n_merges = 1;
     v.tokens = bad_utf8;
     expect_error(&v, "tokenizer.ggml.tokens[1] is not valid UTF-8", "invalid UTF-8 token");
+    v.tokens = with_nul;
+    expect_error(&v, "tokenizer.ggml.tokens[1] contains a NUL byte", "token with NUL");
     v = base;
     v.eos_id = 4;
     expect_error(&v, "tokenizer.ggml.eos_token_id 4 is outside the 4 tokens", "eos out of range");
@@ -279,6 +282,8 @@ static void check_errors(void) {
     v = base;
     v.chat_template = SPAN("{{ \xc3 }}");
     expect_error(&v, "tokenizer.chat_template is not valid UTF-8", "template not UTF-8");
+    v.chat_template = SPAN("{{ x }}\0");
+    expect_error(&v, "tokenizer.chat_template is not valid UTF-8 without NUL", "template with NUL");
     v = base;
     v.n_tokens = 0;
     expect_error(&v, "tokenizer.ggml.tokens is missing or empty", "no tokens");
