@@ -19,7 +19,7 @@
  *      (T = 512) in GFLOP/s next to bf16's
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] (default: all sections). Best of N repetitions everywhere; weights
+ * [decode] [qgemv] [qgemm] [qlayout] [qroof] (default: all sections). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
 #include <math.h>
@@ -329,7 +329,7 @@ typedef struct qpath {
                const float *bias);
 } qpath;
 
-enum { Q_MAX_PATHS = 4 };
+enum { Q_MAX_PATHS = 5 };
 
 static int q_paths(qpath *p) {
     int n = 0;
@@ -396,6 +396,133 @@ static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) 
     free(x);
     free(y);
     free(pbuf);
+    free(a.mem);
+}
+
+/* The layout question: the same kernel over the three planes of
+ * okv_quant.c, or over rows that carry their own scales ([codes][d][m] per
+ * row, one stream), medians side by side with the probe. */
+static void bench_qlayout(okv_threadpool *tp, int quick) {
+    static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    static const okv_qscheme schemes[2] = {{4, 32, true, OKV_F16}, {8, 32, false, OKV_F16}};
+    if (!okv_qmm_have_avx512vnni()) return;
+    qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
+    a.mem = aligned_alloc(64, a.size);
+    qarena_fill_random(&a);
+    size_t pn = (256u << 20) / 4;
+    float *pbuf = aligned_alloc(64, pn * 4);
+    for (size_t i = 0; i < pn; i++) pbuf[i] = 1.0f;
+    float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192);
+    for (int i = 0; i < 8192; i++) x[i] = frand();
+    int reps = quick ? 9 : 25;
+    printf("\nquantized GEMV layout: planes vs per-row interleaved scales, %d threads, medians of %d\n",
+           okv_threadpool_size(tp), reps);
+    printf("%-12s %-16s %-12s %9s %9s %8s\n", "W (NxK)", "scheme", "layout", "us", "GB/s", "of bw");
+    for (int si = 0; si < 3; si++)
+        for (int qi = 0; qi < 2; qi++) {
+            int N = shapes[si][0], K = shapes[si][1];
+            qset q = make_qset(&a, schemes[qi], N, K); /* scales valid at both layouts' places: all f16-ish */
+            okv_qview pv = okv_quant_view(&q.s, a.mem, N, K), rv = pv;
+            size_t sbytes = (size_t)pv.groups * 2, row = pv.code_stride + sbytes * (q.s.asym ? 2 : 1);
+            rv.code_stride = rv.scale_stride = row; /* scale_stride in elements below */
+            rv.scale_stride = row / 2;
+            const okv_qmm_ops *ops = okv_qmm_ops_avx512vnni(q.s.bits, q.s.asym);
+            double tpl[64], tri[64], tpr[64];
+            for (int r = 0; r < reps; r++) {
+                tpr[r] = probe_once(tp, pbuf, pn);
+                okv_qview v = pv;
+                size_t off = (size_t)(r * 2 % q.n_copies) * q.stride;
+                v.codes += off;
+                v.d = (const uint16_t *)((const uint8_t *)v.d + off);
+                if (v.m) v.m = (const uint16_t *)((const uint8_t *)v.m + off);
+                double t0 = now();
+                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL);
+                tpl[r] = now() - t0;
+                v = rv;
+                off = (size_t)((r * 2 + 1) % q.n_copies) * q.stride;
+                v.codes = a.mem + off;
+                v.d = (const uint16_t *)(a.mem + off + pv.code_stride);
+                v.m = q.s.asym ? (const uint16_t *)(a.mem + off + pv.code_stride + sbytes) : NULL;
+                t0 = now();
+                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL);
+                tri[r] = now() - t0;
+            }
+            double bw = (double)pn * 4 / median(tpr, reps) / 1e9, bytes = (double)q.bytes;
+            char sname[32];
+            okv_qscheme_name(&q.s, sname, sizeof sname);
+            double a1 = median(tpl, reps), a2 = median(tri, reps);
+            printf("%6dx%-5d %-16s %-12s %9.1f %9.1f %7.0f%%\n", N, K, sname, "planes", a1 * 1e6, bytes / a1 / 1e9,
+                   100 * bytes / a1 / 1e9 / bw);
+            printf("%6dx%-5d %-16s %-12s %9.1f %9.1f %7.0f%%\n", N, K, sname, "row-interl.", a2 * 1e6, bytes / a2 / 1e9,
+                   100 * bytes / a2 / 1e9 / bw);
+        }
+    free(x);
+    free(y);
+    free(pbuf);
+    free(a.mem);
+}
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The compute roof, which a loaded machine can still measure: one thread,
+ * W resident in L2 (no DRAM), timed in this thread's CPU time (time spent
+ * descheduled does not count). GB/s here is how fast a core can consume
+ * weights; decode reaches the memory wall on 2 cores iff this is above half
+ * the machine's read bandwidth. */
+static void bench_qroof(const okv_kernels *best, int quick) {
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}, {4, 32, false, OKV_F16}};
+    const int N = 512, K = 2048, reps = quick ? 101 : 301;
+    qarena a = {NULL, (size_t)4 << 20};
+    a.mem = aligned_alloc(64, a.size);
+    qarena_fill_random(&a);
+    float *x = malloc(sizeof(float) * 64 * K), *y = malloc(sizeof(float) * 64 * N);
+    for (int i = 0; i < 64 * K; i++) x[i] = frand();
+    qpath paths[Q_MAX_PATHS];
+    int n_paths = q_paths(paths);
+    if (okv_qmm_have_avx2()) paths[n_paths++] = (qpath){"int8-avx2", okv_matmul_q_avx2};
+    printf("\ncompute roof, 1 thread, W %dx%d in L2, CPU time, medians of %d\n", N, K, reps);
+    printf("%-16s %-16s %9s %12s %12s\n", "scheme", "path", "us", "GB/s (T=1)", "GFLOP/s T=64");
+    double t[128], t64[128];
+    for (int qi = 0; qi < 3; qi++) {
+        qset q = make_qset(&a, schemes[qi], N, K);
+        char sname[32];
+        okv_qscheme_name(&q.s, sname, sizeof sname);
+        for (int p = 0; p < n_paths; p++) {
+            for (int r = 0; r < reps; r++) {
+                double t0 = cpu_now();
+                paths[p].fn(NULL, y, x, 1, K, a.mem, &q.s, N, NULL);
+                t[r] = cpu_now() - t0;
+            }
+            for (int r = 0; r < reps / 10; r++) {
+                double t0 = cpu_now();
+                paths[p].fn(NULL, y, x, 64, K, a.mem, &q.s, N, NULL);
+                t64[r] = cpu_now() - t0;
+            }
+            double sec = median(t, reps), s64 = median(t64, reps / 10);
+            printf("%-16s %-16s %9.1f %12.1f %12.1f\n", sname, paths[p].name, sec * 1e6, q.bytes / sec / 1e9,
+                   2.0 * 64 * N * K / s64 / 1e9);
+        }
+    }
+    uint16_t *wb = (uint16_t *)a.mem; /* valid bf16 from the fill */
+    for (int r = 0; r < reps; r++) {
+        double t0 = cpu_now();
+        best->matmul(NULL, y, x, 1, K, wb, OKV_BF16, N, NULL);
+        t[r] = cpu_now() - t0;
+    }
+    for (int r = 0; r < reps / 10; r++) {
+        double t0 = cpu_now();
+        best->matmul(NULL, y, x, 64, K, wb, OKV_BF16, N, NULL);
+        t64[r] = cpu_now() - t0;
+    }
+    double sec = median(t, reps), s64 = median(t64, reps / 10);
+    printf("%-16s %-16s %9.1f %12.1f %12.1f\n", "bf16", best->name, sec * 1e6, (double)N * K * 2 / sec / 1e9,
+           2.0 * 64 * N * K / s64 / 1e9);
+    free(x);
+    free(y);
     free(a.mem);
 }
 
@@ -583,6 +710,8 @@ int main(int argc, char **argv) {
     /* 8 */
     if (SECTION("qgemv")) bench_qgemv(tps[1], tabs[n_tabs - 1], quick);
     if (SECTION("qgemm")) bench_qgemm(tps[1], tabs[n_tabs - 1], quick);
+    if (SECTION("qlayout")) bench_qlayout(tps[1], quick);
+    if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

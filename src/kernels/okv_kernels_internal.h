@@ -137,6 +137,12 @@ typedef struct okv_qmm_ops {
  * W rows that stay in L2). */
 void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
                  const okv_qscheme *s, int N, const float *bias);
+/* The same on planes described by a view (a layout experiment can point
+ * the kernels at other strides; bench_kernels qlayout). */
+void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K,
+                      const okv_qview *w, int N, const float *bias);
+/* The AVX-512 VNNI ops for a scheme's bits / asym. */
+const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym);
 /* The integer algorithm in plain C: the model the SIMD versions must match
  * bit for bit (okv_qmatmul.c). */
 extern const okv_qmm_ops okv_qmm_ops_plain;

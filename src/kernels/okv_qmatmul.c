@@ -171,8 +171,14 @@ static void qmm_gemm_task(void *ctx, int task, int thread) {
 
 void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
                  const okv_qscheme *s, int N, const float *bias) {
+    okv_qview v = okv_quant_view(s, W, N, K);
+    okv_qmm_run_view(tp, ops, y, x, T, K, &v, N, bias);
+}
+
+void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K,
+                      const okv_qview *w, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
-    okv_qmm_job j = {y, T, K, N, okv_quant_view(s, W, N, K), {0}, bias, 0};
+    okv_qmm_job j = {y, T, K, N, *w, {0}, bias, 0};
     int G = j.w.groups;
     size_t tk = (size_t)T * K, tg = (size_t)T * G;
     /* one allocation: two code planes (64-byte aligned rows when K allows), then per-group values */

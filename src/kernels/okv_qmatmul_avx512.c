@@ -252,6 +252,10 @@ static const okv_qmm_ops ops_avx512[4] = {
     {quantize_avx512, gemv_q8a, gemm_q8a},
 };
 
+const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym) {
+    return &ops_avx512[(bits == 8 ? 2 : 0) + (asym ? 1 : 0)];
+}
+
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias) {
     const okv_qmm_ops *ops = &ops_avx512[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
