@@ -104,87 +104,86 @@ INLINE_TGT float reduce16(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
 }
 
-/* y[t0 + i, n0 + r] for r < RW, i < RT (RT <= 2): W rows n0.. times
+/* A unit's bytes at p: a whole 64-byte vector (foldable into vpdpbusd as a
+ * memory operand) in full superblocks, a masked load in the tail. */
+INLINE_TGT __m512i ld_unit(const void *p, bool full, __mmask64 km) {
+    return full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(km, p);
+}
+
+/* Integer sums of one superblock: is / is2 [r][i] = W row r's codes . x row
+ * i's planes q / q2, per group lane. */
+INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const int8_t *const *xq2, size_t us,
+                        __mmask64 km, bool full, int gs, int RW, int RT, int bits, __m512i is[4][4],
+                        __m512i is2[4][4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    if (bits == 4) {
+        for (int p = 0; p < gs / 8; p++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                if (r >= RW) continue;
+                __m512i wv = ld_unit(c[r] + p * us, full, km);
+                __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    if (i >= RT) continue;
+                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, ld_unit(xq[i] + 2 * p * us, full, km));
+                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, ld_unit(xq[i] + (2 * p + 1) * us, full, km));
+                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ld_unit(xq2[i] + 2 * p * us, full, km));
+                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, ld_unit(xq2[i] + (2 * p + 1) * us, full, km));
+                }
+            }
+        }
+    } else {
+        for (int u = 0; u < gs / 4; u++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                if (r >= RW) continue;
+                __m512i wv = ld_unit(c[r] + u * us, full, km);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    if (i >= RT) continue;
+                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, ld_unit(xq[i] + u * us, full, km));
+                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], wv, ld_unit(xq2[i] + u * us, full, km));
+                }
+            }
+        }
+    }
+}
+
+/* y[t0 + i, n0 + r] for r < RW, i < RT (both <= 4): W rows n0.. times
  * activation rows t0.. over all of K. RW, RT, bits, asym are constants
  * after inlining; 2 x RW x RT int32 accumulators. */
 INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, K = j->K;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[4][2];
+    __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; i++) acc[r][i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
     for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
         const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS;
         const size_t us = (size_t)4 * L; /* bytes per unit */
         const __mmask64 km = L == OKV_QSB_GROUPS ? ~(__mmask64)0 : ((__mmask64)1 << us) - 1;
         const __mmask16 lm = (__mmask16)((1u << L) - 1);
         const uint8_t *c[4];
-        const int8_t *xq[2], *xq2[2];
+        const int8_t *xq[4], *xq2[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             c[r] = w->codes + (size_t)(n0 + (r < RW ? r : 0)) * w->code_stride + (size_t)g0 * gs * bits / 8;
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; i++) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
             size_t o = (size_t)(t0 + (i < RT ? i : 0)) * K + (size_t)g0 * gs;
             xq[i] = j->a.q + o;
             xq2[i] = j->a.q2 + o;
         }
-        __m512i is[4][2], is2[4][2];
+        __m512i is[4][4], is2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
-#pragma GCC unroll 2
-            for (int i = 0; i < 2; i++) is[r][i] = is2[r][i] = _mm512_setzero_si512();
-        if (bits == 4) {
-            for (int p = 0; p < gs / 8; p++) {
-                __m512i xa[2], xb[2], ya[2], yb[2];
-#pragma GCC unroll 2
-                for (int i = 0; i < 2; i++) {
-                    if (i >= RT) continue;
-                    xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + 2 * p * us);
-                    xb[i] = _mm512_maskz_loadu_epi8(km, xq[i] + (2 * p + 1) * us);
-                    ya[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + 2 * p * us);
-                    yb[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + (2 * p + 1) * us);
-                }
 #pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    if (r >= RW) continue;
-                    __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + p * us);
-                    __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
-#pragma GCC unroll 2
-                    for (int i = 0; i < 2; i++) {
-                        if (i >= RT) continue;
-                        is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, xa[i]);
-                        is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, xb[i]);
-                        is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ya[i]);
-                        is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, yb[i]);
-                    }
-                }
-            }
-        } else {
-            for (int u = 0; u < gs / 4; u++) {
-                __m512i xa[2], ya[2];
-#pragma GCC unroll 2
-                for (int i = 0; i < 2; i++)
-                    if (i < RT) {
-                        xa[i] = _mm512_maskz_loadu_epi8(km, xq[i] + u * us);
-                        ya[i] = _mm512_maskz_loadu_epi8(km, xq2[i] + u * us);
-                    }
-#pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    if (r >= RW) continue;
-                    __m512i wv = _mm512_maskz_loadu_epi8(km, c[r] + u * us);
-#pragma GCC unroll 2
-                    for (int i = 0; i < 2; i++)
-                        if (i < RT) {
-                            is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, xa[i]);
-                            is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], wv, ya[i]);
-                        }
-                }
-            }
-        }
+            for (int i = 0; i < 4; i++) is[r][i] = is2[r][i] = _mm512_setzero_si512();
+        if (L == OKV_QSB_GROUPS) sb_sums(c, xq, xq2, us, km, true, gs, RW, RT, bits, is, is2);
+        else sb_sums(c, xq, xq2, us, km, false, gs, RW, RT, bits, is, is2);
         /* scales: lane l of everything below is group g0 + l (0 past L) */
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -192,8 +191,8 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
             size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
             __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->d + srow));
             __m512 mw = asym ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->m + srow)) : _mm512_setzero_ps();
-#pragma GCC unroll 2
-            for (int i = 0; i < 2; i++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
                 if (i >= RT) continue;
                 size_t arow = (size_t)(t0 + i) * G + g0;
                 __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
@@ -217,29 +216,40 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
     for (int r = 0; r < 4; r++) {
         if (r >= RW) continue;
         float b = j->bias ? j->bias[n0 + r] : 0.0f;
-#pragma GCC unroll 2
-        for (int i = 0; i < 2; i++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
             if (i < RT) j->y[(size_t)(t0 + i) * j->N + n0 + r] = reduce16(acc[r][i]) + b;
     }
 }
 
-/* Rows [n0, n1) x activation rows [t0, t0 + RT): 4-row tiles, then single rows. */
-INLINE_TGT void qrows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
+/* Decode: rows [n0, n1) in 4-row tiles (one x unit load per 4 rows), then
+ * single rows. */
+INLINE_TGT void qgemv(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
     int n = n0;
-    for (; n + 4 <= n1; n += 4) qtile(j, n, t0, 4, RT, bits, asym);
+    for (; n + 4 <= n1; n += 4) qtile(j, n, 0, 4, 1, bits, asym);
+    for (; n < n1; n++) qtile(j, n, 0, 1, 1, bits, asym);
+}
+
+/* Prefill: GEMM_RW W rows x GEMM_RT x rows per tile; each W unit is
+ * unpacked once for GEMM_RT rows of x. */
+enum { GEMM_RW = 2, GEMM_RT = 4 };
+
+INLINE_TGT void qgemm_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
+    int n = n0;
+    for (; n + GEMM_RW <= n1; n += GEMM_RW) qtile(j, n, t0, GEMM_RW, RT, bits, asym);
     for (; n < n1; n++) qtile(j, n, t0, 1, RT, bits, asym);
 }
 
 INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
     int t = 0;
-    for (; t + 2 <= j->T; t += 2) qrows(j, n0, n1, t, 2, bits, asym);
-    for (; t < j->T; t++) qrows(j, n0, n1, t, 1, bits, asym);
+    for (; t + GEMM_RT <= j->T; t += GEMM_RT) qgemm_rows(j, n0, n1, t, GEMM_RT, bits, asym);
+    for (; t < j->T; t++) qgemm_rows(j, n0, n1, t, 1, bits, asym);
 }
 
-static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 4, false); }
-static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 4, true); }
-static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 8, false); }
-static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qrows(j, n0, n1, 0, 1, 8, true); }
+static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 4, false); }
+static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 4, true); }
+static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, false); }
+static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
 static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, false); }
 static TGT void gemm_q4a(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, true); }
 static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 8, false); }
