@@ -183,7 +183,7 @@ void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, cons
     size_t tk = (size_t)T * K, tg = (size_t)T * G;
     /* one allocation: two code planes (64-byte aligned rows when K allows), then per-group values */
     size_t qbytes = (tk + 63) / 64 * 64;
-    char *mem = aligned_alloc(64, 2 * qbytes + tg * 24 + 64);
+    char *mem = aligned_alloc(64, (2 * qbytes + tg * 24 + 63) / 64 * 64); /* size: a multiple of the alignment */
     if (!mem) {
         okv_qmm_fail(y, T, N);
         return;
