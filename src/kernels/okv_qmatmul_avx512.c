@@ -15,7 +15,27 @@
  * once for 2 rows of x and each x unit loaded once for 4 W rows; blocks of W rows stay in L2 while the x panel
  * (quantized once per call) streams past them.
  *
- * Measurements: see bench_kernels (qgemv / qgemm sections) and README. */
+ * Measured (bench_kernels, this Xeon, 2 vCPUs shared with ~8 busy agents:
+ * load ~17, the bandwidth probe read 2-3 GB/s instead of its usual 36 or
+ * 60, so wall-clock GB/s against the probe was not measurable that day).
+ * What a core can do, in its own CPU time with W (512x2048) in L2
+ * (bench_kernels qroof, medians of 101-301, three runs):
+ *     GEMV GB/s of W per core      q8 sym g32   q4 asym g32   q4 sym g32
+ *       int8 dots (this file)        56.5-56.7     29.0-31.3     28.9-30.0
+ *       f32 dequant (this file)      12.4-16.1      9.0-9.7       8.2-8.6
+ *       int8, AVX2 file              11.4-11.5     12.1-13.1     10.7-11.6
+ *       bf16 AVX2 (for scale)        26.4-27.0 GB/s of bf16
+ *     GEMM T=64 GFLOP/s per core: int8 dots 104-113 (q8), 101-123 (q4);
+ *       f32 dequant 25-30; AVX2 int8 20 (q8), 35-39 (q4); bf16 AVX2 57-61.
+ * So the integer path can feed ~57 GB/s (q8) / ~30 GB/s (q4) per core: on
+ * 2 cores above both bandwidth states for q8 and at the fast state's 85%
+ * line for q4, where dequantizing to f32 (4 ops per code) tops out at
+ * ~10-16 GB/s per core, far below the wall. Two activation planes cost one
+ * more vpdpbusd per unit; the single-plane version measured 53.4 (q8) and
+ * 25.9-27.1 (q4) GB/s in the same roof, i.e. no visible cost in the GEMV,
+ * and it failed the fixtures' accuracy (okv_qmatmul.c). Prefill under that load
+ * (T=512, 2 threads, wall clock, medians of 5): q8/q4 20-23 GFLOP/s vs
+ * bf16 AVX2 10-12 on the 2048-row shapes, the same ~2x as the roof. */
 #include <immintrin.h>
 #include <math.h>
 #include <float.h>

@@ -20,9 +20,16 @@
  *
  * Planes rather than blocks interleaved with their scales: the kernels read
  * a superblock's 16 scales as one 32-byte vector, and the codes plane keeps
- * every row 32-byte aligned when K is a multiple of 64. Measured in the
- * GEMV (bench_kernels qgemv, 2 threads, same run, medians): see
- * okv_qmatmul_avx512.c's head comment for the numbers.
+ * every row 64-byte aligned when K is a multiple of 128 (q4) / 64 (q8).
+ * The alternative measured with the same kernel (bench_kernels qlayout:
+ * rows carrying their own [codes][d][m], one stream per thread) could not
+ * be told apart on this machine the day it was measured: 2 vCPUs at load
+ * ~17, where the medians of 25 (planes vs per-row, us) moved with the
+ * scheduler's 8 ms slices (e.g. 2048x8192 q4: 10337 vs 7891, 2048x2048 q4:
+ * 17438 vs 7997) rather than with the layout; with W in L2 the two are the
+ * same instructions. Planes stay (aligned rows, one scale load per
+ * superblock, dequantizing a row touches one contiguous run); re-measure
+ * with qlayout on a quiet machine before the format freezes.
  *
  * Quantization (round to nearest, codes computed from the *stored* f16
  * scale so the error bound holds for what the kernels read):
