@@ -634,13 +634,28 @@ static void build_tokenizer_config(const synth *S, jbuf *b) {
     jb_lit(b, ",\"clean_up_tokenization_spaces\":false}");
 }
 
+/* End-of-generation control tokens by text, as llama.cpp collects them
+ * (HF's Qwen2.5/Llama-3.1 generation_config.json list the same ones). */
+static const char *const EOG_NAMES[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
+
 static void build_generation_config(const synth *S, jbuf *b) {
     jb_lit(b, "{");
     if (S->bos >= 0) jb_fmt(b, "\"bos_token_id\":%lld,", (long long)S->bos);
     jb_lit(b, "\"eos_token_id\":[");
-    int n = 0;
-    if (S->eos >= 0) jb_fmt(b, "%s%lld", n++ ? "," : "", (long long)S->eos);
-    if (S->eot >= 0 && S->eot != S->eos) jb_fmt(b, "%s%lld", n++ ? "," : "", (long long)S->eot);
+    int64_t ids[2 + sizeof EOG_NAMES / sizeof *EOG_NAMES];
+    size_t n = 0;
+    if (S->eos >= 0) ids[n++] = S->eos;
+    if (S->eot >= 0) ids[n++] = S->eot;
+    for (size_t i = 0; i < sizeof EOG_NAMES / sizeof *EOG_NAMES; i++) {
+        int32_t id = tokmap_get(&S->map, EOG_NAMES[i], strlen(EOG_NAMES[i]));
+        if (id >= 0 && S->type[id] == OKV_GGUF_TOKEN_CONTROL) ids[n++] = id;
+    }
+    for (size_t i = 0, written = 0; i < n; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < i; k++) seen |= ids[k] == ids[i];
+        if (!seen) jb_fmt(b, "%s%lld", written++ ? "," : "", (long long)ids[i]);
+    }
     jb_lit(b, "]");
     if (S->pad >= 0) jb_fmt(b, ",\"pad_token_id\":%lld", (long long)S->pad);
     jb_lit(b, "}");

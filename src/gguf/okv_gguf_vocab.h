@@ -79,8 +79,9 @@ typedef struct okv_gguf_vocab_texts {
     char *tokenizer_config_json;
     size_t tokenizer_config_json_len;
     /* {"bos_token_id", "eos_token_id": [eos, eot...]}: the end-of-generation
-     * ids (eos, eot, and an end-of-turn token found by name when eot_id is
-     * absent, as llama.cpp does), for the program's EOS list. */
+     * ids (eos, eot, and the control tokens llama.cpp treats as end of
+     * generation by their text: <|im_end|>, <|endoftext|>, <end_of_turn>,
+     * <|eot_id|>, <|eom_id|> ...), for the program's EOS list. */
     char *generation_config_json;
     size_t generation_config_json_len;
 } okv_gguf_vocab_texts;

@@ -196,7 +196,8 @@ static void check_smollm2_gguf(void) {
     }
     /* no BOS added (add_bos_token false), eos <|im_end|> */
     CHECK(strstr(t.tokenizer_config_json, "\"add_bos_token\":false") && strstr(t.tokenizer_config_json, "\"eos_token\":\"<|im_end|>\""));
-    CHECKF(strstr(t.generation_config_json, "\"eos_token_id\":[2]") != NULL, "%s", t.generation_config_json);
+    /* <|im_end|> first (HF's eos), then <|endoftext|>, which llama.cpp also stops at */
+    CHECKF(strstr(t.generation_config_json, "\"eos_token_id\":[2,0]") != NULL, "%s", t.generation_config_json);
     okv_tok_free(tok);
     cJSON_Delete(ref);
     okv_gguf_vocab_texts_free(&t);
