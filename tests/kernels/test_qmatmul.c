@@ -154,6 +154,28 @@ static void test_shapes(void) {
     okv_threadpool_free(tp2);
 }
 
+/* A non-finite activation poisons its own row's outputs (as in f32), not
+ * the other rows'. */
+static void test_non_finite_x(void) {
+    const int T = 3, K = 64, N = 9;
+    qweights w = make_qweights(4, 32, true, N, K);
+    float x[3 * 64], y[3 * 9];
+    fill(x, (size_t)T * K, 1.0f);
+    x[1 * K + 40] = NAN;
+    x[2 * K + 3] = INFINITY;
+    for (int i = 0; i < n_impls; i++) {
+        impls[i].fn(NULL, y, x, T, K, w.q, &w.s, N, NULL);
+        int finite0 = 0, nan12 = 0;
+        for (int n = 0; n < N; n++) {
+            finite0 += isfinite(y[n]) != 0;
+            nan12 += !isfinite(y[N + n]) + !isfinite(y[2 * N + n]);
+        }
+        CHECKF(finite0 == N && nan12 == 2 * N, "%s: non-finite x: %d/%d finite in row 0, %d/%d non-finite after",
+               impls[i].name, finite0, N, nan12, 2 * N);
+    }
+    free_qweights(&w);
+}
+
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
     impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false};
@@ -170,5 +192,6 @@ int main(void) {
     if (best->matmul_q != okv_matmul_q_best)
         impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain};
     test_shapes();
+    test_non_finite_x();
     return okv_test_finish();
 }
