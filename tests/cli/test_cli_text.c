@@ -88,7 +88,7 @@ static const char *make_ckpt(const char *name, bool with_tokenizer, int vocab) {
 
 static bool export_ckpt(const char *ck, const char *out) {
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "%s export %s -o %s --dtype fp32 --max-ctx-len 256", OKV_BIN, ck, out);
+    snprintf(cmd, sizeof cmd, "%s export %s -o %s --dtype bf16 --max-ctx-len 256", OKV_BIN, ck, out);
     return run_cmd(cmd, NULL, NULL) == 0;
 }
 
