@@ -451,39 +451,38 @@ okv_status okv_gguf_open_memory(const void *data, size_t size, const char *what,
 
 okv_status okv_gguf_open(const char *path, okv_gguf **out, okv_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return okv_fail(err, OKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd;
+    uint64_t size;
+    okv_status st = okv_open_regular(path, &fd, &size, err); /* refuses directories/FIFOs/devices by name */
+    if (st) return st;
+    if (size < 24) {
         close(fd);
-        return okv_fail(err, OKV_ERR_IO, "%s: not a regular file", path);
+        return okv_fail(err, OKV_ERR_FORMAT, "%s: truncated: %llu bytes is shorter than a GGUF header", path,
+                        (unsigned long long)size);
     }
-    if (sb.st_size < 24) {
-        close(fd);
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: truncated: %lld bytes is shorter than a GGUF header", path,
-                        (long long)sb.st_size);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return okv_fail(err, OKV_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     okv_gguf *g = calloc(1, sizeof *g);
     if (!g || !(g->path = okv_strdup(path))) {
         free(g);
-        munmap(map, (size_t)sb.st_size);
+        munmap(map, (size_t)size);
         return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     }
     g->map = map;
-    g->size = (size_t)sb.st_size;
+    g->size = (size_t)size;
     g->owns_map = true;
     return finish_open(g, out, err);
 }
 
 bool okv_gguf_is_gguf_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    int fd;
+    uint64_t size;
+    okv_error err;
+    if (okv_open_regular(path, &fd, &size, &err)) return false; /* a FIFO must not block here */
     char magic[4];
-    bool yes = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
-    fclose(f);
+    bool yes = size >= 4 && read(fd, magic, 4) == 4 && !memcmp(magic, "GGUF", 4);
+    close(fd);
     return yes;
 }
 

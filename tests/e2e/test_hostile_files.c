@@ -196,6 +196,11 @@ static okv_status do_read(const char *path, char *msg) {
     return st;
 }
 
+static okv_status do_is_gguf(const char *path, char *msg) {
+    snprintf(msg, 512, "answered");
+    return okv_is_gguf_file(path) ? OKV_ERR_INVALID : OKV_OK;
+}
+
 /* Found: a directory as config.json said "out of memory (9223372036854775807
  * bytes)", as a program "mmap failed: No such device"; a FIFO hung. */
 static void test_not_regular_inputs(void) {
@@ -217,6 +222,8 @@ static void test_not_regular_inputs(void) {
     CHECKF(st != OKV_OK && st != OKV_ERR_STATE && strstr(msg, "is a directory"), "%s", msg);
     st = with_alarm(do_open, cfg, msg);
     CHECKF(st != OKV_OK && st != OKV_ERR_STATE && strstr(msg, "FIFO"), "%s", msg);
+    st = with_alarm(do_is_gguf, cfg, msg); /* inspect/export probe the GGUF magic first */
+    CHECKF(st == OKV_OK, "%s", msg);
 }
 
 /* -o that is not a regular file: refused before any work, left intact. */
