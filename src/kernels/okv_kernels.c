@@ -2,17 +2,42 @@
  *
  * A table is an immutable struct of function pointers per ISA; selecting one
  * only asks the CPU what it supports (no global switch, no init call), so a
- * test can hold the plain and the AVX2 table side by side and compare. */
+ * test can hold the plain and the AVX2 table side by side and compare. The
+ * AVX-512 and AMX tables differ from AVX2 only in the prefill matmul (T > 1);
+ * rmsnorm, glu, attention and the decode GEMV are the AVX2 ones (measured: no
+ * gain from 512-bit vectors for those memory-bound loops yet). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "okv_kernels_internal.h"
 
 static const okv_kernels kernels_plain = {
-    OKV_ISA_PLAIN, "plain", okv_matmul_plain, okv_rmsnorm_plain, okv_glu_plain, okv_attend_plain,
-    okv_matmul_q_plain,
+    .isa = OKV_ISA_PLAIN, .name = "plain", .matmul = okv_matmul_plain, .rmsnorm = okv_rmsnorm_plain,
+    .glu = okv_glu_plain, .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain,
 };
 
 static const okv_kernels kernels_avx2 = {
-    OKV_ISA_AVX2, "avx2", okv_matmul_avx2, okv_rmsnorm_avx2, okv_glu_avx2, okv_attend_avx2,
-    okv_matmul_q_best,
+    .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2, .rmsnorm = okv_rmsnorm_avx2,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+};
+
+/* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
+static const okv_kernels kernels_avx512 = {
+    .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512, .rmsnorm = okv_rmsnorm_avx2,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+};
+
+/* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x. */
+static const okv_kernels kernels_avx512_bf16 = {
+    .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, .rmsnorm = okv_rmsnorm_avx2,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .matmul_rounding = {[OKV_BF16] = 0x1p-8f},
+};
+
+static const okv_kernels kernels_amx = {
+    .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, .rmsnorm = okv_rmsnorm_avx2,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f},
 };
 
 static bool cpu_has_avx2(void) {
@@ -20,7 +45,25 @@ static bool cpu_has_avx2(void) {
     return c->avx2 && c->fma && c->f16c;
 }
 
+static bool cpu_has_avx512(void) {
+    const okv_cpu_caps *c = okv_cpu();
+    return cpu_has_avx2() && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq;
+}
+
+/* OKV_KERNELS=plain|avx2|avx512|amx caps OKV_ISA_AUTO (unset or unknown: no cap). */
+static okv_isa isa_cap(void) {
+    const char *e = getenv("OKV_KERNELS");
+    if (!e) return OKV_ISA_AMX;
+    if (!strcmp(e, "plain")) return OKV_ISA_PLAIN;
+    if (!strcmp(e, "avx2")) return OKV_ISA_AVX2;
+    if (!strcmp(e, "avx512")) return OKV_ISA_AVX512;
+    return OKV_ISA_AMX;
+}
+
 const okv_kernels *okv_kernels_select(okv_isa isa) {
-    if (isa == OKV_ISA_PLAIN) return &kernels_plain;
-    return cpu_has_avx2() ? &kernels_avx2 : &kernels_plain;
+    if (isa == OKV_ISA_AUTO) isa = isa_cap();
+    if (isa == OKV_ISA_PLAIN || !cpu_has_avx2()) return &kernels_plain;
+    if (isa == OKV_ISA_AVX2 || !cpu_has_avx512()) return &kernels_avx2;
+    if (isa == OKV_ISA_AMX && okv_amx_usable(NULL)) return &kernels_amx;
+    return okv_cpu()->avx512bf16 ? &kernels_avx512_bf16 : &kernels_avx512;
 }

@@ -35,7 +35,10 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
 
 /* ---- kernel table ------------------------------------------------------------ */
 
-typedef enum okv_isa { OKV_ISA_AUTO = 0, OKV_ISA_PLAIN = 1, OKV_ISA_AVX2 = 2 } okv_isa;
+/* AVX512: AVX-512 F/BW/VL matmul for prefill (vdpbf16ps for bf16 weights
+ * when the CPU has AVX512-BF16); AMX: BF16 tiles for bf16/f16 weights. Both
+ * keep the AVX2 kernels for everything else (decode GEMV included). */
+typedef enum okv_isa { OKV_ISA_AUTO = 0, OKV_ISA_PLAIN = 1, OKV_ISA_AVX2 = 2, OKV_ISA_AVX512 = 3, OKV_ISA_AMX = 4 } okv_isa;
 typedef enum okv_act { OKV_ACT_SILU = 0, OKV_ACT_GELU_TANH = 1 } okv_act;
 
 /* K/V of one cache as the attention kernel sees it. */
@@ -85,10 +88,23 @@ typedef struct okv_kernels {
      * cannot be allocated the output is filled with NaN. */
     void (*matmul_q)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                      const okv_qscheme *s, int N, const float *bias);
+    /* How far matmul's products may be from exact f32 products, relative,
+     * per weight dtype (index okv_dtype): 0 = x and W are used exactly (f32
+     * FMAs); 2^-8 = x is rounded to bf16 (T > 1 with vdpbf16ps / AMX);
+     * 2^-7 = x and W (f16 -> bf16) are both rounded. Tests derive their
+     * tolerance from it; f32 weights always get 0. */
+    float matmul_rounding[3];
 } okv_kernels;
 
-/* Table for the requested ISA; falls back to plain if the CPU lacks it. */
+/* Table for the requested ISA; falls back to the next best the CPU (and,
+ * for AMX, the OS) supports: amx -> avx512 -> avx2 -> plain. For
+ * OKV_ISA_AUTO the environment variable OKV_KERNELS (plain, avx2, avx512 or
+ * amx) caps the choice, so one build can be benchmarked per path. */
 const okv_kernels *okv_kernels_select(okv_isa isa);
+/* Whether this process may use AMX tiles, asking the OS once
+ * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static
+ * sentence such as "granted" or "refused by the OS (...)". */
+bool okv_amx_usable(const char **why);
 /* What the CPU and OS let us use (CPUID + XGETBV, read once). AMX also
  * needs the per-process permission the AMX kernels ask for. */
 typedef struct okv_cpu_caps {

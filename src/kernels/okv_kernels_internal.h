@@ -164,6 +164,21 @@ bool okv_qmm_have_avx2(void);
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);
 
+/* AVX-512 F/BW/VL (+FMA, F16C) matmul (okv_kernels_avx512.c): T > 1 with
+ * 512-bit FMAs on f32 activations for every weight dtype, T = 1 the AVX2
+ * GEMV. The _bf16 variant (needs AVX512-BF16) rounds x to bf16 once per call
+ * and uses vdpbf16ps for bf16 weights; f32/f16 weights as okv_matmul_avx512. */
+void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                       const void *W, okv_dtype wdt, int N, const float *bias);
+void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                            const void *W, okv_dtype wdt, int N, const float *bias);
+
+/* AMX-BF16 matmul (okv_kernels_amx.c): T > 1 with bf16/f16 weights on tiles
+ * (x and f16 W rounded to bf16), f32 weights and T = 1 as
+ * okv_matmul_avx512_bf16. Only called once okv_amx_usable() said yes. */
+void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                    const void *W, okv_dtype wdt, int N, const float *bias);
+
 /* Splitting N output features into blocks of whole rows for the pool:
  * blocks of `rows` rows (a multiple of `align`) sized so one block of W
  * stays in L2 and there are enough blocks to balance the threads. */

@@ -1,0 +1,271 @@
+/* okv_kernels_amx.c — prefill matmul (T > 1) on AMX BF16 tiles, and the
+ * per-process AMX permission.
+ *
+ * One tdpbf16ps multiplies a 16x32 bf16 tile by a 32x16 one into 16x16 f32
+ * (8192 multiply-adds). We put the weights on the A side, the activations on
+ * the B side, so W needs no transposition at all:
+ *   C[n][t] += sum_k A[n][k] * B[k][t],  A = 16 rows of W x 32 k (64 B rows),
+ *   B = x in "VNNI" pairs: row kp holds (x[t][2kp], x[t][2kp+1]) for 16 t.
+ * Per call:
+ *   1. x [T, K] f32 is rounded to bf16 and packed once into B tiles
+ *      ([T/16][K/32] tiles of 1 KiB, zero-padded to 32 rows and 32 k);
+ *   2. each task owns a block of NB (multiple of 32) rows of W: it copies the
+ *      block into A tiles ([NB/16][K/32] x 1 KiB, zero-padded; f16 weights
+ *      are converted to bf16 here), so every tile load is 1 KiB contiguous
+ *      (W rows K*2 bytes apart would be 16 loads 4 KiB apart: one L1 set);
+ *   3. 2x2 register blocking (C: tmm0-3, A: tmm4-5, B: tmm6-7): per 32 k,
+ *      two A and two B loads feed four tdpbf16ps. K is cut into chunks of
+ *      KCB tiles so the two A tiles' chunk (32 KiB) stays in L1 while all B
+ *      tiles of the chunk stream from L2; partial C lives in a per-thread
+ *      buffer between chunks;
+ *   4. finished C tiles are transposed into y[t][n] (+ bias).
+ * No weight copy outlives the call (no load-time repacking, no memory cost
+ * beyond per-call scratch: x tiles T*K*2 bytes plus NB*K*2 + NB*T*4 bytes
+ * per thread). Every output is summed over the same tiles and chunks
+ * whatever thread computes it, and block starts are multiples of 32, so
+ * results depend only on (T, K, N).
+ *
+ * Precision: x and (for f16 weights) W are rounded to bf16, products are
+ * exact and sums f32: relative product error 2^-8 (half a bf16 ulp) for bf16 weights, 2^-7
+ * for f16. f32 weights and T = 1 go to the AVX-512 paths.
+ *
+ * AMX use: the process asks the OS once (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XTILEDATA); if refused, okv_kernels_select hands out the AVX-512 table and
+ * okv_amx_usable says why. Each task loads the tile configuration (a static,
+ * fully specified 64-byte block: reserved bytes must be zero, a stack-built
+ * one was seen to fault) and releases the tiles when done.
+ *
+ * Measured: see README "Numbers" (bench_kernels prefill, T=512). */
+#include <errno.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "okv_kernels_internal.h"
+
+/* ---- permission ------------------------------------------------------------------- */
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static bool amx_granted;
+static const char *amx_reason = "not checked";
+static char amx_reason_buf[128];
+
+static void amx_request(void) {
+    const okv_cpu_caps *c = okv_cpu();
+    if (!(c->amx_tile && c->amx_bf16 && c->avx512f && c->avx512bw && c->avx512vl && c->avx512bf16)) {
+        amx_reason = "not available (the CPU or OS lacks amx-tile/amx-bf16/avx512-bf16)";
+        return;
+    }
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        snprintf(amx_reason_buf, sizeof amx_reason_buf, "refused by the OS (arch_prctl XTILEDATA: %s)",
+                 strerror(errno));
+        amx_reason = amx_reason_buf;
+        return;
+    }
+    amx_granted = true;
+    amx_reason = "granted";
+#else
+    amx_reason = "not available (no arch_prctl on this OS)";
+#endif
+}
+
+bool okv_amx_usable(const char **why) {
+    pthread_once(&amx_once, amx_request);
+    if (why) *why = amx_reason;
+    return amx_granted;
+}
+
+/* ---- tiles ------------------------------------------------------------------------ */
+
+/* The 64-byte LDTILECFG operand, palette 1: tiles 0-7 are 16 rows x 64
+ * bytes, tiles 8-15 and every reserved byte zero. */
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+_Static_assert(sizeof(amx_tilecfg) == 64, "tile config is 64 bytes");
+
+static const amx_tilecfg tilecfg __attribute__((aligned(64))) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}};
+
+/* Tile instructions as inline asm (AT&T operand order), so gcc and clang 14
+ * build them alike without AMX intrinsics headers. */
+#define TILE_LOAD(t, p) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)64) : "memory")
+#define TILE_STORE(t, p) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)64) : "memory")
+#define TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define TILE_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+static void tiles_configure(void) { __asm__ volatile("ldtilecfg %0" ::"m"(tilecfg)); }
+static void tiles_release(void) { __asm__ volatile("tilerelease" ::); }
+
+/* ---- the job ---------------------------------------------------------------------- */
+
+enum { TILE_ELEMS = 512, /* bf16 per A/B tile: 16 rows x 32 */
+       C_ELEMS = 256,    /* f32 per C tile: 16 x 16 */
+       KCB = 16 };       /* K tiles per chunk: 2 A tiles x 16 KiB in L1 */
+
+typedef struct amx_job {
+    matmul_job mm;
+    int nkb, ntb;       /* K tiles (K/32 rounded up), x tiles (T/16 rounded up to even) */
+    uint16_t *xp;       /* [ntb][nkb] B tiles */
+    uint16_t *wp;       /* per thread: [NB/16][nkb] A tiles */
+    float *cb;          /* per thread: [NB/16][ntb] C tiles */
+    size_t wp_elems, cb_elems; /* per thread */
+} amx_job;
+
+#define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+
+/* 32 elements of a row in dt from element k (k < K), rounded to bf16, lanes
+ * at or past K zero. */
+static inline __attribute__((always_inline)) TGT __m512i row32_bf16(const void *row, okv_dtype dt, int k, int K) {
+    int left = K - k;
+    if (dt == OKV_BF16) {
+        __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+        return _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+    }
+    __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+    __m512 lo, hi;
+    if (dt == OKV_F16) {
+        lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, (const uint16_t *)row + k));
+        hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, (const uint16_t *)row + k + 16));
+    } else {
+        lo = _mm512_maskz_loadu_ps(m0, (const float *)row + k);
+        hi = _mm512_maskz_loadu_ps(m1, (const float *)row + k + 16);
+    }
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* element i < 16 from lo */
+}
+
+/* x tile row tb: B tiles [kb] with element (kp, t, e) = x[16 tb + t][32 kb +
+ * 2 kp + e] in bf16; rows past T are zero. */
+static TGT void pack_x_tiles(const amx_job *a, int tb) {
+    const matmul_job *j = &a->mm;
+    uint16_t *base = a->xp + (size_t)tb * a->nkb * TILE_ELEMS;
+    for (int t = 0; t < 16; t++) {
+        int row = tb * 16 + t;
+        for (int kb = 0; kb < a->nkb; kb++) {
+            uint32_t *tile = (uint32_t *)(base + (size_t)kb * TILE_ELEMS);
+            uint32_t pairs[16];
+            __m512i v = row < j->T ? row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K)
+                                   : _mm512_setzero_si512();
+            _mm512_storeu_si512(pairs, v);
+            for (int kp = 0; kp < 16; kp++) tile[kp * 16 + t] = pairs[kp];
+        }
+    }
+}
+
+static void pack_x_task(void *ctx, int task, int thread) {
+    (void)thread;
+    pack_x_tiles(ctx, task);
+}
+
+/* W rows [n0, n0 + rows) into A tiles: tile (g, kb) row r = W[n0 + 16 g +
+ * r][32 kb .. 32 kb + 32) in bf16, zero past N and K. */
+static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
+    const matmul_job *j = &a->mm;
+    size_t esz = okv_dtype_size(j->wdt);
+    for (int i = 0; i < rows; i++) {
+        int n = n0 + i;
+        uint16_t *dst = wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32;
+        const char *src = (const char *)j->W + (size_t)n * j->K * esz;
+        for (int kb = 0; kb < a->nkb; kb++) {
+            __m512i v = n < j->N ? row32_bf16(src, j->wdt, kb * 32, j->K) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + (size_t)kb * TILE_ELEMS, v);
+        }
+    }
+}
+
+/* C tiles for n groups [g, g+2) x t tiles (all): chunks of K, 2x2 blocking. */
+static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int g) {
+    const int nkb = a->nkb, ntb = a->ntb;
+    const uint16_t *w0 = wp + (size_t)g * nkb * TILE_ELEMS, *w1 = w0 + (size_t)nkb * TILE_ELEMS;
+    for (int kc0 = 0; kc0 < nkb; kc0 += KCB) {
+        int kc1 = nkb - kc0 < KCB ? nkb : kc0 + KCB;
+        for (int tb = 0; tb < ntb; tb += 2) {
+            float *c00 = cb + ((size_t)g * ntb + tb) * C_ELEMS, *c01 = c00 + C_ELEMS;
+            float *c10 = c00 + (size_t)ntb * C_ELEMS, *c11 = c10 + C_ELEMS;
+            const uint16_t *x0 = a->xp + (size_t)tb * nkb * TILE_ELEMS, *x1 = x0 + (size_t)nkb * TILE_ELEMS;
+            if (kc0 == 0) {
+                TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
+            } else {
+                TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
+            }
+            for (int kb = kc0; kb < kc1; kb++) {
+                TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
+                TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
+                TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
+                TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
+                TILE_DP(0, 4, 6);
+                TILE_DP(1, 4, 7);
+                TILE_DP(2, 5, 6);
+                TILE_DP(3, 5, 7);
+            }
+            TILE_STORE(0, c00); TILE_STORE(1, c01); TILE_STORE(2, c10); TILE_STORE(3, c11);
+        }
+    }
+}
+
+/* y[t][n] = C[n][t] (+ bias) for the valid part of the block. */
+static void write_out(const amx_job *a, const float *cb, int n0, int rows) {
+    const matmul_job *j = &a->mm;
+    for (int i = 0; i < rows; i++) {
+        int n = n0 + i;
+        float b = j->bias ? j->bias[n] : 0.0f;
+        const float *c = cb + (size_t)(i / 16) * a->ntb * C_ELEMS + (i % 16) * 16;
+        for (int t = 0; t < j->T; t++) j->y[(size_t)t * j->N + n] = c[(size_t)(t / 16) * C_ELEMS + t % 16] + b;
+    }
+}
+
+static void block_task(void *ctx, int task, int thread) {
+    const amx_job *a = ctx;
+    const matmul_job *j = &a->mm;
+    int n0 = task * j->block_rows, rows = j->N - n0 < j->block_rows ? j->N - n0 : j->block_rows;
+    int groups = (rows + 31) / 32 * 2;
+    uint16_t *wp = a->wp + (size_t)thread * a->wp_elems;
+    float *cb = a->cb + (size_t)thread * a->cb_elems;
+    pack_w_tiles(a, wp, n0, groups * 16);
+    tiles_configure();
+    for (int g = 0; g < groups; g += 2) block_tiles(a, wp, cb, g);
+    tiles_release();
+    write_out(a, cb, n0, rows);
+}
+
+void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                    const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T <= 1 || wdt == OKV_F32 || N <= 0 || K <= 0 || !okv_amx_usable(NULL)) {
+        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+        return;
+    }
+    int n_threads = okv_threadpool_size(tp);
+    amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0};
+    a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
+    /* sizes from ints: far below 2^64 */
+    size_t xp_elems = (size_t)a.ntb * a.nkb * TILE_ELEMS;
+    a.wp_elems = (size_t)(a.mm.block_rows / 16) * a.nkb * TILE_ELEMS;
+    a.cb_elems = (size_t)(a.mm.block_rows / 16) * a.ntb * C_ELEMS;
+    size_t bytes = (xp_elems + a.wp_elems * n_threads) * 2 + a.cb_elems * n_threads * 4;
+    char *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!mem) { /* no scratch: the AVX-512 path needs less */
+        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+        return;
+    }
+    a.xp = (uint16_t *)mem;
+    a.wp = a.xp + xp_elems;
+    a.cb = (float *)(a.wp + a.wp_elems * n_threads);
+    okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
+    okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
+    free(mem);
+}

@@ -1,0 +1,227 @@
+/* okv_kernels_avx512.c — prefill matmul (T > 1) with 512-bit vectors.
+ *
+ * y[T,N] = x[T,K] @ W[N,K]^T as dot products along K, like the AVX2 path,
+ * but 16 f32 lanes (or 32 bf16 pairs) per instruction. The micro-kernel holds
+ * a 4 x 6 tile of accumulators (4 rows of x, 6 rows of W: 24 + 6 W + 1 x =
+ * 31 zmm) and walks a K chunk once; each W vector is loaded (and converted)
+ * once for 4 rows, each x vector once for 6. K chunks keep the 4 x rows in
+ * L1 (16 KiB), threads take L2-sized blocks of N rows (okv_matmul_block_rows)
+ * and write disjoint outputs. Edge tiles (T % 4, N % 6) run the full tile
+ * with duplicated row pointers and store only their valid part, and every
+ * accumulator sums the same K sequence wherever its output sits in a tile,
+ * so results depend only on (T, K, N), never on the thread count.
+ *
+ * Two variants:
+ *   - okv_matmul_avx512: f32 activations for every weight dtype (f16 via
+ *     vcvtph2ps, bf16 by a shift), products exact as in the plain path. The
+ *     AMX and AVX512-BF16 tables use it for f32 weights, so fp32 programs
+ *     keep oracle precision.
+ *   - okv_matmul_avx512_bf16: for bf16 weights x is rounded to bf16 once per
+ *     call (packed [T, K rounded up to 32], zero tail) and vdpbf16ps does 32
+ *     multiply-adds per instruction; products lose up to 2^-8 relative (the
+ *     rounding of x), sums stay f32. f16 weights stay on the f32 path: f16 ->
+ *     bf16 would drop 3 mantissa bits of every weight.
+ * The decode GEMV (T = 1) stays the AVX2 one: it is bound by memory.
+ *
+ * Measured (bench_kernels prefill, T=512, 2 threads, Llama-3.2-1B shapes,
+ * Xeon with AMX / 512-bit FMAs at full rate): see README "Numbers". */
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "okv_kernels_internal.h"
+
+#define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#define INLINE_TGT static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#define TGT_BF __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define INLINE_BF \
+    static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+enum { TR = 4,            /* x rows per tile */
+       TN = 6,            /* W rows per tile */
+       KC_F32 = 1024,     /* K chunk, f32 x: 4 rows x 4 KiB = 16 KiB in L1 */
+       KC_BF16 = 2048 };  /* K chunk, bf16 x: 4 rows x 4 KiB */
+
+/* 16 elements of a W row in dt from element k, as f32; lanes off the mask
+ * are 0 (and not read). */
+INLINE_TGT __m512 load16(const void *p, okv_dtype dt, size_t k, __mmask16 m) {
+    if (dt == OKV_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + k);
+    if (dt == OKV_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Stores the tile's valid rt x nt sums: the first chunk (k0 == 0) writes
+ * sum + bias, later chunks add. */
+INLINE_TGT void store_tile(const matmul_job *j, int t0, int rt, int n0, int nt, int k0, __m512 acc[TR][TN]) {
+    for (int r = 0; r < rt; r++)
+        for (int n = 0; n < nt; n++) {
+            float s = _mm512_reduce_add_ps(acc[r][n]);
+            float *out = &j->y[(size_t)(t0 + r) * j->N + n0 + n];
+            if (k0 == 0) *out = s + (j->bias ? j->bias[n0 + n] : 0.0f);
+            else *out += s;
+        }
+}
+
+/* f32 x: y[t0.., n0..] (+)= x rows . W rows over [k0, k1). */
+INLINE_TGT void tile_f32x(const matmul_job *j, int t0, int rt, int n0, int nt, int k0, int k1, okv_dtype dt) {
+    const size_t K = (size_t)j->K, esz = dt == OKV_F32 ? 4 : 2;
+    const float *xr[TR];
+    const char *wr[TN];
+    __m512 acc[TR][TN];
+#pragma GCC unroll 4
+    for (int r = 0; r < TR; r++) xr[r] = j->x + (size_t)(t0 + (r < rt ? r : 0)) * K;
+#pragma GCC unroll 6
+    for (int n = 0; n < TN; n++) wr[n] = (const char *)j->W + (size_t)(n0 + (n < nt ? n : 0)) * K * esz;
+#pragma GCC unroll 4
+    for (int r = 0; r < TR; r++)
+#pragma GCC unroll 6
+        for (int n = 0; n < TN; n++) acc[r][n] = _mm512_setzero_ps();
+    for (int k = k0; k < k1; k += 16) {
+        __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+        __m512 w[TN];
+#pragma GCC unroll 6
+        for (int n = 0; n < TN; n++) w[n] = load16(wr[n], dt, (size_t)k, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < TR; r++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, xr[r] + k);
+#pragma GCC unroll 6
+            for (int n = 0; n < TN; n++) acc[r][n] = _mm512_fmadd_ps(xv, w[n], acc[r][n]);
+        }
+    }
+    store_tile(j, t0, rt, n0, nt, k0, acc);
+}
+
+/* Output features [n0, n1) for all T rows, f32 x. */
+INLINE_TGT void block_f32x(const matmul_job *j, int n0, int n1, okv_dtype dt) {
+    for (int k0 = 0; k0 < j->K; k0 += KC_F32) {
+        int k1 = j->K - k0 <= KC_F32 ? j->K : k0 + KC_F32;
+        for (int t = 0; t < j->T; t += TR) {
+            int rt = j->T - t < TR ? j->T - t : TR;
+            for (int n = n0; n < n1; n += TN) tile_f32x(j, t, rt, n, n1 - n < TN ? n1 - n : TN, k0, k1, dt);
+        }
+    }
+}
+
+static TGT void block_f32(const matmul_job *j, int n0, int n1) { block_f32x(j, n0, n1, OKV_F32); }
+static TGT void block_f16(const matmul_job *j, int n0, int n1) { block_f32x(j, n0, n1, OKV_F16); }
+static TGT void block_bf16(const matmul_job *j, int n0, int n1) { block_f32x(j, n0, n1, OKV_BF16); }
+
+static void task_f32x(void *ctx, int task, int thread) {
+    (void)thread;
+    const matmul_job *j = ctx;
+    int n0 = task * j->block_rows, n1 = n0 + j->block_rows < j->N ? n0 + j->block_rows : j->N;
+    switch (j->wdt) {
+    case OKV_F32: block_f32(j, n0, n1); break;
+    case OKV_F16: block_f16(j, n0, n1); break;
+    case OKV_BF16: block_bf16(j, n0, n1); break;
+    }
+}
+
+void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                       const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T <= 1 || N <= 0 || K <= 0) {
+        okv_matmul_avx2(tp, y, x, T, K, W, wdt, N, bias);
+        return;
+    }
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
+    j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), TN);
+    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, task_f32x, &j);
+}
+
+/* ---- bf16 x bf16 with vdpbf16ps ---------------------------------------------------- */
+
+/* x rounded to bf16 (round to nearest even), rows Kp (K rounded up to 32)
+ * elements apart with a zero tail, so x loads never need a mask. */
+typedef struct bf16_job {
+    matmul_job mm;
+    uint16_t *xb;  /* [T, Kp] */
+    int Kp;
+} bf16_job;
+
+enum { PACK_ROWS = 8 }; /* x rows per packing task */
+
+static TGT_BF void pack_rows_bf16(const bf16_job *b, int t0, int t1) {
+    const int K = b->mm.K;
+    for (int t = t0; t < t1; t++) {
+        const float *src = b->mm.x + (size_t)t * K;
+        uint16_t *dst = b->xb + (size_t)t * b->Kp;
+        for (int k = 0; k < b->Kp; k += 16) {
+            __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : K > k ? (__mmask16)((1u << (K - k)) - 1) : 0;
+            __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + k));
+            _mm256_storeu_si256((__m256i *)(dst + k), (__m256i)h);
+        }
+    }
+}
+
+static void pack_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const bf16_job *b = ctx;
+    int t0 = task * PACK_ROWS, t1 = t0 + PACK_ROWS < b->mm.T ? t0 + PACK_ROWS : b->mm.T;
+    pack_rows_bf16(b, t0, t1);
+}
+
+INLINE_BF __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+INLINE_BF void tile_bf16(const bf16_job *b, int t0, int rt, int n0, int nt, int k0, int k1) {
+    const matmul_job *j = &b->mm;
+    const size_t K = (size_t)j->K;
+    const uint16_t *xr[TR], *wr[TN];
+    __m512 acc[TR][TN];
+#pragma GCC unroll 4
+    for (int r = 0; r < TR; r++) xr[r] = b->xb + (size_t)(t0 + (r < rt ? r : 0)) * b->Kp;
+#pragma GCC unroll 6
+    for (int n = 0; n < TN; n++) wr[n] = (const uint16_t *)j->W + (size_t)(n0 + (n < nt ? n : 0)) * K;
+#pragma GCC unroll 4
+    for (int r = 0; r < TR; r++)
+#pragma GCC unroll 6
+        for (int n = 0; n < TN; n++) acc[r][n] = _mm512_setzero_ps();
+    for (int k = k0; k < k1; k += 32) {
+        __mmask32 m = k1 - k >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (k1 - k)) - 1);
+        __m512i w[TN];
+#pragma GCC unroll 6
+        for (int n = 0; n < TN; n++) w[n] = _mm512_maskz_loadu_epi16(m, wr[n] + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < TR; r++) {
+            __m512bh xv = as_bh(_mm512_loadu_si512(xr[r] + k));
+#pragma GCC unroll 6
+            for (int n = 0; n < TN; n++) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], xv, as_bh(w[n]));
+        }
+    }
+    store_tile(j, t0, rt, n0, nt, k0, acc);
+}
+
+static TGT_BF void block_bf16_dp(const bf16_job *b, int n0, int n1) {
+    const matmul_job *j = &b->mm;
+    for (int k0 = 0; k0 < j->K; k0 += KC_BF16) {
+        int k1 = j->K - k0 <= KC_BF16 ? j->K : k0 + KC_BF16;
+        for (int t = 0; t < j->T; t += TR) {
+            int rt = j->T - t < TR ? j->T - t : TR;
+            for (int n = n0; n < n1; n += TN) tile_bf16(b, t, rt, n, n1 - n < TN ? n1 - n : TN, k0, k1);
+        }
+    }
+}
+
+static void task_bf16(void *ctx, int task, int thread) {
+    (void)thread;
+    const bf16_job *b = ctx;
+    int n0 = task * b->mm.block_rows, n1 = n0 + b->mm.block_rows < b->mm.N ? n0 + b->mm.block_rows : b->mm.N;
+    block_bf16_dp(b, n0, n1);
+}
+
+void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                            const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (wdt != OKV_BF16 || T <= 1 || N <= 0 || K <= 0) {
+        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias);
+        return;
+    }
+    bf16_job b = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, (K + 31) / 32 * 32};
+    b.xb = malloc((size_t)T * (size_t)b.Kp * 2); /* ints: cannot overflow 64 bits */
+    if (!b.xb) {
+        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* no memory for the packed x: f32 path */
+        return;
+    }
+    okv_threadpool_run(tp, (T + PACK_ROWS - 1) / PACK_ROWS, pack_task, &b);
+    b.mm.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), TN);
+    okv_threadpool_run(tp, (N + b.mm.block_rows - 1) / b.mm.block_rows, task_bf16, &b);
+    free(b.xb);
+}
