@@ -141,6 +141,10 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
 void okv_runner_free(okv_runner *r);
 /* The program a runner executes. */
 const okv_program *okv_runner_program(const okv_runner *r);
+/* The kernel path the runner uses, e.g. "amx-bf16 (amx: granted)" or
+ * "avx512-bf16 (amx: refused by the OS (...))": static, for --verbose and
+ * benchmarks. OKV_KERNELS=plain|avx2|avx512|amx in the environment caps it. */
+const char *okv_runner_kernels(const okv_runner *r);
 /* One step: T tokens at absolute positions (for one sequence exactly
  * length..length+T-1, T <= prefill_chunk_size). Writes logits for all T
  * rows, the last row only, or none, as [rows, vocab] float32. A failed step

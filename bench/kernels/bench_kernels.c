@@ -18,8 +18,16 @@
  *      two states), as GB/s of bytes really read; and the prefill GEMM
  *      (T = 512) in GFLOP/s next to bf16's
  *
+ *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
+ *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
+ *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
+ *      each shape and of a whole layer; plus one-core peak probes per
+ *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
+ *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qlayout] [qroof] (default: all sections). Best of N repetitions everywhere; weights
+ * [decode] [qgemv] [qgemm] [qlayout] [qroof] [pp512] [pp512cpu] (default: all
+ * sections but pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
 #include <math.h>
@@ -35,6 +43,14 @@
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of the calling thread: on a shared, overloaded machine this
+ * still measures the work of a 1-thread run (time descheduled not counted). */
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -570,6 +586,123 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick) 
     free(a.mem);
 }
 
+/* ---- 9. pp512 -------------------------------------------------------------------------- */
+
+/* GFLOP/s of 12 independent vdpbf16ps chains on one core (64 flops each). */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(long iters) {
+    __m512 a[12];
+    __m512bh m = (__m512bh)_mm512_set1_epi16(0x3f80), c = (__m512bh)_mm512_set1_epi16(0x3a83);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    double t0 = now();
+    for (long it = 0; it < iters; it++)
+#pragma GCC unroll 12
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], m, c);
+    double dt = now() - t0;
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    if (_mm512_reduce_add_ps(s) == 12345.0f) printf(" ");
+    return 12.0 * 64 * iters / dt / 1e9;
+}
+
+/* GFLOP/s of tdpbf16ps on one core: 4 independent C tiles from 2 A and 2 B
+ * tiles in registers (16x16x32 x 2 flops each), as the GEMM's inner loop
+ * without the loads. */
+static double amx_peak(long iters) {
+    static const uint8_t cfg[64] __attribute__((aligned(64))) = {
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
+    static uint16_t tile[512] __attribute__((aligned(64)));
+    for (int i = 0; i < 512; i++) tile[i] = 0x3c00; /* bf16 2^-7: sums stay finite */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\t"
+                     "tileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%0,%1,1), %%tmm7" ::"r"(tile), "r"((long)64) : "memory");
+    double t0 = now();
+    for (long it = 0; it < iters; it++)
+        __asm__ volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+                         "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+    double dt = now() - t0;
+    __asm__ volatile("tilerelease" ::);
+    return 4.0 * 16 * 16 * 32 * 2 * iters / dt / 1e9;
+}
+
+typedef struct pp_path {
+    const char *name;
+    void (*fn)(okv_threadpool *, float *, const float *, int, int, const void *, okv_dtype, int, const float *);
+    bool ok;
+} pp_path;
+
+
+enum { PP_T = 512, PP_MAX_REPS = 15 };
+
+/* With cpu_time, tp must have 1 thread and times are the thread's CPU time. */
+static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
+    double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
+    const okv_cpu_caps *c = okv_cpu();
+    const char *amx_why;
+    bool avx512 = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx2 && c->fma && c->f16c;
+    bool amx = avx512 && okv_amx_usable(&amx_why);
+    pp_path paths[4] = {{"avx2", okv_matmul_avx2, c->avx2 && c->fma && c->f16c},
+                        {"avx512", okv_matmul_avx512, avx512},
+                        {"avx512bf", okv_matmul_avx512_bf16, avx512 && c->avx512bf16},
+                        {"amx", okv_matmul_amx, amx}};
+    int reps = quick ? 3 : 7;
+    printf("\npp512: Llama-3.2-1B prefill matmuls, T=%d, %d thread%s, %s, median of %d interleaved rounds (amx: %s)\n",
+           PP_T, okv_threadpool_size(tp), okv_threadpool_size(tp) > 1 ? "s" : "",
+           cpu_time ? "thread CPU time" : "wall clock", reps, amx_why);
+    printf("  avx512 = f32 FMAs (exact products), avx512bf = vdpbf16ps for bf16 weights (x rounded to bf16),\n"
+           "  amx = tdpbf16ps tiles for bf16/f16 weights (x, f16 W rounded to bf16); f32 weights: amx/avx512bf = avx512\n");
+    printf("%-6s %-11s %-5s", "matmul", "W (NxK)", "dtype");
+    for (int p = 0; p < 4; p++) printf(" %9s", paths[p].name);
+    printf("   GFLOP/s\n");
+    float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
+    for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
+    static const okv_dtype dts[3] = {OKV_BF16, OKV_F16, OKV_F32};
+    for (int d = 0; d < 3; d++) {
+        double layer_sec[4] = {0}, layer_flops = 0;
+        for (int s = 0; s < DEC_SHAPES; s++) {
+            int N = dec_shape[s][0], K = dec_shape[s][1];
+            wset w = make_wset(dts[d], N, K);
+            double t[4][PP_MAX_REPS];
+            for (int p = 0; p < 4; p++)
+                if (paths[p].ok) paths[p].fn(tp, y, x, PP_T, K, w.copies[0], w.dt, N, NULL); /* warm-up */
+            for (int r = 0; r < reps; r++)
+                for (int p = 0; p < 4; p++) {
+                    if (!paths[p].ok) continue;
+                    const void *W = w.copies[(r + 1) % w.n_copies];
+                    double t0 = clock_fn();
+                    paths[p].fn(tp, y, x, PP_T, K, W, w.dt, N, NULL);
+                    t[p][r] = clock_fn() - t0;
+                }
+            double flops = 2.0 * PP_T * N * K;
+            printf("%-6s %5dx%-5d %-5s", dec_names[s], N, K, okv_dtype_name(dts[d]));
+            for (int p = 0; p < 4; p++) {
+                if (!paths[p].ok) { printf(" %9s", "-"); continue; }
+                qsort(t[p], (size_t)reps, sizeof(double), cmp_double);
+                double med = t[p][reps / 2];
+                layer_sec[p] += med;
+                printf(" %9.1f", flops / med / 1e9);
+            }
+            printf("\n");
+            layer_flops += flops;
+            free_wset(&w);
+        }
+        printf("%-6s %-11s %-5s", "layer", "(sum)", okv_dtype_name(dts[d]));
+        for (int p = 0; p < 4; p++)
+            if (paths[p].ok) printf(" %9.1f", layer_flops / layer_sec[p] / 1e9);
+            else printf(" %9s", "-");
+        printf("   (%.1f ms per layer on the best path)\n", 1e3 * layer_sec[amx ? 3 : avx512 ? 2 : 0]);
+    }
+    free(x);
+    free(y);
+    double pdp = 0, pamx = 0;
+    for (int r = 0; r < 3 && !quick; r++) {
+        if (avx512 && c->avx512bf16) { double v = dpbf16_peak(10000000); if (v > pdp) pdp = v; }
+        if (amx) { double v = amx_peak(2000000); if (v > pamx) pamx = v; }
+    }
+    printf("peak, one core: vdpbf16ps %.1f GFLOP/s, AMX tdpbf16ps %.1f GFLOP/s (0 = path absent)\n", pdp, pamx);
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -712,6 +845,10 @@ int main(int argc, char **argv) {
     if (SECTION("qgemm")) bench_qgemm(tps[1], tabs[n_tabs - 1], quick);
     if (SECTION("qlayout")) bench_qlayout(tps[1], quick);
     if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
+
+    /* 9 */
+    if (SECTION("pp512")) bench_pp512(tps[1], quick, false);
+    if (want(argc, argv, "pp512cpu")) bench_pp512(tps[0], quick, true);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
     okv_cache_describe("bench", line, sizeof line, &err);
     printf("program: %s (%s, %d layers, vocab %d)\n", argv[1], info.architecture, info.n_layers, info.vocab_size);
     printf("kv: %s\n", line);
+    printf("kernels: %s, %d threads\n", okv_runner_kernels(r), bw_threads);
     printf("prefill: %d tokens in %.2f s = %.1f tok/s\n", prompt, t1 - t0, prompt / (t1 - t0));
     printf("decode:  %d tokens in %.2f s = %.2f tok/s (%.1f ms/token)\n", decode, t2 - t1, dec_tps, 1000 / dec_tps);
     printf("decode weight traffic: %.2f GB/token -> %.1f GB/s; measured read bandwidth (%d threads, before/after) "

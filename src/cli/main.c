@@ -116,6 +116,7 @@ int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session 
     if (verbose) {
         char line[256];
         if (!okv_cache_describe(s->key, line, sizeof line, &err)) fprintf(stderr, "offkv: %s\n", line);
+        fprintf(stderr, "offkv: kernels %s\n", okv_runner_kernels(s->runner));
     }
     return 0;
 }

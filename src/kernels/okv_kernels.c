@@ -6,6 +6,8 @@
  * AVX-512 and AMX tables differ from AVX2 only in the prefill matmul (T > 1);
  * rmsnorm, glu, attention and the decode GEMV are the AVX2 ones (measured: no
  * gain from 512-bit vectors for those memory-bound loops yet). */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,4 +68,24 @@ const okv_kernels *okv_kernels_select(okv_isa isa) {
     if (isa == OKV_ISA_AVX2 || !cpu_has_avx512()) return &kernels_avx2;
     if (isa == OKV_ISA_AMX && okv_amx_usable(NULL)) return &kernels_amx;
     return okv_cpu()->avx512bf16 ? &kernels_avx512_bf16 : &kernels_avx512;
+}
+
+/* One line per table, built once (the AMX answer does not change). */
+enum { N_TABLES = 5 };
+static char describe_buf[N_TABLES][192];
+static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
+static const okv_kernels *const all_tables[N_TABLES] = {&kernels_plain, &kernels_avx2, &kernels_avx512,
+                                                         &kernels_avx512_bf16, &kernels_amx};
+
+static void build_descriptions(void) {
+    const char *why;
+    okv_amx_usable(&why);
+    for (int i = 0; i < N_TABLES; i++) snprintf(describe_buf[i], sizeof describe_buf[i], "%s (amx: %s)", all_tables[i]->name, why);
+}
+
+const char *okv_kernels_describe(const okv_kernels *k) {
+    pthread_once(&describe_once, build_descriptions);
+    for (int i = 0; i < N_TABLES; i++)
+        if (all_tables[i] == k) return describe_buf[i];
+    return k->name;
 }

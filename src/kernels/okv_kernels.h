@@ -105,6 +105,8 @@ const okv_kernels *okv_kernels_select(okv_isa isa);
  * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static
  * sentence such as "granted" or "refused by the OS (...)". */
 bool okv_amx_usable(const char **why);
+/* "<table name> (amx: <why>)", a static string per table. */
+const char *okv_kernels_describe(const okv_kernels *k);
 /* What the CPU and OS let us use (CPUID + XGETBV, read once). AMX also
  * needs the per-process permission the AMX kernels ask for. */
 typedef struct okv_cpu_caps {

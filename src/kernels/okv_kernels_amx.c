@@ -149,21 +149,51 @@ static inline __attribute__((always_inline)) TGT __m512i row32_bf16(const void *
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* element i < 16 from lo */
 }
 
+/* r[16] (16 x 16 32-bit elements) transposed in place: unpacks build 4x4
+ * blocks inside 128-bit lanes, then lanes move across registers. */
+static inline __attribute__((always_inline)) TGT void transpose16x16(__m512i r[16]) {
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) { /* r[i + e] lane L = column 4L + e of rows i..i+3 */
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) { /* out[4L + e] lane q = r[4q + e] lane L */
+        __m512i a0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), a1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
+        __m512i b0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44), b1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
+        t[e] = _mm512_shuffle_i32x4(a0, b0, 0x88);
+        t[4 + e] = _mm512_shuffle_i32x4(a0, b0, 0xdd);
+        t[8 + e] = _mm512_shuffle_i32x4(a1, b1, 0x88);
+        t[12 + e] = _mm512_shuffle_i32x4(a1, b1, 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
 /* x tile row tb: B tiles [kb] with element (kp, t, e) = x[16 tb + t][32 kb +
  * 2 kp + e] in bf16; rows past T are zero. */
 static TGT void pack_x_tiles(const amx_job *a, int tb) {
     const matmul_job *j = &a->mm;
     uint16_t *base = a->xp + (size_t)tb * a->nkb * TILE_ELEMS;
-    for (int t = 0; t < 16; t++) {
-        int row = tb * 16 + t;
-        for (int kb = 0; kb < a->nkb; kb++) {
-            uint32_t *tile = (uint32_t *)(base + (size_t)kb * TILE_ELEMS);
-            uint32_t pairs[16];
-            __m512i v = row < j->T ? row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K)
-                                   : _mm512_setzero_si512();
-            _mm512_storeu_si512(pairs, v);
-            for (int kp = 0; kp < 16; kp++) tile[kp * 16 + t] = pairs[kp];
+    for (int kb = 0; kb < a->nkb; kb++) {
+        __m512i r[16]; /* row t: the 16 bf16 pairs of x row 16 tb + t */
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) {
+            int row = tb * 16 + t;
+            r[t] = row < j->T ? row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K) : _mm512_setzero_si512();
         }
+        transpose16x16(r); /* row kp: pair kp of the 16 x rows */
+        uint16_t *tile = base + (size_t)kb * TILE_ELEMS;
+#pragma GCC unroll 16
+        for (int kp = 0; kp < 16; kp++) _mm512_storeu_si512(tile + kp * 32, r[kp]);
     }
 }
 
@@ -204,12 +234,14 @@ static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int
                 TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
             }
             for (int kb = kc0; kb < kc1; kb++) {
+                /* loads interleaved with the products that need them (the
+                 * first product starts after two loads, not four) */
                 TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
-                TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
                 TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
-                TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
                 TILE_DP(0, 4, 6);
+                TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
                 TILE_DP(1, 4, 7);
+                TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
                 TILE_DP(2, 5, 6);
                 TILE_DP(3, 5, 7);
             }
@@ -218,14 +250,29 @@ static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int
     }
 }
 
-/* y[t][n] = C[n][t] (+ bias) for the valid part of the block. */
-static void write_out(const amx_job *a, const float *cb, int n0, int rows) {
+/* y[t][n] = C[n][t] (+ bias) for the valid part of the block: each C tile
+ * is transposed in registers and written as 16 rows of 16 contiguous y
+ * elements (element by element, column-wise, this cost as much as the
+ * tiles). */
+static TGT void write_out(const amx_job *a, const float *cb, int n0, int rows) {
     const matmul_job *j = &a->mm;
-    for (int i = 0; i < rows; i++) {
-        int n = n0 + i;
-        float b = j->bias ? j->bias[n] : 0.0f;
-        const float *c = cb + (size_t)(i / 16) * a->ntb * C_ELEMS + (i % 16) * 16;
-        for (int t = 0; t < j->T; t++) j->y[(size_t)t * j->N + n] = c[(size_t)(t / 16) * C_ELEMS + t % 16] + b;
+    for (int g = 0; g < (rows + 15) / 16; g++) {
+        int nv = rows - 16 * g < 16 ? rows - 16 * g : 16;
+        __mmask16 m = (__mmask16)((1u << nv) - 1);
+        __m512 b = j->bias ? _mm512_maskz_loadu_ps(m, j->bias + n0 + 16 * g) : _mm512_setzero_ps();
+        for (int tb = 0; tb * 16 < j->T; tb++) {
+            const float *c = cb + ((size_t)g * a->ntb + tb) * C_ELEMS;
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(c + i * 16);
+            transpose16x16(r);
+            int tv = j->T - 16 * tb < 16 ? j->T - 16 * tb : 16;
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (t < tv)
+                    _mm512_mask_storeu_ps(j->y + (size_t)(16 * tb + t) * j->N + n0 + 16 * g, m,
+                                          _mm512_add_ps(_mm512_castsi512_ps(r[t]), b));
+        }
     }
 }
 

@@ -50,15 +50,20 @@ INLINE_TGT __m512 load16(const void *p, okv_dtype dt, size_t k, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Stores the tile's valid rt x nt sums: the first chunk (k0 == 0) writes
- * sum + bias, later chunks add. */
+/* Reduces the 24 accumulators (constant indices, so they stay in registers
+ * during the K loop) and stores the tile's valid rt x nt sums: the first
+ * chunk (k0 == 0) writes sum + bias, later chunks add. */
 INLINE_TGT void store_tile(const matmul_job *j, int t0, int rt, int n0, int nt, int k0, __m512 acc[TR][TN]) {
+    float s[TR][TN];
+#pragma GCC unroll 4
+    for (int r = 0; r < TR; r++)
+#pragma GCC unroll 6
+        for (int n = 0; n < TN; n++) s[r][n] = _mm512_reduce_add_ps(acc[r][n]);
     for (int r = 0; r < rt; r++)
         for (int n = 0; n < nt; n++) {
-            float s = _mm512_reduce_add_ps(acc[r][n]);
             float *out = &j->y[(size_t)(t0 + r) * j->N + n0 + n];
-            if (k0 == 0) *out = s + (j->bias ? j->bias[n0 + n] : 0.0f);
-            else *out += s;
+            if (k0 == 0) *out = s[r][n] + (j->bias ? j->bias[n0 + n] : 0.0f);
+            else *out += s[r][n];
         }
 }
 

@@ -251,6 +251,8 @@ void okv_runner_free(okv_runner *r) {
 
 const okv_program *okv_runner_program(const okv_runner *r) { return r->p; }
 
+const char *okv_runner_kernels(const okv_runner *r) { return okv_kernels_describe(r->k); }
+
 /* ---- runner: executing a step ------------------------------------------------------- */
 
 typedef struct step_ctx {
