@@ -27,7 +27,9 @@
  *
  * Precision: x and (for f16 weights) W are rounded to bf16, products are
  * exact and sums f32: relative product error 2^-8 (half a bf16 ulp) for bf16 weights, 2^-7
- * for f16. f32 weights and T = 1 go to the AVX-512 paths.
+ * for f16. f32 weights go to the AVX-512 f32 path; T = 1 to the AVX2 GEMV
+ * with x rounded to bf16 (so chunkings of a prompt agree; f16 W is rounded
+ * only at T > 1, a difference of up to 2^-8 relative per product).
  *
  * AMX use: the process asks the OS once (arch_prctl ARCH_REQ_XCOMP_PERM for
  * XTILEDATA); if refused, okv_kernels_select hands out the AVX-512 table and
@@ -292,6 +294,10 @@ static void block_task(void *ctx, int task, int thread) {
 
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
                     const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T == 1 && wdt != OKV_F32) { /* x rounded as the tiles round it (f16 W stays exact here) */
+        okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
+        return;
+    }
     if (T <= 1 || wdt == OKV_F32 || N <= 0 || K <= 0 || !okv_amx_usable(NULL)) {
         okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
         return;

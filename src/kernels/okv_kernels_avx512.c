@@ -21,13 +21,18 @@
  *     multiply-adds per instruction; products lose up to 2^-8 relative (the
  *     rounding of x), sums stay f32. f16 weights stay on the f32 path: f16 ->
  *     bf16 would drop 3 mantissa bits of every weight.
- * The decode GEMV (T = 1) stays the AVX2 one: it is bound by memory.
+ * The decode GEMV (T = 1) stays the AVX2 one (it is bound by memory), but
+ * for bf16 weights it gets x rounded to bf16 as well: every chunking of a
+ * prompt then multiplies the same operands (without it, a real Gemma-3 bf16
+ * run prefilled in chunks of 1 and of 512 differed by 2.2 in the logits;
+ * the products are exact either way, only the f32 summation order differs).
  *
  * Measured (bench_kernels prefill, T=512, 2 threads, Llama-3.2-1B shapes,
  * Xeon with AMX / 512-bit FMAs at full rate): see README "Numbers". */
 #include <immintrin.h>
 #include <stdlib.h>
 
+#include "okv_common.h"
 #include "okv_kernels_internal.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
@@ -213,8 +218,30 @@ static void task_bf16(void *ctx, int task, int thread) {
     block_bf16_dp(b, n0, n1);
 }
 
+/* x[n] rounded to bf16 (nearest even), kept as f32. */
+static TGT_BF void round_to_bf16(float *dst, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+    for (; i < n; i++) dst[i] = okv_k_bf16(okv_f32_to_bf16(x[i]));
+}
+
+void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
+                           const float *bias) {
+    float *xr = K > 0 ? malloc(sizeof(float) * (size_t)K) : NULL;
+    if (xr) round_to_bf16(xr, x, (size_t)K);
+    okv_matmul_avx2(tp, y, xr ? xr : x, 1, K, W, wdt, N, bias); /* no memory: unrounded x, still correct */
+    free(xr);
+}
+
 void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
                             const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (wdt == OKV_BF16 && T == 1) {
+        okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
+        return;
+    }
     if (wdt != OKV_BF16 || T <= 1 || N <= 0 || K <= 0) {
         okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias);
         return;

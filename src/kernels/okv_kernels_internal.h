@@ -172,6 +172,10 @@ void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int 
                        const void *W, okv_dtype wdt, int N, const float *bias);
 void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
                             const void *W, okv_dtype wdt, int N, const float *bias);
+/* T = 1 with x rounded to bf16 first (then the AVX2 GEMV), so decode uses the
+ * operands the bf16 prefill paths use. Needs AVX512-BF16. */
+void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
+                           const float *bias);
 
 /* AMX-BF16 matmul (okv_kernels_amx.c): T > 1 with bf16/f16 weights on tiles
  * (x and f16 W rounded to bf16), f32 weights and T = 1 as

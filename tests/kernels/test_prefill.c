@@ -69,7 +69,7 @@ static void check_shape(const path *p, okv_threadpool *tp1, okv_threadpool *tp2,
     p->fn(tp2, y2, x, T, K, w, dt, N, b);
     okv_kernels_select(OKV_ISA_PLAIN)->matmul(tp2, yp, x, T, K, w, dt, N, b);
     float r = p->rounding[dt];
-    bool rx = r > 0, rw = r > 0x1p-8f;
+    bool rx = r > 0, rw = r > 0x1p-8f && T > 1; /* T = 1: the GEMV rounds x only */
     double e_tight = worst_error(y1, x, w_exact, b, T, K, N, rx, rw, 0.0);
     double e_loose = worst_error(y1, x, w_exact, b, T, K, N, false, false, 1.01 * r);
     double e_plain = worst_error(yp, x, w_exact, b, T, K, N, false, false, 0.0);
@@ -89,7 +89,7 @@ static void test_path(const path *p) {
         return;
     }
     okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
-    static const int Ts[] = {2, 7, 64, 130};
+    static const int Ts[] = {1, 2, 7, 64, 130};
     static const int KNs[][2] = {{77, 37}, {200, 70}, {33, 131}, {1000, 45}, {64, 32}, {2100, 19}};
     int before = okv_t_fail;
     for (int d = 0; d < 3; d++)
