@@ -37,7 +37,13 @@
  * fully specified 64-byte block: reserved bytes must be zero, a stack-built
  * one was seen to fault) and releases the tiles when done.
  *
- * Measured: see README "Numbers" (bench_kernels prefill, T=512). */
+ * Measured (one thread, CPU time, T=512, bf16 weights): 8192x2048 297.8
+ * GFLOP/s, 2048x8192 332.1, 2048x2048 358.1, vs 50.9 / 36.2 / 45.6 for
+ * AVX2; the tile loop alone runs near the ~590 GFLOP/s the CPU reaches with
+ * four L1 tile loads per four tdpbf16ps (1100 with operands already in
+ * tiles). Writing y column-wise (one page per element) had cost as much as
+ * the tiles; the register transpose fixed it. Llama-3.2-1B bf16 prefill of
+ * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2. */
 #include <errno.h>
 #include <immintrin.h>
 #include <pthread.h>
