@@ -28,8 +28,9 @@
  * Precision: x and (for f16 weights) W are rounded to bf16, products are
  * exact and sums f32: relative product error 2^-8 (half a bf16 ulp) for bf16 weights, 2^-7
  * for f16. f32 weights go to the AVX-512 f32 path; T = 1 to the AVX2 GEMV
- * with x rounded to bf16 (so chunkings of a prompt agree; f16 W is rounded
- * only at T > 1, a difference of up to 2^-8 relative per product).
+ * with x rounded to bf16 like the tiles (f16 W is rounded only at T > 1, a
+ * difference of up to 2^-8 relative per product; chunkings of a prompt
+ * agree only to bf16 level, see okv_kernels_avx512.c).
  *
  * AMX use: the process asks the OS once (arch_prctl ARCH_REQ_XCOMP_PERM for
  * XTILEDATA); if refused, okv_kernels_select hands out the AVX-512 table and

@@ -22,10 +22,12 @@
  *     rounding of x), sums stay f32. f16 weights stay on the f32 path: f16 ->
  *     bf16 would drop 3 mantissa bits of every weight.
  * The decode GEMV (T = 1) stays the AVX2 one (it is bound by memory), but
- * for bf16 weights it gets x rounded to bf16 as well: every chunking of a
- * prompt then multiplies the same operands (without it, a real Gemma-3 bf16
- * run prefilled in chunks of 1 and of 512 differed by 2.2 in the logits;
- * the products are exact either way, only the f32 summation order differs).
+ * for bf16 weights it gets x rounded to bf16 as well, so every chunking of a
+ * prompt multiplies the same kind of operands. That does not make chunkings
+ * agree closely: a real Gemma-3 bf16 run prefilled in chunks of 1 and of
+ * 512 still differed by 2.2 in the logits (argmax equal), because tiny f32
+ * differences flip bf16 roundings of later activations; the chunking test
+ * (tests/gguf/test_gguf_gemma3_chunks.c) therefore runs on the AVX2 path.
  *
  * Measured (one thread, CPU time, T=512, bf16 weights, GFLOP/s; Xeon with
  * 512-bit FMAs at full rate): 8192x2048 avx2 50.9 / this f32 path 62.7 /
