@@ -25,9 +25,7 @@
 #include "okv_safetensors.h"
 #include "okv_gguf.h"
 #include "okv_gguf_model.h"
-#ifdef OKV_HAVE_GGUF_VOCAB
 #include "okv_gguf_vocab.h"
-#endif
 
 void okv_export_options_default(okv_export_options *o) {
     memset(o, 0, sizeof *o);
@@ -576,7 +574,6 @@ static okv_status apply_rope_freqs(export_job *j, okv_error *err) {
     return OKV_OK;
 }
 
-#ifdef OKV_HAVE_GGUF_VOCAB
 static void add_blob_text(export_job *j, const char *name, char **text, size_t len) {
     if (!*text) return;
     blob *b = &j->blobs[j->n_blobs++];
@@ -599,123 +596,28 @@ static void eos_from_generation_config(export_job *j, const char *text) {
     cJSON_Delete(g);
 }
 
-static okv_gguf_span span_of(okv_gguf_str s) { return (okv_gguf_span){s.ptr, (size_t)s.len}; }
-
-/* A string array as spans (heap), or NULL with *n = 0 when absent. */
-static okv_status str_array(const okv_gguf *g, const char *key, okv_gguf_span **out, size_t *n, okv_error *err) {
-    *out = NULL;
-    *n = 0;
-    const okv_gguf_kv *kv = okv_gguf_find(g, key);
-    if (!kv) return OKV_OK;
-    if (kv->type != OKV_GGUF_ARRAY || kv->elem_type != OKV_GGUF_STRING)
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' must be an array of strings", okv_gguf_path(g), key);
-    *out = malloc((size_t)(kv->n_elems ? kv->n_elems : 1) * sizeof **out);
-    if (!*out) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < kv->n_elems; i++) {
-        okv_gguf_str s;
-        okv_gguf_kv_str(kv, i, &s);
-        (*out)[i] = span_of(s);
-    }
-    *n = (size_t)kv->n_elems;
-    return OKV_OK;
-}
-
-/* A numeric array copied to aligned f32 or i32 (the map is unaligned). */
-static okv_status num_array(const okv_gguf *g, const char *key, bool as_float, void **out, size_t *n, okv_error *err) {
-    *out = NULL;
-    *n = 0;
-    const okv_gguf_kv *kv = okv_gguf_find(g, key);
-    if (!kv) return OKV_OK;
-    if (kv->type != OKV_GGUF_ARRAY || kv->elem_type == OKV_GGUF_STRING)
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' must be a numeric array", okv_gguf_path(g), key);
-    *out = malloc((size_t)(kv->n_elems ? kv->n_elems : 1) * 4);
-    if (!*out) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < kv->n_elems; i++) {
-        double d = 0;
-        int64_t v = 0;
-        bool ok = as_float ? okv_gguf_kv_float(kv, i, &d) : okv_gguf_kv_int(kv, i, &v);
-        if (!ok || (!as_float && (v < INT32_MIN || v > INT32_MAX)))
-            return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' element %llu is not a valid %s", okv_gguf_path(g), key,
-                            (unsigned long long)i, as_float ? "number" : "int32");
-        if (as_float) ((float *)*out)[i] = (float)d;
-        else ((int32_t *)*out)[i] = (int32_t)v;
-    }
-    *n = (size_t)kv->n_elems;
-    return OKV_OK;
-}
-
-static int64_t opt_id(const okv_gguf *g, const char *key) {
-    int64_t v;
-    okv_error e = {0};
-    return okv_gguf_get_int(g, key, &v, &e) == OKV_OK ? v : -1;
-}
-static int opt_flag(const okv_gguf *g, const char *key) {
-    bool b;
-    okv_error e = {0};
-    return okv_gguf_get_bool(g, key, &b, &e) == OKV_OK ? (int)b : -1;
-}
-static okv_gguf_span opt_span(const okv_gguf *g, const char *key) {
-    okv_gguf_str s;
-    okv_error e = {0};
-    return okv_gguf_get_str(g, key, &s, &e) == OKV_OK ? span_of(s) : (okv_gguf_span){NULL, 0};
-}
-
 /* tokenizer.ggml.* -> tokenizer.json, tokenizer_config.json and
- * generation_config.json, bundled exactly like an HF directory's files. */
+ * generation_config.json (the gguf layer reads and checks the keys),
+ * bundled exactly like an HF directory's files. A GGUF without a
+ * vocabulary exports without a tokenizer, with a notice. */
 static okv_status gguf_text_files(export_job *j, okv_error *err) {
     const okv_gguf *g = j->gguf;
-    okv_gguf_vocab v = okv_gguf_vocab_empty();
-    v.model = opt_span(g, "tokenizer.ggml.model");
-    if (!v.model.ptr) {
+    if (!okv_gguf_find(g, "tokenizer.ggml.model")) {
         notice(j, "%s has no tokenizer.ggml.model: the program is exported without a tokenizer; text commands will "
                "need --tokenizer", okv_gguf_path(g));
         return OKV_OK;
     }
-    okv_gguf_span *tokens = NULL, *merges = NULL;
-    void *scores = NULL, *types = NULL;
-    okv_status st = str_array(g, "tokenizer.ggml.tokens", &tokens, &v.n_tokens, err);
-    if (!st) st = str_array(g, "tokenizer.ggml.merges", &merges, &v.n_merges, err);
-    if (!st) st = num_array(g, "tokenizer.ggml.scores", true, &scores, &v.n_scores, err);
-    if (!st) st = num_array(g, "tokenizer.ggml.token_type", false, &types, &v.n_token_types, err);
+    okv_gguf_vocab_texts t = {0};
+    okv_status st = okv_gguf_tokenizer_texts(g, &t, err);
     if (!st) {
-        v.tokens = tokens;
-        v.merges = merges;
-        v.scores = scores;
-        v.token_types = types;
-        v.pre = opt_span(g, "tokenizer.ggml.pre");
-        v.bos_id = opt_id(g, "tokenizer.ggml.bos_token_id");
-        v.eos_id = opt_id(g, "tokenizer.ggml.eos_token_id");
-        v.unk_id = opt_id(g, "tokenizer.ggml.unknown_token_id");
-        v.pad_id = opt_id(g, "tokenizer.ggml.padding_token_id");
-        v.eot_id = opt_id(g, "tokenizer.ggml.eot_token_id");
-        v.add_bos = opt_flag(g, "tokenizer.ggml.add_bos_token");
-        v.add_eos = opt_flag(g, "tokenizer.ggml.add_eos_token");
-        v.add_space_prefix = opt_flag(g, "tokenizer.ggml.add_space_prefix");
-        v.chat_template = opt_span(g, "tokenizer.chat_template");
-        okv_gguf_vocab_texts t = {0};
-        st = okv_gguf_vocab_synthesize(&v, &t, err);
-        if (!st) {
-            if (t.generation_config_json) eos_from_generation_config(j, t.generation_config_json);
-            add_blob_text(j, "tokenizer.json", &t.tokenizer_json, t.tokenizer_json_len);
-            add_blob_text(j, "tokenizer_config.json", &t.tokenizer_config_json, t.tokenizer_config_json_len);
-            add_blob_text(j, "generation_config.json", &t.generation_config_json, t.generation_config_json_len);
-        }
-        okv_gguf_vocab_texts_free(&t);
-        if (st) okv_fail_prefix(err, "%s", okv_gguf_path(g));
+        if (t.generation_config_json) eos_from_generation_config(j, t.generation_config_json);
+        add_blob_text(j, "tokenizer.json", &t.tokenizer_json, t.tokenizer_json_len);
+        add_blob_text(j, "tokenizer_config.json", &t.tokenizer_config_json, t.tokenizer_config_json_len);
+        add_blob_text(j, "generation_config.json", &t.generation_config_json, t.generation_config_json_len);
     }
-    free(tokens);
-    free(merges);
-    free(scores);
-    free(types);
+    okv_gguf_vocab_texts_free(&t);
     return st;
 }
-#else
-static okv_status gguf_text_files(export_job *j, okv_error *err) {
-    notice(j, "this build cannot read GGUF vocabularies yet: the program is exported without a tokenizer; text "
-           "commands will need --tokenizer");
-    return OKV_OK;
-}
-#endif
 
 /* Says how many quantized tensors keep the GGUF's own blocks. */
 static void report_carried(const export_job *j) {
