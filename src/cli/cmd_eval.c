@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmd_tok.h"
@@ -11,7 +12,10 @@
 #include "offkv_tok.h"
 #include "okv_common.h"
 
+/* On a terminal one line is redrawn per window; into a file or pipe only
+ * the last one is written, so logs do not collect carriage returns. */
 static void eval_progress(void *ctx, int w, int n) {
+    if (!isatty(STDERR_FILENO) && w != n) return;
     fprintf(stderr, "\roffkv: window %d/%d", w, n);
     if (w == n) fputc('\n', stderr);
 }
