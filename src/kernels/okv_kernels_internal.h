@@ -123,6 +123,19 @@ typedef struct okv_qmm_job {
     int block_rows;         /* prefill: W rows per task */
 } okv_qmm_job;
 
+/* Where group g's codes start in a row of the activation planes (superblock
+ * order), and the distance between its 4-code units (4 x the lanes of its
+ * superblock): shared by every ISA's quantizer. */
+static inline size_t okv_qact_group_base(int gs, int G, int g, size_t *unit_stride) {
+    int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS;
+    int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
+    *unit_stride = (size_t)4 * L;
+    return (size_t)sb * OKV_QSB_GROUPS * gs + 4 * (size_t)l;
+}
+/* Group g of row t held a NaN or inf: zero codes and NaN scales, so that
+ * row's outputs become NaN as they would in f32 (okv_qmatmul.c). */
+void okv_qact_poison_group(const okv_qmm_job *j, int t, int g);
+
 typedef struct okv_qmm_ops {
     /* row t of x[K] -> a's row t (codes, dx, qsum, sx) */
     void (*quantize)(const okv_qmm_job *j, const float *x, int t);

@@ -224,6 +224,15 @@ static size_t act_pos(int gs, int G, int g, int i) {
     return (size_t)sb * OKV_QSB_GROUPS * gs + (size_t)(i / 4) * 4 * L + 4 * l + i % 4;
 }
 
+void okv_qact_poison_group(const okv_qmm_job *j, int t, int g) {
+    const int gs = j->w.group, G = j->w.groups;
+    int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
+    for (int i = 0; i < gs; i++) q[act_pos(gs, G, g, i)] = q2[act_pos(gs, G, g, i)] = 0;
+    size_t gi = (size_t)t * G + g;
+    j->a.dx[gi] = j->a.dx2[gi] = j->a.sx[gi] = NAN;
+    j->a.qsum[gi] = j->a.qsum2[gi] = 0;
+}
+
 static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
@@ -237,9 +246,7 @@ static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
         }
         size_t gi = (size_t)t * G + g;
         if (bad) { /* a non-finite activation makes the outputs NaN, as in f32 */
-            for (int i = 0; i < gs; i++) q[act_pos(gs, G, g, i)] = q2[act_pos(gs, G, g, i)] = 0;
-            j->a.dx[gi] = j->a.dx2[gi] = j->a.sx[gi] = NAN;
-            j->a.qsum[gi] = j->a.qsum2[gi] = 0;
+            okv_qact_poison_group(j, t, g);
             continue;
         }
         float id = amax > 0.0f ? 127.0f / amax : 0.0f, id2 = amax > 0.0f ? 32258.0f / amax : 0.0f;

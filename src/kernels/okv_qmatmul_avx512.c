@@ -70,17 +70,10 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
             amax = _mm512_max_ps(amax, a);
         }
         float am = _mm512_reduce_max_ps(amax);
-        int sb = g / OKV_QSB_GROUPS, l = g % OKV_QSB_GROUPS;
-        int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
-        size_t base = (size_t)sb * OKV_QSB_GROUPS * gs + 4 * l;
+        size_t stride, base = okv_qact_group_base(gs, G, g, &stride);
         size_t gi = (size_t)t * G + g;
         if (bad) {
-            for (int u = 0; u < gs / 4; u++) {
-                memset(q + base + (size_t)u * 4 * L, 0, 4);
-                memset(q2 + base + (size_t)u * 4 * L, 0, 4);
-            }
-            j->a.dx[gi] = j->a.dx2[gi] = j->a.sx[gi] = NAN;
-            j->a.qsum[gi] = j->a.qsum2[gi] = 0;
+            okv_qact_poison_group(j, t, g);
             continue;
         }
         float dxs = am / 127.0f;
@@ -100,8 +93,8 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
             _mm_storeu_si128((__m128i *)w2, _mm512_cvtsepi32_epi8(v2));
             int u = i / 4;
             for (int k = 0; k < 4; k++) {
-                memcpy(q + base + (size_t)(u + k) * 4 * L, &w[k], 4);
-                memcpy(q2 + base + (size_t)(u + k) * 4 * L, &w2[k], 4);
+                memcpy(q + base + (u + k) * stride, &w[k], 4);
+                memcpy(q2 + base + (u + k) * stride, &w2[k], 4);
             }
         }
         int32_t s1 = _mm512_reduce_add_epi32(sum), s2 = _mm512_reduce_add_epi32(sum2);
