@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "offkv_base.h"
-#include "okv_cache.h"
+#include "okv_layout.h"
 #include "okv_quant.h"
 
 /* Version 2 added quantized tensors (dtype "q" + a "quant" scheme object);

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 
 #include "offkv_base.h"
-#include "okv_cache.h"
 #include "okv_format.h"
+#include "okv_layout.h"
 
 typedef enum okv_hf_family {
     OKV_FAM_LLAMA = 0,

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "offkv_base.h"
-#include "okv_cache.h"
+#include "okv_run.h"
 #include "okv_quant.h"
 
 /* ---- thread pool ----------------------------------------------------------- */
@@ -42,18 +42,18 @@ typedef enum okv_isa { OKV_ISA_AUTO = 0, OKV_ISA_PLAIN = 1, OKV_ISA_AVX2 = 2, OK
 typedef enum okv_act { OKV_ACT_SILU = 0, OKV_ACT_GELU_TANH = 1 } okv_act;
 
 /* K/V of one cache as the attention kernel sees it. */
-typedef struct okv_kv_view {
+typedef struct okv_attn_kv {
     const void *k, *v;   /* pools: [slots, kv_heads, head_dim] in dtype */
-    void *k_w, *v_w;     /* same pools, writable (for okv_kv_write) */
+    void *k_w, *v_w;     /* same pools, writable (for okv_attend_write) */
     okv_dtype dtype;
     int kv_heads, head_dim;
-} okv_kv_view;
+} okv_attn_kv;
 
 typedef struct okv_attn_args {
     const float *q;          /* [T, n_heads, head_dim], RoPE applied */
     int T, n_heads;
     const int32_t *positions;/* [T] absolute positions of the queries */
-    okv_kv_view kv;
+    okv_attn_kv kv;
     const okv_run *runs;     /* read runs (position order) from the planner */
     int n_runs;
     int32_t window;          /* 0 = full; else key j visible iff p - j < window */
@@ -131,7 +131,7 @@ void okv_add(float *y, const float *a, const float *b, size_t n);
 void okv_scale(float *y, const float *x, size_t n, float s);
 /* Writes this step's k/v rows [T, kv_heads, head_dim] (f32) into the pools
  * at the write runs, converting to the storage dtype. */
-void okv_kv_write(const okv_kv_view *kv, const okv_run *runs, int n_runs, const float *k, const float *v);
+void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v);
 /* The reference update_and_attend: gathers the full read span, builds an
  * explicit [T, n_keys] band mask (causal + window), plain softmax. */
 void okv_attend_reference(const okv_attn_args *a);

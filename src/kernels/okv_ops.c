@@ -52,7 +52,7 @@ void okv_scale(float *y, const float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) y[i] = x[i] * s;
 }
 
-void okv_kv_write(const okv_kv_view *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
+void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
     size_t row = (size_t)kv->kv_heads * kv->head_dim, esz = okv_dtype_size(kv->dtype);
     size_t t = 0; /* source row: the runs take this step's rows in order */
     for (int r = 0; r < n_runs; r++) {

@@ -272,8 +272,8 @@ static void run_attention(step_ctx *s, const okv_node *nd) {
     okv_kv *kv = s->r->kv;
     const okv_cache *c = &kv->caches[nd->i[0]];
     const okv_step_plan *plan = &kv->plans[nd->i[0]];
-    okv_kv_view view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
-    if (nd->i[4]) okv_kv_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
+    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
+    if (nd->i[4]) okv_attend_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
     okv_attn_args a = {val(s, nd->in[0]), s->T, nd->i[1], s->pos, view, plan->read, plan->n_read,
                        plan->window, nd->f[0], val(s, nd->out)};
     if (s->r->ref_attn) okv_attend_reference(&a);

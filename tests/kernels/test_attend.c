@@ -1,4 +1,4 @@
-/* Tests okv_kv_write and attention: the reference against a naive double
+/* Tests okv_attend_write and attention: the reference against a naive double
  * implementation written here (which reads the pool through slot = f(pos),
  * not through runs), and the fast kernels of every table (1 and 2 threads)
  * against the reference on the same stored data. Scenarios: flat spans, ring
@@ -45,14 +45,14 @@ static void test_kv_write(void) {
         unsigned char *k = malloc(S * row * esz), *v = malloc(S * row * esz);
         memset(k, 0xA5, S * row * esz);
         memset(v, 0x5A, S * row * esz);
-        okv_kv_view kv = {k, v, k, v, dt, Hkv, D};
+        okv_attn_kv kv = {k, v, k, v, dt, Hkv, D};
         float kin[T * Hkv * D], vin[T * Hkv * D];
         fill(kin, T * row, 3.0f);
         fill(vin, T * row, 3.0f);
         okv_run runs[2];
         int n = make_runs(8, 8 + T, S, runs); /* positions 8..14 -> slots 8,9,10,0,1,2,3 */
         CHECK(n == 2 && runs[0].slot == 8 && runs[0].n == 3 && runs[1].slot == 0 && runs[1].n == 4);
-        okv_kv_write(&kv, runs, n, kin, vin);
+        okv_attend_write(&kv, runs, n, kin, vin);
         int bad = 0, touched = 0;
         for (int t = 0; t < T; t++) {
             size_t slot = (size_t)slot_of(8 + t, S);
@@ -75,12 +75,12 @@ static void test_kv_write(void) {
 static void test_kv_write_rounding(void) {
     float k[4] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.00390625f, 1.01171875f}, v[4] = {0};
     uint16_t kh[4], vh[4];
-    okv_kv_view kv = {kh, vh, kh, vh, OKV_F16, 1, 4};
+    okv_attn_kv kv = {kh, vh, kh, vh, OKV_F16, 1, 4};
     okv_run run = {0, 1, 0};
-    okv_kv_write(&kv, &run, 1, k, v);
+    okv_attend_write(&kv, &run, 1, k, v);
     CHECK(kh[0] == 0x3c00 && kh[1] == 0x3c02); /* 1+2^-11 -> 1; 1+3*2^-11 -> 1+2^-9 */
     kv.dtype = OKV_BF16;
-    okv_kv_write(&kv, &run, 1, k, v);
+    okv_attend_write(&kv, &run, 1, k, v);
     CHECK(kh[2] == 0x3f80 && kh[3] == 0x3f82);
     CHECK(vh[0] == 0 && vh[3] == 0);
 }
@@ -101,7 +101,7 @@ typedef struct scenario {
 
 /* Naive double attention straight from the definition, reading the pool by
  * slot_of(position). */
-static void naive_attend(const scenario *s, const float *q, const okv_kv_view *kv, const int32_t *pos, float scale,
+static void naive_attend(const scenario *s, const float *q, const okv_attn_kv *kv, const int32_t *pos, float scale,
                          double *out) {
     int G = s->Hq / s->Hkv, end = s->p0 + s->T;
     size_t row = (size_t)s->Hkv * s->D;
@@ -146,14 +146,14 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
     int32_t slots = s->ring ? s->ring : end;
     size_t row = (size_t)s->Hkv * s->D, esz = okv_dtype_size(s->dt);
     void *kp = calloc((size_t)slots * row, esz), *vp = calloc((size_t)slots * row, esz);
-    okv_kv_view kv = {kp, vp, kp, vp, s->dt, s->Hkv, s->D};
+    okv_attn_kv kv = {kp, vp, kp, vp, s->dt, s->Hkv, s->D};
     /* store random k/v for every position of the span, the way steps would */
     float *kin = malloc(sizeof(float) * n_keys * row), *vin = malloc(sizeof(float) * n_keys * row);
     fill(kin, (size_t)n_keys * row, 1.0f);
     fill(vin, (size_t)n_keys * row, 1.0f);
     okv_run runs[3];
     int n_runs = make_runs(s->base, end, s->ring, runs);
-    okv_kv_write(&kv, runs, n_runs, kin, vin);
+    okv_attend_write(&kv, runs, n_runs, kin, vin);
 
     size_t nq = (size_t)s->T * s->Hq * s->D;
     float *q = malloc(sizeof(float) * nq), *ref = malloc(sizeof(float) * nq), *fast = malloc(sizeof(float) * nq);
@@ -203,7 +203,7 @@ static void test_split_runs(const okv_kernels **tables, int n_tables) {
     float q[T * Hq * D], one[T * Hq * D], many[T * Hq * D], fast[T * Hq * D];
     fill(q, T * Hq * D, 2.0f);
     int32_t pos[T] = {37, 38, 39};
-    okv_kv_view kv = {k, v, k, v, OKV_F32, Hkv, D};
+    okv_attn_kv kv = {k, v, k, v, OKV_F32, Hkv, D};
     okv_run whole[1] = {{0, N, 0}};
     okv_run parts[4] = {{0, 10, 0}, {10, 0, 10}, {10, 25, 10}, {35, 5, 35}};
     okv_attn_args a = {q, T, Hq, pos, kv, whole, 1, 0, 0.2f, one};
