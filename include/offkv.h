@@ -141,6 +141,10 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
 void okv_runner_free(okv_runner *r);
 /* The program a runner executes. */
 const okv_program *okv_runner_program(const okv_runner *r);
+/* The cache key it steps (owned by the runner) and the most positions that
+ * key's sequence can hold (max_capacity of the install, else max_ctx_len). */
+const char *okv_runner_cache_key(const okv_runner *r);
+int okv_runner_capacity(const okv_runner *r);
 /* The kernel path the runner uses, e.g. "amx-bf16 (amx: granted)" or
  * "avx512-bf16 (amx: refused by the OS (...))": static, for --verbose and
  * benchmarks. OKV_KERNELS=plain|avx2|avx512|amx in the environment caps it. */

@@ -59,15 +59,62 @@ typedef struct okv_gen_options {
     bool drop_oldest_turns;      /* chat sessions: when the conversation outgrows the context, drop
                                     the oldest user/assistant turns (never the system message) instead
                                     of refusing the turn */
+    int prefill_chunk;           /* largest prefill step (0 or above the program's = prefill_chunk_size);
+                                    smaller chunks let a scheduler interleave other sequences */
     /* receives streamed text; may be NULL */
     void (*on_text)(void *ctx, const char *text, size_t len);
+    /* receives every sampled id, EOS included, before its text; may be NULL */
+    void (*on_token)(void *ctx, int32_t id);
     void *ctx;
 } okv_gen_options;
 
+/* ---- defaults for generating from a program ----------------------------------
+ * What a caller should start from (HF generate() semantics): the sampler's
+ * HF defaults overlaid with the bundled generation_config.json (do_sample,
+ * temperature, top_k, top_p, min_p, repetition_penalty; each checked, an
+ * out-of-range value is an error naming the field and value), the EOS set
+ * (the program's EOS ids plus tokenizer_config.json's eos_token when tok is
+ * given and knows it, without duplicates) and the context limit (the
+ * runner's cache capacity). */
+#define OKV_GEN_MAX_EOS 32
+
+typedef struct okv_gen_defaults {
+    okv_sampler_params sampling;
+    int32_t eos_ids[OKV_GEN_MAX_EOS];
+    int n_eos;
+    int context_limit;
+} okv_gen_defaults;
+
+/* tok may be NULL (then the EOS set is the program's alone). */
+okv_status okv_gen_defaults_get(const okv_runner *r, const okv_tok *tok, okv_gen_defaults *d, okv_error *err);
+/* Options that generate with d (which must outlive them): its sampling, EOS
+ * set and context limit, max_new_tokens = max_new_tokens, nothing else set. */
+void okv_gen_options_init(okv_gen_options *o, const okv_gen_defaults *d, int max_new_tokens);
+
 /* Runs prompt[0..n) at positions start_pos.. through r, then generates.
- * Generated ids are stored in out_ids (capacity max_new_tokens, may be NULL). */
+ * Generated ids are stored in out_ids (capacity max_new_tokens, may be NULL).
+ * tok NULL generates ids only (no text; stop strings unused). */
 okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
                         const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err);
+
+/* The same generation one unit of work at a time, for schedulers that
+ * interleave sequences: each okv_gen_seq_step runs one prefill chunk or
+ * samples one token (streaming its text) and feeds it back. The sequence
+ * copies prompt and o (o's stops and eos_ids and tok must outlive it) and
+ * steps r at positions start_pos..: nothing else may step r's cache key
+ * meanwhile. After an error or *done the sequence does nothing more. */
+typedef struct okv_gen_seq okv_gen_seq;
+
+okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
+                              const okv_gen_options *o, okv_gen_seq **out, okv_error *err);
+void okv_gen_seq_free(okv_gen_seq *g);
+okv_status okv_gen_seq_step(okv_gen_seq *g, bool *done, okv_error *err);
+/* True while prompt tokens are still to be prefilled. */
+bool okv_gen_seq_prefilling(const okv_gen_seq *g);
+/* Counts and times so far (final once done). */
+const okv_gen_stats *okv_gen_seq_stats(const okv_gen_seq *g);
+/* The generated ids so far (EOS not included). */
+const int32_t *okv_gen_seq_ids(const okv_gen_seq *g, size_t *n);
 
 /* ---- multi-turn chat over one cache ----------------------------------------
  * A session keeps the conversation and the token ids its cache holds. Each
@@ -77,9 +124,10 @@ okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt
 typedef struct okv_chat_session okv_chat_session;
 
 /* base: mode, system, extra vars, tokenizer config, template, bos (its
- * user/messages fields are ignored). The session borrows r, tok and key. */
-okv_status okv_chat_session_create(okv_runner *r, const char *cache_key, const okv_tok *tok,
-                                   const okv_gen_prompt_args *base, okv_chat_session **out, okv_error *err);
+ * user/messages fields are ignored). The session borrows r and tok and
+ * rewinds r's cache key (okv_runner_cache_key). */
+okv_status okv_chat_session_create(okv_runner *r, const okv_tok *tok, const okv_gen_prompt_args *base,
+                                   okv_chat_session **out, okv_error *err);
 void okv_chat_session_free(okv_chat_session *s);
 /* One user turn: generates the reply (streamed through o->on_text) and
  * records it in the conversation. *reused = prompt tokens served from the

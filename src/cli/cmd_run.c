@@ -8,14 +8,14 @@
  *       that does not fit the context is refused and the session goes on (or, with --drop-old-turns, the
  *       oldest turns are dropped until it fits)
  *
- * Sampling defaults come from the program's bundled generation_config.json
- * (as HF's generate() would use them); any flag overrides them. The reply
+ * Sampling defaults, the EOS set and the context limit come from the
+ * library (okv_gen_defaults_get: the bundled generation_config.json as HF's
+ * generate() would use it); any flag overrides them. The reply
  * streams to stdout and ends with a newline (added only when the text did
  * not end with one); the stats line then goes to stderr, after stdout is
  * flushed, so the two never share a line on a terminal. --verbose first
  * prints the model's name and size and the cache layout. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,52 +122,9 @@ static char *chat_vars_json(const run_args *a) {
     return s;
 }
 
-static okv_status fail_format(okv_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static okv_status fail_format(okv_error *err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof err->message, fmt, ap);
-    va_end(ap);
-    return err->status = OKV_ERR_FORMAT;
-}
-
-/* One generation_config.json number: absent/null keeps *out; otherwise it
- * must be finite, within [lo, hi] and (integral) whole. */
-static okv_status gen_config_number(const cJSON *j, const char *key, double lo, double hi, bool integral,
-                                    double *out, okv_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!v || cJSON_IsNull(v)) return OKV_OK;
-    if (!cJSON_IsNumber(v))
-        return fail_format(err, "generation_config.json (bundled): '%s' must be a number", key);
-    double d = v->valuedouble;
-    if (!isfinite(d) || d < lo || d > hi || (integral && d != floor(d)))
-        return fail_format(err, "generation_config.json (bundled): '%s' is %g; it must be %s in [%g, %g]", key, d,
-                           integral ? "an integer" : "a number", lo, hi);
-    *out = d;
-    return OKV_OK;
-}
-
-/* generation_config.json values (checked), then the command line on top. */
-static okv_status sampling_params(const okv_program *p, const run_args *a, okv_sampler_params *out, okv_error *err) {
-    okv_sampler_params sp = okv_sampler_params_default();
-    size_t len;
-    const char *gc = okv_program_blob(p, "generation_config.json", &len);
-    cJSON *j = gc ? cJSON_ParseWithLength(gc, len) : NULL;
-    const cJSON *v;
-    if ((v = cJSON_GetObjectItemCaseSensitive(j, "do_sample")) && cJSON_IsBool(v)) sp.do_sample = cJSON_IsTrue(v);
-    double t = sp.temperature, k = sp.top_k, tp = sp.top_p, mp = sp.min_p, rp = sp.repetition_penalty;
-    okv_status st = gen_config_number(j, "temperature", 0, 1e6, false, &t, err);
-    if (!st) st = gen_config_number(j, "top_k", 0, INT32_MAX, true, &k, err);
-    if (!st) st = gen_config_number(j, "top_p", 0, 1, false, &tp, err);
-    if (!st) st = gen_config_number(j, "min_p", 0, 1, false, &mp, err);
-    if (!st) st = gen_config_number(j, "repetition_penalty", 1e-6, 1e6, false, &rp, err);
-    cJSON_Delete(j);
-    if (st) return st;
-    sp.temperature = (float)t;
-    sp.top_k = (int32_t)k;
-    sp.top_p = (float)tp;
-    sp.min_p = (float)mp;
-    sp.repetition_penalty = (float)rp;
+/* The command line over the program's defaults. */
+static okv_sampler_params sampling_params(const okv_sampler_params *defaults, const run_args *a) {
+    okv_sampler_params sp = *defaults;
     if (a->temperature >= 0) { sp.temperature = (float)a->temperature; sp.do_sample = a->temperature > 0; }
     if (a->top_p >= 0) sp.top_p = (float)a->top_p;
     if (a->min_p >= 0) sp.min_p = (float)a->min_p;
@@ -175,8 +132,7 @@ static okv_status sampling_params(const okv_program *p, const run_args *a, okv_s
     if (a->top_k >= 0) sp.top_k = (int32_t)a->top_k;
     if (a->seed >= 0) sp.seed = (uint64_t)a->seed;
     if (a->greedy) sp.do_sample = false;
-    *out = sp;
-    return OKV_OK;
+    return sp;
 }
 
 /* The tokenizer bundled in the program, or --tokenizer. */
@@ -189,20 +145,6 @@ static char *blob_string(const okv_program *p, const char *name) {
     size_t len;
     const char *b = okv_program_blob(p, name, &len);
     return b ? strndup(b, len) : NULL;
-}
-
-/* EOS ids: the program's list plus the tokenizer config's eos_token. */
-static int collect_eos(const okv_cli_session *s, const okv_tok *tok, const char *tok_config, int32_t *eos, int cap) {
-    int n = 0;
-    for (int i = 0; i < s->info.n_eos && n < cap; i++) eos[n++] = s->info.eos_ids[i];
-    okv_chat_config cfg = {0};
-    okv_error err;
-    if (tok_config && !okv_chat_config_parse(tok_config, &cfg, &err) && cfg.eos_token && n < cap) {
-        int32_t id = okv_tok_token_to_id(tok, cfg.eos_token);
-        if (id >= 0) eos[n++] = id;
-    }
-    okv_chat_config_free(&cfg);
-    return n;
 }
 
 /* The streamed reply; remembers whether stdout is at the start of a line. */
@@ -274,7 +216,7 @@ static okv_status run_once(const run_args *a, okv_cli_session *s, const okv_tok 
 static okv_status run_interactive(const run_args *a, okv_cli_session *s, const okv_tok *tok,
                                   const okv_gen_prompt_args *pa, const okv_gen_options *go, okv_error *err) {
     okv_chat_session *chat = NULL;
-    okv_status st = okv_chat_session_create(s->runner, s->key, tok, pa, &chat, err);
+    okv_status st = okv_chat_session_create(s->runner, tok, pa, &chat, err);
     char *line = NULL;
     size_t cap = 0;
     const char *first = a->prompt;
@@ -290,7 +232,7 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
             if (!strcmp(line, "/reset")) {
                 okv_chat_session_free(chat);
                 chat = NULL;
-                st = okv_chat_session_create(s->runner, s->key, tok, pa, &chat, err);
+                st = okv_chat_session_create(s->runner, tok, pa, &chat, err);
                 continue;
             }
             if (!len) continue;
@@ -333,13 +275,17 @@ int okv_cli_run(int argc, char **argv) {
     okv_status st = load_tokenizer(s.program, a.program, a.tokenizer, &tok, &err);
     if (!st) {
         okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id, NULL};
-        int32_t eos[32];
         text_out out = {true};
-        int capacity = a.run.cache.max_capacity > 0 ? a.run.cache.max_capacity : s.info.max_ctx_len;
-        okv_gen_options go = {.max_new_tokens = a.max_new, .stops = a.stops, .n_stops = a.n_stops, .eos_ids = eos,
-                              .n_eos = collect_eos(&s, tok, tok_config, eos, 32), .context_limit = capacity,
-                              .drop_oldest_turns = a.drop_old_turns, .on_text = print_text, .ctx = &out};
-        st = sampling_params(s.program, &a, &go.sampling, &err);
+        okv_gen_defaults d;
+        okv_gen_options go;
+        st = okv_gen_defaults_get(s.runner, tok, &d, &err);
+        okv_gen_options_init(&go, &d, a.max_new);
+        go.sampling = sampling_params(&d.sampling, &a);
+        go.stops = a.stops;
+        go.n_stops = a.n_stops;
+        go.drop_oldest_turns = a.drop_old_turns;
+        go.on_text = print_text;
+        go.ctx = &out;
         if (!st) st = okv_sampler_params_check(&go.sampling, &err);
         if (!st) st = okv_gen_check_tokenizer(s.program, tok, &err);
         if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);

@@ -10,7 +10,6 @@
  *   offkv tokenize / detokenize / chat-render / run  (text commands)
  */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 
 #include "cli.h"
 #include "offkv.h"
+#include "offkv_gen.h"
 
 static void notice_to_stderr(void *ctx, const char *msg) { fprintf(stderr, "offkv: note: %s\n", msg); }
 
@@ -368,14 +368,17 @@ static int cmd_logits(int argc, char **argv) {
     return rc;
 }
 
-/* The highest finite logit's id (lowest on ties), or -1 if none is finite. */
-static int argmax(const float *x, int n) {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (isfinite(x[i]) && (best < 0 || x[i] > x[best])) best = i;
-    return best;
+/* Prints each generated id as it comes (EOS included), space separated. */
+typedef struct id_printer { int printed; } id_printer;
+
+static void print_id(void *ctx, int32_t id) {
+    id_printer *p = ctx;
+    printf("%s%d", p->printed++ ? " " : "", (int)id);
+    fflush(stdout);
 }
 
+/* Greedy ids through okv_generate (no tokenizer: ids in, ids out; stops at
+ * the program's EOS ids, the limit or a full context). */
 static int cmd_generate(int argc, char **argv) {
     okv_cli_run_opts o;
     okv_cli_run_opts_init(&o);
@@ -400,35 +403,21 @@ static int cmd_generate(int argc, char **argv) {
     okv_cli_session s;
     o.runner.max_logit_rows = 1;   /* greedy generation only reads the last row */
     if (okv_cli_session_open(path, &o, &s, true)) { free(prompt); return 1; }
-    int rc = 0, V = s.info.vocab_size, chunk = s.info.prefill_chunk_size;
-    float *logits = malloc(sizeof(float) * (size_t)V);
     okv_error err = {0};
-    int32_t pos[1];
-    for (int t = 0; t < n && !rc; t += chunk) {
-        int T = n - t < chunk ? n - t : chunk;
-        int32_t *p = malloc(sizeof(int32_t) * (size_t)T);
-        for (int k = 0; p && k < T; k++) p[k] = t + k;
-        if (!p || okv_runner_step(s.runner, prompt + t, p, T, OKV_LOGITS_LAST, logits, &err)) rc = p ? okv_cli_die(&err) : 1;
-        free(p);
-    }
-    for (int g = 0; g < max_new && !rc; g++) {
-        int32_t next = argmax(logits, V);
-        if (next < 0) {
-            printf("\n");
-            fprintf(stderr, "offkv: error: the model produced no finite logit at position %d (NaN or inf everywhere)\n", n + g);
-            rc = 1;
-            break;
-        }
-        printf("%d%s", next, g + 1 < max_new ? " " : "");
-        fflush(stdout);
-        bool eos = false;
-        for (int e = 0; e < s.info.n_eos; e++) eos |= next == s.info.eos_ids[e];
-        if (eos || g + 1 == max_new) break;
-        pos[0] = n + g;
-        if (okv_runner_step(s.runner, &next, pos, 1, OKV_LOGITS_LAST, logits, &err)) rc = okv_cli_die(&err);
-    }
+    okv_gen_defaults d;
+    okv_gen_options go;
+    okv_gen_stats stats;
+    id_printer out = {0};
+    int rc = 0;
+    okv_status st = okv_gen_defaults_get(s.runner, NULL, &d, &err);
+    okv_gen_options_init(&go, &d, max_new);
+    go.sampling = okv_sampler_params_default();   /* greedy */
+    go.on_token = print_id;
+    go.ctx = &out;
+    if (!st) st = okv_generate(s.runner, NULL, prompt, (size_t)n, 0, &go, NULL, &stats, &err);
     printf("\n");
-    free(logits); free(prompt);
+    if (st) rc = okv_cli_die(&err);
+    free(prompt);
     okv_cli_session_close(&s);
     return rc;
 }

@@ -25,15 +25,15 @@ struct okv_chat_session {
     const okv_gen_options *user_opts;
 };
 
-okv_status okv_chat_session_create(okv_runner *r, const char *cache_key, const okv_tok *tok,
-                                   const okv_gen_prompt_args *base, okv_chat_session **out, okv_error *err) {
+okv_status okv_chat_session_create(okv_runner *r, const okv_tok *tok, const okv_gen_prompt_args *base,
+                                   okv_chat_session **out, okv_error *err) {
     *out = NULL;
     okv_status cst = okv_gen_check_tokenizer(okv_runner_program(r), tok, err);
     if (cst) return cst;
     okv_chat_session *s = calloc(1, sizeof *s);
     if (!s) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     s->runner = r;
-    s->key = okv_strdup(cache_key);
+    s->key = okv_strdup(okv_runner_cache_key(r));
     s->tok = tok;
     s->base = *base;
     s->messages = cJSON_CreateArray();

@@ -1,6 +1,10 @@
 /* okv_generate.c — prompt building and the generation loop (see
  * offkv_gen.h). This layer only combines public APIs: runner steps,
- * tokenizer encode/stream, chat rendering, sampler and stopper. */
+ * tokenizer encode/stream, chat rendering, sampler and stopper.
+ *
+ * Generation is a step machine (okv_gen_seq: one prefill chunk or one
+ * decoded token per call) so a scheduler can interleave many sequences;
+ * okv_generate is that machine run to the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -98,16 +102,29 @@ static double now_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-typedef struct gen_state {
-    const okv_gen_options *o;
+/* One sequence being generated: the prompt still to prefill (prompt[done..n)),
+ * then one sampled token per step. The logits row always holds the
+ * next-token distribution after the last token fed. */
+struct okv_gen_seq {
+    okv_gen_options o;           /* copy; o.stops/eos_ids still borrowed */
+    okv_runner *r;
+    const okv_tok *tok;          /* NULL: ids only (no text, no stop strings) */
+    int32_t *prompt;
+    int32_t *positions;          /* [chunk] scratch for prefill steps */
+    size_t n_prompt, prefilled;
+    int start_pos, pos, chunk, vocab;
     okv_tok_stream *stream;
     okv_stopper *stopper;
     okv_sampler *sampler;
     float *logits;
-} gen_state;
+    int32_t *gen;                /* generated ids (EOS not included) */
+    size_t n_gen, cap_gen;
+    bool done;
+    okv_gen_stats stats;
+};
 
-static void emit(const gen_state *g, const char *text, size_t len) {
-    if (len && g->o->on_text) g->o->on_text(g->o->ctx, text, len);
+static void emit(const okv_gen_seq *g, const char *text, size_t len) {
+    if (len && g->o.on_text) g->o.on_text(g->o.ctx, text, len);
 }
 
 static bool is_eos(const okv_gen_options *o, int32_t id) {
@@ -116,23 +133,9 @@ static bool is_eos(const okv_gen_options *o, int32_t id) {
     return false;
 }
 
-/* Prefill in chunks; only the last chunk computes logits (its last row). */
-static okv_status prefill(okv_runner *r, const int32_t *prompt, size_t n, int start, int chunk, float *logits, okv_error *err) {
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)chunk);
-    if (!pos) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    okv_status st = OKV_OK;
-    for (size_t t = 0; t < n && !st; t += (size_t)chunk) {
-        int T = n - t < (size_t)chunk ? (int)(n - t) : chunk;
-        for (int k = 0; k < T; k++) pos[k] = start + (int)t + k;
-        bool last = t + (size_t)T == n;
-        st = okv_runner_step(r, prompt + t, pos, T, last ? OKV_LOGITS_LAST : OKV_LOGITS_NONE, logits, err);
-    }
-    free(pos);
-    return st;
-}
-
-/* Feeds a token's text through the stream and stopper; true if a stop string completed. */
-static okv_status push_text(gen_state *g, int32_t id, bool *stopped, okv_error *err) {
+/* Feeds a token's text through the stream and stopper; *stopped when a stop string completed. */
+static okv_status push_text(okv_gen_seq *g, int32_t id, bool *stopped, okv_error *err) {
+    if (!g->tok) return OKV_OK;
     const char *piece, *out;
     size_t len, out_len;
     okv_status st = okv_tok_stream_push(g->stream, id, &piece, &len, err);
@@ -141,41 +144,81 @@ static okv_status push_text(gen_state *g, int32_t id, bool *stopped, okv_error *
     return st;
 }
 
-static void finish_text(gen_state *g, bool stopped) {
+/* Releases held text at the end (nothing after a stop string). */
+static void finish_text(okv_gen_seq *g) {
+    if (!g->tok || g->stats.stop == OKV_STOP_STRING) return;
     const char *piece, *out;
     size_t len, out_len;
     okv_error err;
-    if (!stopped && !okv_tok_stream_flush(g->stream, &piece, &len, &err)) {
+    if (!okv_tok_stream_flush(g->stream, &piece, &len, &err)) {
         bool s = false;
         if (!okv_stopper_push(g->stopper, piece, len, &out, &out_len, &s, &err)) emit(g, out, out_len);
         if (s) return;
     }
-    if (!stopped) {
-        okv_stopper_flush(g->stopper, &out, &out_len);
-        emit(g, out, out_len);
-    }
+    okv_stopper_flush(g->stopper, &out, &out_len);
+    emit(g, out, out_len);
 }
 
-static okv_status decode_loop(gen_state *g, okv_runner *r, int pos, int32_t *out_ids, okv_gen_stats *stats, okv_error *err) {
-    const okv_gen_options *o = g->o;
-    okv_status st = OKV_OK;
-    bool stopped = false;
-    stats->stop = OKV_STOP_MAX_TOKENS;
-    for (int k = 0; k < o->max_new_tokens && !st; k++) {
-        int32_t id = okv_sampler_sample(g->sampler, g->logits);
-        if (id < 0) return okv_fail(err, OKV_ERR_STATE, "the model produced no finite logit (NaN or -inf everywhere)");
-        if (is_eos(o, id)) { stats->stop = OKV_STOP_EOS; break; }
-        if (out_ids) out_ids[k] = id;
-        stats->generated_tokens++;
-        st = okv_sampler_accept(g->sampler, id, err);
-        if (!st) st = push_text(g, id, &stopped, err);
-        if (st || stopped) { if (stopped) stats->stop = OKV_STOP_STRING; break; }
-        if (k + 1 == o->max_new_tokens) break;
-        if (pos >= o->context_limit) { stats->stop = OKV_STOP_CONTEXT; break; }
-        st = okv_runner_step(r, &id, &pos, 1, OKV_LOGITS_LAST, g->logits, err);
-        pos++;
+static void finish(okv_gen_seq *g, okv_stop_reason why) {
+    g->stats.stop = why;
+    g->done = true;
+    finish_text(g);
+}
+
+static okv_status record_id(okv_gen_seq *g, int32_t id, okv_error *err) {
+    if (g->n_gen == g->cap_gen) {
+        size_t cap = g->cap_gen ? g->cap_gen * 2 : 64;
+        int32_t *p = realloc(g->gen, cap * sizeof *p);
+        if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+        g->gen = p;
+        g->cap_gen = cap;
     }
-    if (!st) finish_text(g, stopped);
+    g->gen[g->n_gen++] = id;
+    g->stats.generated_tokens++;
+    return OKV_OK;
+}
+
+/* One prefill chunk; only the last chunk computes logits (its last row). */
+static okv_status prefill_chunk(okv_gen_seq *g, okv_error *err) {
+    size_t left = g->n_prompt - g->prefilled;
+    int T = left < (size_t)g->chunk ? (int)left : g->chunk;
+    int32_t *pos = g->positions;
+    for (int k = 0; k < T; k++) pos[k] = g->pos + k;
+    bool last = (size_t)T == left;
+    double t0 = now_seconds();
+    okv_status st = okv_runner_step(g->r, g->prompt + g->prefilled, pos, T, last ? OKV_LOGITS_LAST : OKV_LOGITS_NONE,
+                                    g->logits, err);
+    g->stats.prefill_seconds += now_seconds() - t0;
+    if (st) return st;
+    g->prefilled += (size_t)T;
+    g->pos += T;
+    if (last && g->o.max_new_tokens <= 0) finish(g, OKV_STOP_MAX_TOKENS);
+    return OKV_OK;
+}
+
+/* Samples the next token, streams it and, unless generation ends here, feeds it back. */
+static okv_status decode_token(okv_gen_seq *g, okv_error *err) {
+    double t0 = now_seconds();
+    okv_status st = OKV_OK;
+    int32_t id = okv_sampler_sample(g->sampler, g->logits);
+    if (id < 0) return okv_fail(err, OKV_ERR_STATE, "the model produced no finite logit (NaN or -inf everywhere)");
+    if (g->o.on_token) g->o.on_token(g->o.ctx, id);
+    bool stopped = false;
+    if (is_eos(&g->o, id)) finish(g, OKV_STOP_EOS);
+    else {
+        st = record_id(g, id, err);
+        if (!st) st = okv_sampler_accept(g->sampler, id, err);
+        if (!st) st = push_text(g, id, &stopped, err);
+        if (st) ;
+        else if (stopped) finish(g, OKV_STOP_STRING);
+        else if (g->n_gen >= (size_t)g->o.max_new_tokens) finish(g, OKV_STOP_MAX_TOKENS);
+        else if (g->pos >= g->o.context_limit) finish(g, OKV_STOP_CONTEXT);
+        else {
+            st = okv_runner_step(g->r, &id, &g->pos, 1, OKV_LOGITS_LAST, g->logits, err);
+            if (!st) g->pos++;
+        }
+    }
+    g->stats.decode_seconds += now_seconds() - t0;
     return st;
 }
 
@@ -190,38 +233,87 @@ okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv
     return OKV_OK;
 }
 
-okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
-                        const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err) {
+
+okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
+                              const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
+    *out = NULL;
     okv_program_info info;
     okv_program_get_info(okv_runner_program(r), &info);
-    memset(stats, 0, sizeof *stats);
-    stats->prompt_tokens = (int64_t)n;
     if (n == 0) return okv_fail(err, OKV_ERR_INVALID, "the prompt is empty");
-    okv_status cst = okv_gen_check_tokenizer(okv_runner_program(r), tok, err);
-    if (cst) return cst;
-    if (start_pos + (int64_t)n > o->context_limit) {
+    okv_status st = tok ? okv_gen_check_tokenizer(okv_runner_program(r), tok, err) : OKV_OK;
+    if (st) return st;
+    if (start_pos < 0 || start_pos + (int64_t)n > o->context_limit) {
         if (start_pos > 0)
             return okv_fail(err, OKV_ERR_CAPACITY,
                             "the prompt (%lld tokens: %d already cached + %zu new) does not fit the context (%d positions)",
                             (long long)start_pos + (long long)n, start_pos, n, o->context_limit);
         return okv_fail(err, OKV_ERR_CAPACITY, "the prompt (%zu tokens) does not fit the context (%d positions)", n, o->context_limit);
     }
-    gen_state g = {.o = o};
-    g.logits = malloc(sizeof(float) * (size_t)info.vocab_size);
-    okv_status st = g.logits ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    if (!st) st = okv_tok_stream_create(tok, false, &g.stream, err);
-    if (!st) st = okv_stopper_create(o->stops, o->n_stops, &g.stopper, err);
-    if (!st) st = okv_sampler_create(info.vocab_size, &o->sampling, &g.sampler, err);
-    for (size_t i = 0; !st && i < n; i++) st = okv_sampler_accept(g.sampler, prompt[i], err);
-    double t0 = now_seconds();
-    if (!st) st = prefill(r, prompt, n, start_pos, info.prefill_chunk_size, g.logits, err);
-    double t1 = now_seconds();
-    if (!st) st = decode_loop(&g, r, start_pos + (int)n, out_ids, stats, err);
-    stats->prefill_seconds = t1 - t0;
-    stats->decode_seconds = now_seconds() - t1;
-    okv_sampler_free(g.sampler);
-    okv_stopper_free(g.stopper);
-    okv_tok_stream_free(g.stream);
-    free(g.logits);
+    okv_gen_seq *g = calloc(1, sizeof *g);
+    if (!g) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    g->o = *o;
+    g->r = r;
+    g->tok = tok;
+    g->n_prompt = n;
+    g->start_pos = g->pos = start_pos;
+    g->vocab = info.vocab_size;
+    g->chunk = o->prefill_chunk > 0 && o->prefill_chunk < info.prefill_chunk_size ? o->prefill_chunk : info.prefill_chunk_size;
+    g->stats.prompt_tokens = (int64_t)n;
+    g->prompt = malloc(n * sizeof *g->prompt);
+    g->positions = malloc(sizeof(int32_t) * (size_t)g->chunk);
+    g->logits = malloc(sizeof(float) * (size_t)info.vocab_size);
+    st = g->prompt && g->positions && g->logits ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    if (!st) memcpy(g->prompt, prompt, n * sizeof *prompt);
+    if (!st && tok) st = okv_tok_stream_create(tok, false, &g->stream, err);
+    if (!st && tok) st = okv_stopper_create(o->stops, o->n_stops, &g->stopper, err);
+    if (!st) st = okv_sampler_create(info.vocab_size, &o->sampling, &g->sampler, err);
+    for (size_t i = 0; !st && i < n; i++) st = okv_sampler_accept(g->sampler, prompt[i], err);
+    if (st) { okv_gen_seq_free(g); return st; }
+    *out = g;
+    return OKV_OK;
+}
+
+void okv_gen_seq_free(okv_gen_seq *g) {
+    if (!g) return;
+    okv_sampler_free(g->sampler);
+    okv_stopper_free(g->stopper);
+    okv_tok_stream_free(g->stream);
+    free(g->logits);
+    free(g->prompt);
+    free(g->positions);
+    free(g->gen);
+    free(g);
+}
+
+okv_status okv_gen_seq_step(okv_gen_seq *g, bool *done, okv_error *err) {
+    okv_status st = OKV_OK;
+    if (!g->done) st = g->prefilled < g->n_prompt ? prefill_chunk(g, err) : decode_token(g, err);
+    if (st) g->done = true;
+    *done = g->done;
+    return st;
+}
+
+bool okv_gen_seq_prefilling(const okv_gen_seq *g) { return g->prefilled < g->n_prompt; }
+
+const okv_gen_stats *okv_gen_seq_stats(const okv_gen_seq *g) { return &g->stats; }
+
+const int32_t *okv_gen_seq_ids(const okv_gen_seq *g, size_t *n) {
+    *n = g->n_gen;
+    return g->gen;
+}
+
+okv_status okv_generate(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
+                        const okv_gen_options *o, int32_t *out_ids, okv_gen_stats *stats, okv_error *err) {
+    memset(stats, 0, sizeof *stats);
+    stats->prompt_tokens = (int64_t)n;
+    okv_gen_seq *g = NULL;
+    okv_status st = okv_gen_seq_create(r, tok, prompt, n, start_pos, o, &g, err);
+    bool done = false;
+    while (!st && !done) st = okv_gen_seq_step(g, &done, err);
+    if (g) {
+        *stats = g->stats;
+        if (out_ids && g->n_gen) memcpy(out_ids, g->gen, g->n_gen * sizeof *out_ids);
+    }
+    okv_gen_seq_free(g);
     return st;
 }

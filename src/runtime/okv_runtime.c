@@ -115,6 +115,7 @@ okv_status okv_cache_describe(const char *key, char *buf, size_t n, okv_error *e
 struct okv_runner {
     const okv_program *p;
     okv_kv *kv;
+    char *key;            /* the cache key it was created for (copy) */
     okv_threadpool *tp;
     const okv_kernels *k;
     bool ref_attn;
@@ -221,7 +222,8 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->max_logit_rows = o->max_logit_rows > 0 && o->max_logit_rows < r->max_T ? o->max_logit_rows : r->max_T;
     r->ref_attn = o->reference_attention;
     r->k = okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
-    okv_status st = okv_registry_acquire(cache_key, &r->kv, err);
+    r->key = okv_strdup(cache_key);
+    okv_status st = r->key ? okv_registry_acquire(cache_key, &r->kv, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     if (!st) {
         const okv_layout *a = &r->kv->layout, *b = &p->pf->layout;
         bool same = a->n_caches == b->n_caches;
@@ -246,10 +248,16 @@ void okv_runner_free(okv_runner *r) {
     okv_threadpool_free(r->tp);
     free(r->arena);
     free(r->offset);
+    free(r->key);
     free(r);
 }
 
 const okv_program *okv_runner_program(const okv_runner *r) { return r->p; }
+
+const char *okv_runner_cache_key(const okv_runner *r) { return r->key; }
+
+/* Fixed when the key was installed, so no lock is needed. */
+int okv_runner_capacity(const okv_runner *r) { return r->kv->seq.capacity; }
 
 const char *okv_runner_kernels(const okv_runner *r) { return okv_kernels_describe(r->k); }
 

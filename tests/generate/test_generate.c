@@ -150,6 +150,32 @@ static void test_generation(env *e) {
     CHECK_OK(okv_tok_decode(e->tok, want, 24, false, &text, &len, &err), &err);
     CHECKF(buf.len == len && !memcmp(buf.data, text, len), "streamed '%s' vs decoded '%s'", buf.data, text);
 
+    /* the step machine with 3-token prefill chunks: ceil(n / 3) prefill steps, then one
+     * step per token, the same ids and text as the independent argmax loop */
+    {
+        reset_cache(e);
+        text_buf sb = {0};
+        okv_gen_options so = greedy_options(24, &sb);
+        so.prefill_chunk = 3;
+        okv_gen_seq *g = NULL;
+        CHECK_OK(okv_gen_seq_create(e->r, e->tok, prompt, n, 0, &so, &g, &err), &err);
+        int prefill_steps = 0, steps = 0;
+        bool done = false;
+        while (g && !done && steps < 1000) {
+            bool pre = okv_gen_seq_prefilling(g);
+            CHECK_OK(okv_gen_seq_step(g, &done, &err), &err);
+            prefill_steps += pre;
+            steps++;
+        }
+        size_t ng = 0;
+        const int32_t *ids = g ? okv_gen_seq_ids(g, &ng) : NULL;
+        CHECKF(prefill_steps == (int)((n + 2) / 3) && steps == prefill_steps + 24, "%d prefill steps, %d steps", prefill_steps, steps);
+        CHECK(ng == 24 && ids && !memcmp(ids, want, sizeof want));
+        CHECK(g && okv_gen_seq_stats(g)->stop == OKV_STOP_MAX_TOKENS && okv_gen_seq_stats(g)->generated_tokens == 24);
+        CHECK(sb.len == len && !memcmp(sb.data, text, len));
+        okv_gen_seq_free(g);
+    }
+
     /* a stop string taken from the middle of that text: output ends right before it */
     if (len > 12) {
         char stop[8];
@@ -212,7 +238,8 @@ static void chat_session_case(env *e, okv_runner *r, const char *key, int max_ne
     okv_cache_clear(key, &err);
     okv_gen_prompt_args base = {OKV_CHAT_TEMPLATE, "You are terse.", NULL, NULL, e->tok_config, NULL, 128000, NULL};
     okv_chat_session *s = NULL;
-    CHECK_OK(okv_chat_session_create(r, key, e->tok, &base, &s, &err), &err);
+    CHECK(!strcmp(okv_runner_cache_key(r), key));
+    CHECK_OK(okv_chat_session_create(r, e->tok, &base, &s, &err), &err);
     if (!s) return;
     text_buf t1 = {0}, t2 = {0};
     okv_gen_options o = greedy_options(max_new, &t1);
