@@ -10,6 +10,7 @@
 #include "okv_common.h"
 #include "okv_format.h"
 #include "okv_describe.h"
+#include "okv_op_params.h"
 
 cJSON *okv_describe_layout_doc(const okv_layout *l, const char *architecture, const char *dtype) {
     cJSON *doc = cJSON_CreateObject();
@@ -159,13 +160,14 @@ static cJSON *graph_doc(const okv_graph *g) {
     for (int n = 0; n < g->n_nodes; n++) {
         const okv_node *nd = &g->nodes[n];
         if (nd->op != OKV_OP_ATTN) continue;
+        okv_op_attend_params p = okv_op_attend_get(nd);
         cJSON *a = cJSON_CreateObject();
-        cJSON_AddNumberToObject(a, "cache", nd->i[0]);
-        cJSON_AddNumberToObject(a, "heads", nd->i[1]);
-        cJSON_AddNumberToObject(a, "kv_heads", nd->i[2]);
-        cJSON_AddNumberToObject(a, "head_dim", nd->i[3]);
-        cJSON_AddBoolToObject(a, "writes", nd->i[4] != 0);
-        cJSON_AddNumberToObject(a, "scale", nd->f[0]);
+        cJSON_AddNumberToObject(a, "cache", p.cache);
+        cJSON_AddNumberToObject(a, "heads", p.n_heads);
+        cJSON_AddNumberToObject(a, "kv_heads", p.kv_heads);
+        cJSON_AddNumberToObject(a, "head_dim", p.head_dim);
+        cJSON_AddBoolToObject(a, "writes", p.writes_cache != 0);
+        cJSON_AddNumberToObject(a, "scale", p.scale);
         cJSON_AddItemToArray(attn, a);
     }
     return j;

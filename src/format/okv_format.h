@@ -65,20 +65,19 @@ typedef struct okv_tensor {
     okv_qscheme quant;  /* OKV_T_Q only: scheme of W[shape[0], shape[1]] */
 } okv_tensor;
 
-typedef enum okv_op {
-    OKV_OP_EMBED = 0,   /* ids -> [T, w]: table w0, f0 = scale */
-    OKV_OP_RMSNORM,     /* in0 -> out: weight w0 (optional), i0 = group, f0 = eps */
+typedef enum okv_op {   /* each op's parameters: okv_op_params.h */
+    OKV_OP_EMBED = 0,   /* ids -> [T, w]: table w0, scaled */
+    OKV_OP_RMSNORM,     /* in0 -> out: weight w0 (optional), per group of columns */
     OKV_OP_MATMUL,      /* in0 @ w0^T (+ bias w1) */
-    OKV_OP_ROPE,        /* in0 rotated: inv_freq w0, i0 = n_heads, i1 = head_dim */
-    OKV_OP_ATTN,        /* update_and_attend(q=in0, k=in1, v=in2): i0 = cache id,
-                           i1 = n_heads, i2 = kv_heads, i3 = head_dim,
-                           i4 = 1 if the node writes k/v (0: attend-only), f0 = scale */
-    OKV_OP_GLU,         /* act(in0) * in1: i0 = okv_act */
+    OKV_OP_ROPE,        /* in0 rotated: inv_freq w0 */
+    OKV_OP_ATTN,        /* update_and_attend(q=in0, k=in1, v=in2) on one cache;
+                           attend-only nodes (KV sharing) have no k/v */
+    OKV_OP_GLU,         /* act(in0) * in1 */
     OKV_OP_ADD,         /* in0 + in1 */
     OKV_OP_MUL,         /* in0 * in1 */
-    OKV_OP_SCALE,       /* in0 * f0 (* the one-element f32 tensor w0 if present) */
-    OKV_OP_SOFTCAP,     /* tanh(in0 / f0) * f0 */
-    OKV_OP_SLICE,       /* columns [i0, i0 + width) of in0 */
+    OKV_OP_SCALE,       /* in0 * factor (* the one-element f32 tensor w0 if present) */
+    OKV_OP_SOFTCAP,     /* tanh(in0 / cap) * cap */
+    OKV_OP_SLICE,       /* a column range of in0 */
     OKV_OP_SELECT_ROWS, /* the logit rows the caller wants (all or last) */
     OKV_OP_COUNT
 } okv_op;
@@ -92,8 +91,8 @@ typedef struct okv_node {
     int in[OKV_NODE_MAX_IN];   /* value ids, -1 = unused */
     int out;                   /* value id */
     int w[2];                  /* tensor ids, -1 = unused */
-    int32_t i[OKV_NODE_MAX_I];
-    float f[OKV_NODE_MAX_F];
+    int32_t i[OKV_NODE_MAX_I]; /* the op's parameters: read and written only */
+    float f[OKV_NODE_MAX_F];   /* through okv_op_params.h */
 } okv_node;
 
 typedef struct okv_value {
@@ -165,7 +164,10 @@ struct cJSON *okv_layout_to_json(const okv_layout *l);
 struct cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *offsets);
 /* Finds a tensor by name; -1 if absent. */
 int okv_format_find_tensor(const okv_program_file *pf, const char *name);
-/* Checks the graph against tensors and layout (ids in range, widths agree). */
+/* Checks the graph against tensors and layout (ids in range, widths agree,
+ * unnamed parameter slots 0) and the cache map: one update_and_attend node
+ * per layer whose cache is the layout's layer_to_cache entry, one writer per
+ * cache, every attend-only node after its cache's writer. */
 okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err);
 /* Checks the metadata (sizes in range, bos/eos ids inside the vocabulary). */
 okv_status okv_meta_validate(const okv_meta *m, okv_error *err);

@@ -16,6 +16,7 @@
 
 #include "okv_common.h"
 #include "okv_hf.h"
+#include "okv_op_params.h"
 
 /* ---- layer geometry and the cache layout ---------------------------------- */
 
@@ -208,7 +209,7 @@ static int op_rmsnorm(builder *b, int x, const char *wname, int group) {
         w = ckpt_tensor(b, name, 1, group, 0, false, b->m->norm_plus_one ? 1.0f : 0.0f);
     }
     int out = node(b, OKV_OP_RMSNORM, x, -1, -1, ok(b) ? width_of(b, x) : 0, ok(b) && rows_of(b, x), w, -1);
-    if (ok(b)) { last_node(b)->i[0] = group; last_node(b)->f[0] = (float)b->m->rms_eps; }
+    if (ok(b)) okv_op_rmsnorm_set(last_node(b), (okv_op_rmsnorm_params){.group = group, .eps = (float)b->m->rms_eps});
     return out;
 }
 
@@ -218,7 +219,7 @@ static int op_binary(builder *b, okv_op op, int x, int y) {
 
 static int op_scale(builder *b, int x, float s, int scalar_tensor) {
     int out = node(b, OKV_OP_SCALE, x, -1, -1, ok(b) ? width_of(b, x) : 0, ok(b) && rows_of(b, x), scalar_tensor, -1);
-    if (ok(b)) last_node(b)->f[0] = s;
+    if (ok(b)) okv_op_scale_set(last_node(b), (okv_op_scale_params){.factor = s});
     return out;
 }
 
@@ -234,7 +235,7 @@ static int rope_table(builder *b, bool full, int head_dim) {
 static int op_rope(builder *b, int x, int n_heads, int head_dim, bool full) {
     int t = rope_table(b, full, head_dim);
     int out = node(b, OKV_OP_ROPE, x, -1, -1, n_heads * head_dim, false, t, -1);
-    if (ok(b)) { last_node(b)->i[0] = n_heads; last_node(b)->i[1] = head_dim; }
+    if (ok(b)) okv_op_rope_set(last_node(b), (okv_op_rope_params){.n_heads = n_heads, .head_dim = head_dim});
     return out;
 }
 
@@ -265,15 +266,10 @@ static int attention_block(builder *b, int layer, int u, const okv_layout *layou
         k = op_rope(b, k, Hkv, D, full);
     }
     int a = node(b, OKV_OP_ATTN, q, k, v, Hq * D, false, -1, -1);
-    if (ok(b)) {
-        okv_node *nd = last_node(b);
-        nd->i[0] = layout->layer_to_cache[layer];
-        nd->i[1] = Hq;
-        nd->i[2] = Hkv;
-        nd->i[3] = D;
-        nd->i[4] = owns;
-        nd->f[0] = m->attn_scale;
-    }
+    if (ok(b))
+        okv_op_attend_set(last_node(b), (okv_op_attend_params){.cache = layout->layer_to_cache[layer], .n_heads = Hq,
+                                                               .kv_heads = Hkv, .head_dim = D, .writes_cache = owns,
+                                                               .scale = m->attn_scale});
     return a;
 }
 
@@ -287,7 +283,7 @@ static int mlp_block(builder *b, int layer, int x) {
     layer_name(n, sizeof n, layer, "mlp.up_proj");
     int u = op_matmul(b, x, n, inter, m->mlp_bias);
     int gu = node(b, OKV_OP_GLU, g, u, -1, inter, false, -1, -1);
-    if (ok(b)) last_node(b)->i[0] = m->act;
+    if (ok(b)) okv_op_glu_set(last_node(b), (okv_op_glu_params){.act = m->act});
     layer_name(n, sizeof n, layer, "mlp.down_proj");
     return op_matmul(b, gu, n, m->hidden, m->mlp_bias);
 }
@@ -298,7 +294,7 @@ static int per_layer_inputs(builder *b, int x0) {
     int LP = m->n_layers * m->ple_dim;
     int tab = ckpt_tensor(b, "embed_tokens_per_layer.weight", 2, m->ple_vocab, LP, true, 0);
     int tok = node(b, OKV_OP_EMBED, -1, -1, -1, LP, false, tab, -1);
-    if (ok(b)) last_node(b)->f[0] = sqrtf((float)m->ple_dim);
+    if (ok(b)) okv_op_embed_set(last_node(b), (okv_op_embed_params){.scale = sqrtf((float)m->ple_dim)});
     int proj = op_matmul(b, x0, "per_layer_model_projection", LP, false);
     proj = op_scale(b, proj, 1.0f / sqrtf((float)m->hidden), -1);
     proj = op_rmsnorm(b, proj, "per_layer_projection_norm", m->ple_dim);
@@ -310,11 +306,11 @@ static int per_layer_block(builder *b, int layer, int h, int ple) {
     const okv_hf_model *m = b->m;
     char n[128];
     int slice = node(b, OKV_OP_SLICE, ple, -1, -1, m->ple_dim, false, -1, -1);
-    if (ok(b)) last_node(b)->i[0] = layer * m->ple_dim;
+    if (ok(b)) okv_op_slice_set(last_node(b), (okv_op_slice_params){.first = layer * m->ple_dim});
     layer_name(n, sizeof n, layer, "per_layer_input_gate");
     int gate = op_matmul(b, h, n, m->ple_dim, false);
     int gp = node(b, OKV_OP_GLU, gate, slice, -1, m->ple_dim, false, -1, -1);
-    if (ok(b)) last_node(b)->i[0] = m->act;
+    if (ok(b)) okv_op_glu_set(last_node(b), (okv_op_glu_params){.act = m->act});
     layer_name(n, sizeof n, layer, "per_layer_projection");
     int pr = op_matmul(b, gp, n, m->hidden, false);
     layer_name(n, sizeof n, layer, "post_per_layer_input_norm");
@@ -364,7 +360,7 @@ static int output_head(builder *b, int h) {
     int logits = node(b, OKV_OP_MATMUL, x, -1, -1, m->vocab, true, w, -1);
     if (m->final_softcap > 0) {
         logits = node(b, OKV_OP_SOFTCAP, logits, -1, -1, m->vocab, true, -1, -1);
-        if (ok(b)) last_node(b)->f[0] = m->final_softcap;
+        if (ok(b)) okv_op_softcap_set(last_node(b), (okv_op_softcap_params){.cap = m->final_softcap});
     }
     return logits;
 }
@@ -375,7 +371,7 @@ okv_status okv_hf_build_graph(const okv_hf_model *m, const okv_layout *layout, o
     builder b = {.m = m, .wdt = weight_dtype, .g = out, .err = err};
     int emb = ckpt_tensor(&b, "embed_tokens.weight", 2, m->vocab, m->hidden, true, 0);
     int h = node(&b, OKV_OP_EMBED, -1, -1, -1, m->hidden, false, emb, -1);
-    if (ok(&b)) last_node(&b)->f[0] = m->embed_scale;
+    if (ok(&b)) okv_op_embed_set(last_node(&b), (okv_op_embed_params){.scale = m->embed_scale});
     int ple = m->family == OKV_FAM_GEMMA4 && m->ple_dim > 0 ? per_layer_inputs(&b, h) : -1;
     for (int l = 0; l < m->n_layers && ok(&b); l++) h = decoder_layer(&b, l, h, ple, layout);
     out->graph.output = output_head(&b, h);

@@ -22,6 +22,7 @@
 #include "okv_format.h"
 #include "okv_describe.h"
 #include "okv_kernels.h"
+#include "okv_op_params.h"
 #include "okv_quant.h"
 
 struct okv_program {
@@ -276,14 +277,17 @@ static const float *tensor_f32(step_ctx *s, int t) { return t < 0 ? NULL : (cons
 static int rows_of(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].logit_rows ? s->R : s->T; }
 static int width(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].width; }
 
+/* Each op reads its parameters (okv_op_params.h) into named locals first. */
+
 static void run_attention(step_ctx *s, const okv_node *nd) {
+    okv_op_attend_params p = okv_op_attend_get(nd);
     okv_kv *kv = s->r->kv;
-    const okv_cache *c = &kv->caches[nd->i[0]];
-    const okv_step_plan *plan = &kv->plans[nd->i[0]];
+    const okv_cache *c = &kv->caches[p.cache];
+    const okv_step_plan *plan = &kv->plans[p.cache];
     okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
-    if (nd->i[4]) okv_attend_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
-    okv_attn_args a = {val(s, nd->in[0]), s->T, nd->i[1], s->pos, view, plan->read, plan->n_read,
-                       plan->window, nd->f[0], val(s, nd->out)};
+    if (p.writes_cache) okv_attend_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
+    okv_attn_args a = {val(s, nd->in[0]), s->T, p.n_heads, s->pos, view, plan->read, plan->n_read,
+                       plan->window, p.scale, val(s, nd->out)};
     if (s->r->ref_attn) okv_attend_reference(&a);
     else s->r->k->attend(s->r->tp, &a);
 }
@@ -306,6 +310,19 @@ static void embed_quant(float *y, const int32_t *ids, int T, const okv_tensor *E
     }
 }
 
+static void run_embed(step_ctx *s, const okv_node *nd, float *out, int w) {
+    okv_op_embed_params p = okv_op_embed_get(nd);
+    const okv_tensor *t = tensor(s, nd->w[0]);
+    if (t->dtype == OKV_T_Q) embed_quant(out, s->ids, s->T, t, p.scale);
+    else okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, p.scale);
+}
+
+/* out[r] = columns [first, first + w) of in[r] (in is win wide) */
+static void run_slice(const okv_node *nd, float *out, const float *in, int rows, int w, int win) {
+    okv_op_slice_params p = okv_op_slice_get(nd);
+    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * w, in + (size_t)r * win + p.first, sizeof(float) * (size_t)w);
+}
+
 static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float *a, int rows, int N) {
     const okv_kernels *k = s->r->k;
     const okv_tensor *t = tensor(s, nd->w[0]);
@@ -322,29 +339,30 @@ static void run_node(step_ctx *s, const okv_node *nd) {
     size_t n = (size_t)rows * (size_t)w;
     if (rows == 0) return;
     switch (nd->op) {
-    case OKV_OP_EMBED: {
-        const okv_tensor *t = tensor(s, nd->w[0]);
-        if (t->dtype == OKV_T_Q) embed_quant(out, s->ids, s->T, t, nd->f[0]);
-        else okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, nd->f[0]);
+    case OKV_OP_EMBED: run_embed(s, nd, out, w); break;
+    case OKV_OP_RMSNORM: {
+        okv_op_rmsnorm_params p = okv_op_rmsnorm_get(nd);
+        k->rmsnorm(out, a, rows, w, p.group, tensor_f32(s, nd->w[0]), p.eps);
         break;
     }
-    case OKV_OP_RMSNORM: k->rmsnorm(out, a, rows, w, nd->i[0], tensor_f32(s, nd->w[0]), nd->f[0]); break;
     case OKV_OP_MATMUL: run_matmul(s, nd, out, a, rows, w); break;
-    case OKV_OP_ROPE:
+    case OKV_OP_ROPE: {
+        okv_op_rope_params p = okv_op_rope_get(nd);
         memcpy(out, a, n * sizeof *out);
-        okv_rope(out, rows, nd->i[0], nd->i[1], s->pos, tensor_f32(s, nd->w[0]));
+        okv_rope(out, rows, p.n_heads, p.head_dim, s->pos, tensor_f32(s, nd->w[0]));
         break;
+    }
     case OKV_OP_ATTN: run_attention(s, nd); break;
-    case OKV_OP_GLU: k->glu(out, a, b, n, (okv_act)nd->i[0]); break;
+    case OKV_OP_GLU: k->glu(out, a, b, n, (okv_act)okv_op_glu_get(nd).act); break;
     case OKV_OP_ADD: okv_add(out, a, b, n); break;
     case OKV_OP_MUL: for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i]; break;
-    case OKV_OP_SCALE: okv_scale(out, a, n, nd->f[0] * (nd->w[0] >= 0 ? tensor_f32(s, nd->w[0])[0] : 1.0f)); break;
-    case OKV_OP_SOFTCAP: memcpy(out, a, n * sizeof *out); okv_softcap(out, n, nd->f[0]); break;
-    case OKV_OP_SLICE: {
-        int win = width(s, nd->in[0]);
-        for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * w, a + (size_t)r * win + nd->i[0], sizeof(float) * (size_t)w);
+    case OKV_OP_SCALE: {
+        okv_op_scale_params p = okv_op_scale_get(nd);
+        okv_scale(out, a, n, p.factor * (nd->w[0] >= 0 ? tensor_f32(s, nd->w[0])[0] : 1.0f));
         break;
     }
+    case OKV_OP_SOFTCAP: memcpy(out, a, n * sizeof *out); okv_softcap(out, n, okv_op_softcap_get(nd).cap); break;
+    case OKV_OP_SLICE: run_slice(nd, out, a, rows, w, width(s, nd->in[0])); break;
     case OKV_OP_SELECT_ROWS: select_rows(s, nd); break;
     case OKV_OP_COUNT: break;
     }

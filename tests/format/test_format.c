@@ -1,7 +1,10 @@
 /* The program file format: a hand-built program round-trips through
  * write/open, and graphs that break the rules (geometry of an attention
  * node vs its cache, values used before they exist, tensor shapes, bad
- * layouts) are rejected at load with a message naming the node. */
+ * layouts, a cache map the nodes contradict: two writers, attend-only before
+ * the writer, a cache nobody writes) are rejected at load with a message
+ * naming the node or cache. */
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +14,7 @@
 
 #include "okv_common.h"
 #include "okv_format.h"
+#include "okv_op_params.h"
 #include "okv_test.h"
 
 #define V 16
@@ -41,16 +45,20 @@ static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_valu
     okv_value vs[] = {{H, false}, {H, false}, {4, false}, {4, false}, {H, false}, {H, true}, {H, true}, {V, true}};
     memcpy(values, vs, sizeof vs);
     okv_node ns[] = {
-        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}, .f = {1}},
+        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 1, .w = {1, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 2, .w = {2, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 3, .w = {2, -1}},
-        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}, .i = {0, 2, 1, 4, 1}, .f = {0.5f}},
+        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}},
         {.op = OKV_OP_SELECT_ROWS, .in = {4, -1, -1}, .out = 5, .w = {-1, -1}},
-        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}, .i = {H}, .f = {1e-5f}},
+        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}},
         {.op = OKV_OP_MATMUL, .in = {6, -1, -1}, .out = 7, .w = {0, -1}},
     };
     memcpy(nodes, ns, sizeof ns);
+    okv_op_embed_set(&nodes[0], (okv_op_embed_params){.scale = 1});
+    okv_op_attend_set(&nodes[4], (okv_op_attend_params){.cache = 0, .n_heads = 2, .kv_heads = 1, .head_dim = 4,
+                                                        .writes_cache = 1, .scale = 0.5f});
+    okv_op_rmsnorm_set(&nodes[6], (okv_op_rmsnorm_params){.group = H, .eps = 1e-5f});
     pf->n_tensors = 5;
     pf->tensors = t;
     pf->graph = (okv_graph){8, 8, values, nodes, 7};
@@ -70,13 +78,25 @@ static okv_status write_and_open(const okv_program_file *pf, okv_error *err) {
 
 typedef void (*mutate_fn)(okv_program_file *pf);
 
-static void attn_kv_heads(okv_program_file *pf) { pf->graph.nodes[4].i[2] = 2; pf->graph.nodes[4].i[1] = 2; }
+/* The attention node's parameters, edited by fn. */
+static void edit_attn(okv_program_file *pf, void (*fn)(okv_op_attend_params *)) {
+    okv_op_attend_params p = okv_op_attend_get(&pf->graph.nodes[4]);
+    fn(&p);
+    okv_op_attend_set(&pf->graph.nodes[4], p);
+}
+static void two_kv_heads(okv_op_attend_params *p) { p->kv_heads = 2; p->n_heads = 2; }
+static void cache_3(okv_op_attend_params *p) { p->cache = 3; }
+static void no_write(okv_op_attend_params *p) { p->writes_cache = 0; }
+static void heads_wrap(okv_op_attend_params *p) { p->n_heads = (1 << 30) + 2; }
+static void write_flag_7(okv_op_attend_params *p) { p->writes_cache = 7; }
+
+static void attn_kv_heads(okv_program_file *pf) { edit_attn(pf, two_kv_heads); }
 static void attn_head_dim(okv_program_file *pf) { pf->layout.head_dims[0] = 8; }
-static void attn_cache_id(okv_program_file *pf) { pf->graph.nodes[4].i[0] = 3; }
+static void attn_cache_id(okv_program_file *pf) { edit_attn(pf, cache_3); }
 static void use_before_def(okv_program_file *pf) { pf->graph.nodes[1].in[0] = 5; }
 static void wrong_shape(okv_program_file *pf) { pf->tensors[1].shape[0] = 4; pf->tensors[1].nbytes = 4 * H * 4; }
 static void rows_mixed(okv_program_file *pf) { pf->graph.nodes[6].in[0] = 4; }
-static void attend_only_with_kv(okv_program_file *pf) { pf->graph.nodes[4].i[4] = 0; }
+static void attend_only_with_kv(okv_program_file *pf) { edit_attn(pf, no_write); }
 static void output_width(okv_program_file *pf) { pf->meta.vocab_size = V + 1; }
 static void layout_map(okv_program_file *pf) { pf->layout.layer_to_cache[0] = 1; }
 static void norm_dtype(okv_program_file *pf) { pf->graph.nodes[6].w[0] = 1; }
@@ -84,15 +104,18 @@ static void norm_dtype(okv_program_file *pf) { pf->graph.nodes[6].w[0] = 1; }
  * rope n_heads (2^30 + 2) * head_dim 4 == 8 mod 2^32, attention with
  * 2^30 + 2 heads of dim 4, a slice at column INT_MAX - 1. */
 static void rope_wrap(okv_program_file *pf) {
-    pf->graph.nodes[1] = (okv_node){.op = OKV_OP_ROPE, .in = {0, -1, -1}, .out = 1, .w = {3, -1},
-                                    .i = {(1 << 30) + 2, 4}};
+    pf->graph.nodes[1] = (okv_node){.op = OKV_OP_ROPE, .in = {0, -1, -1}, .out = 1, .w = {3, -1}};
+    okv_op_rope_set(&pf->graph.nodes[1], (okv_op_rope_params){.n_heads = (1 << 30) + 2, .head_dim = 4});
 }
-static void attn_heads_wrap(okv_program_file *pf) { pf->graph.nodes[4].i[1] = (1 << 30) + 2; }
+static void attn_heads_wrap(okv_program_file *pf) { edit_attn(pf, heads_wrap); }
 static void slice_wrap(okv_program_file *pf) {
-    pf->graph.nodes[2] = (okv_node){.op = OKV_OP_SLICE, .in = {0, -1, -1}, .out = 2, .w = {-1, -1}, .i = {INT_MAX - 1}};
+    pf->graph.nodes[2] = (okv_node){.op = OKV_OP_SLICE, .in = {0, -1, -1}, .out = 2, .w = {-1, -1}};
+    okv_op_slice_set(&pf->graph.nodes[2], (okv_op_slice_params){.first = INT_MAX - 1});
 }
-static void attn_write_flag(okv_program_file *pf) { pf->graph.nodes[4].i[4] = 7; }
-static void node_float_inf(okv_program_file *pf) { pf->graph.nodes[6].f[0] = INFINITY; }
+static void attn_write_flag(okv_program_file *pf) { edit_attn(pf, write_flag_7); }
+static void node_float_inf(okv_program_file *pf) {
+    okv_op_rmsnorm_set(&pf->graph.nodes[6], (okv_op_rmsnorm_params){.group = H, .eps = INFINITY});
+}
 static void meta_bos(okv_program_file *pf) { pf->meta.bos_id = -5; }
 static void layout_heads_huge(okv_program_file *pf) { pf->layout.kv_heads[0] = 1 << 20; }
 
@@ -111,7 +134,7 @@ static void test_rejects(void) {
         {rope_wrap, "n_heads * head_dim"},
         {attn_heads_wrap, "heads * head_dim"},
         {slice_wrap, "slice out of range"},
-        {attn_write_flag, "must be 0 or 1"},
+        {attn_write_flag, "writes_cache must be 0 or 1"},
         {node_float_inf, "'f' must be numbers"},   /* JSON has no inf: written as null */
         {meta_bos, "bos_id -5"},
         {layout_heads_huge, "kv_heads[0]"},
@@ -152,6 +175,135 @@ static void test_validate_before_write(void) {
     }
 }
 
+/* err holds exactly the load error "<path>: what" (one line, the file named). */
+static bool load_error_is(const okv_error *err, const char *what) {
+    char want[sizeof err->message];
+    snprintf(want, sizeof want, "%s: %s", path, what);
+    return !strcmp(err->message, want);
+}
+
+/* ---- the cache map ------------------------------------------------------------ */
+
+/* A two-layer program: build()'s graph with a second update_and_attend node
+ * (node 5, reading q = the first one's output) before select_rows, over a
+ * layout of n_caches caches (all 1 kv head x 4) mapped by map[layer]. The
+ * node of layer l addresses cache[l] and writes it iff writes[l]; an
+ * attend-only node takes no k/v. */
+typedef struct two_layers {
+    int n_caches, map[2], cache[2], writes[2];
+    const char *error;   /* the exact load error; NULL = loads */
+} two_layers;
+
+static void build_two_layers(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values,
+                             const two_layers *tl) {
+    build(pf, t, nodes, values);
+    okv_layout_free(&pf->layout);
+    okv_layout_alloc(&pf->layout, tl->n_caches, 2, NULL);
+    for (int c = 0; c < tl->n_caches; c++) { pf->layout.kv_heads[c] = 1; pf->layout.head_dims[c] = 4; }
+    for (int l = 0; l < 2; l++) pf->layout.layer_to_cache[l] = tl->map[l];
+    pf->layout.prefill_chunk_size = 4;
+    pf->layout.max_ctx_len = 32;
+    pf->meta.n_layers = 2;
+    memmove(&nodes[6], &nodes[5], 3 * sizeof *nodes);   /* select, norm, head move down one */
+    values[8] = (okv_value){H, false};
+    nodes[5] = (okv_node){.op = OKV_OP_ATTN, .in = {4, 2, 3}, .out = 8, .w = {-1, -1}};
+    nodes[6].in[0] = 8;
+    for (int l = 0; l < 2; l++) {
+        okv_node *nd = &nodes[4 + l];
+        if (!tl->writes[l]) nd->in[1] = nd->in[2] = -1;
+        okv_op_attend_set(nd, (okv_op_attend_params){.cache = tl->cache[l], .n_heads = 2, .kv_heads = 1, .head_dim = 4,
+                                                     .writes_cache = tl->writes[l], .scale = 0.5f});
+    }
+    pf->graph = (okv_graph){9, 9, values, nodes, 7};
+}
+
+static void test_cache_map(void) {
+    static const two_layers cases[] = {
+        /* KV sharing as Gemma-4 exports it: layer 1 reads layer 0's cache */
+        {1, {0, 0}, {0, 0}, {1, 0}, NULL},
+        {2, {0, 1}, {0, 1}, {1, 1}, NULL},
+        {1, {0, 0}, {0, 0}, {1, 1},
+         "graph node 5 (update_and_attend): cache 0 is already written by node 4 (one writer per cache)"},
+        {1, {0, 0}, {0, 0}, {0, 1},
+         "graph node 4 (update_and_attend): attend-only node reads cache 0 before its writer (node 5) has run"},
+        {2, {0, 1}, {0, 1}, {1, 0}, "graph node 5 (update_and_attend): attend-only node reads cache 1, which no node writes"},
+        {2, {1, 0}, {0, 1}, {1, 1},
+         "graph node 4 (update_and_attend): layer 0 addresses cache 0 but the layout's layer_to_cache[0] = 1"},
+        {2, {0, 1}, {0, 0}, {1, 0},
+         "graph node 5 (update_and_attend): layer 1 addresses cache 0 but the layout's layer_to_cache[1] = 1"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        okv_program_file pf;
+        okv_tensor t[5];
+        okv_node nodes[9];
+        okv_value values[9];
+        build_two_layers(&pf, t, nodes, values, &cases[c]);
+        okv_error err = {0};
+        okv_status st = write_and_open(&pf, &err);
+        if (!cases[c].error) CHECKF(st == OKV_OK, "case %zu: %s", c, err.message);
+        else
+            CHECKF(st == OKV_ERR_FORMAT && load_error_is(&err, cases[c].error), "case %zu: status %d: %s", c, st, err.message);
+        okv_layout_free(&pf.layout);
+    }
+}
+
+/* The layout's layer count and the graph's attention nodes must agree. */
+static void test_layer_count(void) {
+    okv_program_file pf;
+    okv_tensor t[5];
+    okv_node nodes[9];
+    okv_value values[9];
+    build(&pf, t, nodes, values);   /* one attention node ... */
+    okv_layout_free(&pf.layout);
+    okv_layout_alloc(&pf.layout, 1, 2, NULL);   /* ... for two layers */
+    pf.layout.kv_heads[0] = 1;
+    pf.layout.head_dims[0] = 4;
+    pf.layout.prefill_chunk_size = 4;
+    pf.layout.max_ctx_len = 32;
+    okv_error err = {0};
+    okv_status st = write_and_open(&pf, &err);
+    CHECKF(st == OKV_ERR_FORMAT && load_error_is(&err, "graph: 1 update_and_attend node(s) for the layout's 2 layers "
+                                                        "(layer_to_cache)"), "status %d: %s", st, err.message);
+    okv_layout_free(&pf.layout);
+    two_layers tl = {1, {0, 0}, {0, 0}, {1, 0}, NULL};
+    build_two_layers(&pf, t, nodes, values, &tl);
+    pf.layout.n_layers = 1;   /* two attention nodes, one layer */
+    st = write_and_open(&pf, &err);
+    CHECKF(st == OKV_ERR_FORMAT && load_error_is(&err, "graph node 5 (update_and_attend): attention of layer 1, but the "
+                                                        "layout has 1 layers (layer_to_cache)"), "status %d: %s", st, err.message);
+    pf.layout.n_layers = 2;
+    okv_layout_free(&pf.layout);
+}
+
+/* Program files written by earlier builds (the fuzz seeds, committed) still
+ * load under the cache-map and parameter-slot rules; the Gemma-4 one is a
+ * KV-sharing program (attend-only nodes on their donors' caches). */
+static void test_committed_programs(void) {
+    const char *dir = "fuzz/corpus/program";
+    DIR *d = opendir(dir);
+    CHECKF(d != NULL, "cannot open %s (ctest runs from the repo root)", dir);
+    if (!d) return;
+    int loaded = 0, attend_only = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n < 8 || strcmp(e->d_name + n - 8, ".program")) continue;
+        char file[512];
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        okv_program_file *pf = NULL;
+        okv_error err = {0};
+        CHECK_OK(okv_format_open(file, &pf, &err), &err);
+        if (pf) loaded++;
+        for (int k = 0; pf && k < pf->graph.n_nodes; k++)
+            if (pf->graph.nodes[k].op == OKV_OP_ATTN && !okv_op_attend_get(&pf->graph.nodes[k]).writes_cache &&
+                strstr(e->d_name, "gemma4"))
+                attend_only++;
+        okv_format_close(pf);
+    }
+    closedir(d);
+    CHECKF(loaded >= 10, "%d committed programs loaded", loaded);
+    CHECKF(attend_only >= 2, "%d attend-only nodes in the Gemma-4 programs", attend_only);
+}
+
 static void test_roundtrip(void) {
     okv_program_file pf;
     okv_tensor t[5];
@@ -169,7 +321,10 @@ static void test_roundtrip(void) {
         int e = okv_format_find_tensor(got, "embed");
         CHECK(e == 0 && !memcmp(got->tensors[e].data, embed, sizeof embed));
         for (int k = 0; k < got->n_tensors; k++) CHECK((uintptr_t)got->tensors[k].data % OKV_ALIGN == 0);
-        CHECK(got->graph.nodes[4].op == OKV_OP_ATTN && got->graph.nodes[4].i[4] == 1 && got->graph.nodes[4].f[0] == 0.5f);
+        okv_op_attend_params a = okv_op_attend_get(&got->graph.nodes[4]);
+        CHECK(got->graph.nodes[4].op == OKV_OP_ATTN && a.cache == 0 && a.n_heads == 2 && a.kv_heads == 1 &&
+              a.head_dim == 4 && a.writes_cache == 1 && a.scale == 0.5f);
+        CHECK(okv_op_rmsnorm_get(&got->graph.nodes[6]).group == H && okv_op_rmsnorm_get(&got->graph.nodes[6]).eps == 1e-5f);
         CHECK(got->layout.prefill_chunk_size == 4 && got->layout.max_ctx_len == 32);
     }
     okv_format_close(got);
@@ -284,6 +439,9 @@ static void test_header_numbers(void) {
         {"\"f\":[0.5,0]", "\"f\":[1e300,0]", "within float range"},
         {"\"bos_id\":-1", "\"bos_id\":1e20", "'bos_id' must be an integer"},
         {"[16,1]", "[1e300,1]", "value 7 must be [width"},
+        /* a slot the op's parameters do not name (embed: only f0) */
+        {"\"i\":[0,0,0,0,0,0]", "\"i\":[0,0,7,0,0,0]", "graph node 0 (embed): integer slot 2 = 7 is not a parameter"},
+        {"\"f\":[1,0]", "\"f\":[1,3]", "graph node 0 (embed): float slot 1 = 3 is not a parameter"},
         {"[16,1]", "[16,2]", "value 7 must be [width"},
         {"\"offset\":0", "\"offset\":1e300", "offset/nbytes"},
         {"\"offset\":0", "\"offset\":0.5", "offset/nbytes"},
@@ -313,6 +471,9 @@ int main(void) {
     close(fd);
     test_roundtrip();
     test_rejects();
+    test_cache_map();
+    test_layer_count();
+    test_committed_programs();
     test_header_numbers();
     test_validate_before_write();
     test_header_fuzz();

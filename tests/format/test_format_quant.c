@@ -12,6 +12,7 @@
 
 #include "okv_common.h"
 #include "okv_format.h"
+#include "okv_op_params.h"
 #include "okv_quant.h"
 #include "okv_test.h"
 
@@ -45,16 +46,20 @@ static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_valu
     okv_value vs[] = {{H, false}, {H, false}, {4, false}, {4, false}, {H, false}, {H, true}, {H, true}, {V, true}};
     memcpy(values, vs, sizeof vs);
     okv_node ns[] = {
-        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}, .f = {1}},
+        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 1, .w = {1, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 2, .w = {2, -1}},
         {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 3, .w = {2, -1}},
-        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}, .i = {0, 16, 1, 4, 1}, .f = {0.5f}},
+        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}},
         {.op = OKV_OP_SELECT_ROWS, .in = {4, -1, -1}, .out = 5, .w = {-1, -1}},
-        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}, .i = {H}, .f = {1e-5f}},
+        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}},
         {.op = OKV_OP_MATMUL, .in = {6, -1, -1}, .out = 7, .w = {0, -1}},
     };
     memcpy(nodes, ns, sizeof ns);
+    okv_op_embed_set(&nodes[0], (okv_op_embed_params){.scale = 1});
+    okv_op_attend_set(&nodes[4], (okv_op_attend_params){.cache = 0, .n_heads = 16, .kv_heads = 1, .head_dim = 4,
+                                                        .writes_cache = 1, .scale = 0.5f});
+    okv_op_rmsnorm_set(&nodes[6], (okv_op_rmsnorm_params){.group = H, .eps = 1e-5f});
     pf->n_tensors = 5;
     pf->tensors = t;
     pf->graph = (okv_graph){8, 8, values, nodes, 7};
