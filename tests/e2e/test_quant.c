@@ -17,10 +17,11 @@
  * another order; int8 activations where a kernel uses them). */
 #define DEQUANT_EQ_MIN_COS 0.9999
 /* Gemma-4 with only its embedding tables quantized (the per-layer one enters
- * every layer, scaled by sqrt(16)): 8w measured 0.978, 4w 0.33 (and exact
- * against its dequantized weights, so the loss is the rounding's). */
-#define G4_E8_COS 0.97
-#define G4_E4_COS 0.25
+ * every layer, scaled by sqrt(16)): 8w measured 0.978 with round to nearest,
+ * 0.994 with the error-minimising scales; 4w 0.33 -> 0.38 (and exact against
+ * its dequantized weights, so the loss is the rounding's). */
+#define G4_E8_COS 0.993
+#define G4_E4_COS 0.35
 
 static const char *const FIXTURE_NAMES[] = {"llama32-tiny", "llama32-tiny-sharded", "qwen2-tiny", "qwen3-tiny",
                                            "qwen3-untied-tiny", "gemma3-tiny", "gemma3-mm-tiny"};
@@ -33,20 +34,25 @@ typedef struct qcase {
 
 /* Thresholds. The issue's targets are 8w >= 0.999 (argmax >= 95%) and 4w
  * >= 0.99, but these fixtures are random-weight models built to amplify
- * errors (norm weights far from 1, peaked attention): round-to-nearest
- * int8 g32 (~0.5% rms error per weight) gives 0.9989-0.9995 and int4 g32
- * (~8%) 0.76-0.92, i.e. the logits' error is ~9x the weights' — no 4-bit
- * rounding reaches 0.99 here. check_dequant_equivalence shows the runtime adds
- * nothing on top (cosine 1 - 1e-8 against the fp32 program of the
- * dequantized weights), so these floors sit just under the measured values
- * and catch a broken path (a wrong layout or scale gives cosine ~0). */
+ * errors (norm weights far from 1, peaked attention): int8 g32 (~0.5% rms
+ * error per weight) gives min cosines 0.9989-0.9995 with round to nearest
+ * and 0.99911-0.99970 with okv_quantize's error-minimising scales (8w + 8w
+ * embedding: 0.99708 -> 0.99859), int4 g32 (~8%) 0.76-0.92 -> 0.82-0.91:
+ * the logits' error is ~9x the weights', and no 4-bit rounding reaches 0.99
+ * here. The search lowers the weights' squared error, not the logits', so
+ * some 4w cases moved down (qwen3-tiny 4w 0.924 -> 0.897, 4w-e4 minimum
+ * 0.759 -> 0.710) and the 4w argmax shares (40 positions, 1 = 2.5%) moved
+ * both ways (minimum 0.575 -> 0.525). check_dequant_equivalence shows the
+ * runtime adds nothing on top (cosine 1 - 1e-8 against the fp32 program of
+ * the dequantized weights), so these floors sit just under the measured
+ * values and catch a broken path (a wrong layout or scale gives cosine ~0). */
 static const qcase CASES[] = {
-    {"8w", 8, 0, 0, 0, 0.9985, 0.925},
-    {"8w-e8", 8, 0, 8, 0, 0.996, 0.9},
-    {"4w", 4, 0, 0, 0, 0.72, 0.55},
-    {"4w-e8", 4, 0, 8, 0, 0.72, 0.55},
+    {"8w", 8, 0, 0, 0, 0.999, 0.925},
+    {"8w-e8", 8, 0, 8, 0, 0.998, 0.925},
+    {"4w", 4, 0, 0, 0, 0.80, 0.5},
+    {"4w-e8", 4, 0, 8, 0, 0.80, 0.5},
     {"4w-e4", 4, 0, 4, 0, 0.70, 0.4},
-    {"4w-g64", 4, 64, 0, 0, 0.70, 0.4},
+    {"4w-g64", 4, 64, 0, 0, 0.72, 0.4},
 };
 
 static okv_status export_q(const char *dir, const char *out, const qcase *c, okv_error *err) {
@@ -326,7 +332,7 @@ int main(void) {
     for (size_t f = 0; f < sizeof FIXTURE_NAMES / sizeof FIXTURE_NAMES[0]; f++) check_fixture(FIXTURE_NAMES[f]);
     /* Gemma-4: no --qlinear (K = 16 below), but both embedding tables (the
      * token one, also the tied head, and the per-layer one [512, 10 x 16]) */
-    static const qcase G4[] = {{"e8", 0, 0, 8, 0, G4_E8_COS, 0.9}, {"e4", 0, 0, 4, 0, G4_E4_COS, 0.2}};
+    static const qcase G4[] = {{"e8", 0, 0, 8, 0, G4_E8_COS, 0.9}, {"e4", 0, 0, 4, 0, G4_E4_COS, 0.15}};
     check_fixture_cases("gemma4-tiny", G4, 2);
     check_fixture_cases("gemma4-tiny-nested", G4, 1);
     check_dequant_equivalence("gemma4-tiny", &G4[1]);
