@@ -25,7 +25,7 @@
  *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qlayout] [qroof] [pp512] [pp512cpu] (default: all
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] (default: all
  * sections but pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -542,16 +542,21 @@ static void bench_qroof(const okv_kernels *best, int quick) {
     free(a.mem);
 }
 
-static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick) {
+/* Quantized prefill GEMMs vs bf16 on the best table, interleaved rounds;
+ * with cpu_time tp has 1 thread and times are its CPU time. */
+static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, bool cpu_time) {
+    double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}};
     const int T = 512, reps = quick ? 3 : 5;
+    bool amx8 = okv_qmm_have_amx_int8();
     qarena a = {NULL, (size_t)256 << 20};
     a.mem = aligned_alloc(64, a.size);
     qarena_fill_random(&a);
     float *x = malloc(sizeof(float) * (size_t)T * 8192), *y = malloc(sizeof(float) * (size_t)T * 8192);
     for (size_t i = 0; i < (size_t)T * 8192; i++) x[i] = frand();
-    printf("\nprefill GEMM T=%d, %d threads, medians of %d\n", T, okv_threadpool_size(tp), reps);
+    printf("\nprefill GEMM T=%d, %d thread%s, %s, medians of %d interleaved rounds\n", T, okv_threadpool_size(tp),
+           okv_threadpool_size(tp) > 1 ? "s" : "", cpu_time ? "thread CPU time" : "wall clock", reps);
     printf("%-12s %-16s %-16s %9s %9s\n", "W (NxK)", "scheme", "path", "ms", "GFLOP/s");
     for (int si = 0; si < 3; si++) {
         int N = shapes[si][0], K = shapes[si][1];
@@ -559,24 +564,28 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick) 
         for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = okv_f32_to_bf16(frand() * 0.05f);
         qset q[2];
         for (int qi = 0; qi < 2; qi++) q[qi] = make_qset(&a, schemes[qi], N, K);
-        double tq[2][16], tb[16];
+        double tq[2][2][16], tb[16];
         for (int r = 0; r < reps; r++) {
-            for (int qi = 0; qi < 2; qi++) {
-                double t0 = now();
-                okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
-                tq[qi][r] = now() - t0;
-            }
-            double t0 = now();
+            for (int qi = 0; qi < 2; qi++)
+                for (int p = 0; p < (amx8 ? 2 : 1); p++) {
+                    double t0 = clock_fn();
+                    if (p == 0) okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else okv_matmul_q_amx(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    tq[qi][p][r] = clock_fn() - t0;
+                }
+            double t0 = clock_fn();
             best->matmul(tp, y, x, T, K, wb, OKV_BF16, N, NULL);
-            tb[r] = now() - t0;
+            tb[r] = clock_fn() - t0;
         }
         double flop = 2.0 * T * N * K;
-        for (int qi = 0; qi < 2; qi++) {
-            char sname[32];
-            double sec = median(tq[qi], reps);
-            printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
-                   okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain", sec * 1e3, flop / sec / 1e9);
-        }
+        for (int qi = 0; qi < 2; qi++)
+            for (int p = 0; p < (amx8 ? 2 : 1); p++) {
+                char sname[32];
+                double sec = median(tq[qi][p], reps);
+                const char *path = p ? "int8-amx" : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
+                printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
+                       path, sec * 1e3, flop / sec / 1e9);
+            }
         double sec = median(tb, reps);
         printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", best->name, sec * 1e3, flop / sec / 1e9);
         free(wb);
@@ -842,7 +851,8 @@ int main(int argc, char **argv) {
 
     /* 8 */
     if (SECTION("qgemv")) bench_qgemv(tps[1], tabs[n_tabs - 1], quick);
-    if (SECTION("qgemm")) bench_qgemm(tps[1], tabs[n_tabs - 1], quick);
+    if (SECTION("qgemm")) bench_qgemm(tps[1], tabs[n_tabs - 1], quick, false);
+    if (want(argc, argv, "qgemmcpu")) bench_qgemm(tps[0], tabs[n_tabs - 1], quick, true);
     if (SECTION("qlayout")) bench_qlayout(tps[1], quick);
     if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
 

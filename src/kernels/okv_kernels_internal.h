@@ -173,6 +173,14 @@ void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T
 void okv_matmul_q_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_avx2(void);
+/* AMX-INT8 (okv_qmatmul_amx.c): T >= 16 on tdpbsud tiles, bit for bit the
+ * plain integer model; fewer rows (or no AMX-INT8 permission)
+ * okv_matmul_q_best. _tiles uses the tiles for every T > 1 (tests). */
+void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            const okv_qscheme *s, int N, const float *bias);
+bool okv_qmm_have_amx_int8(void);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);

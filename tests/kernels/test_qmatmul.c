@@ -3,7 +3,8 @@
  * that were packed (not from the code under test), over both schemes, both
  * bit widths, every group size and odd shapes (N not a multiple of any
  * tile, K = one group, several groups, a superblock plus a tail; T in
- * {1, 2, 7, 64}), with and without bias, on 1 and 2 threads. */
+ * {1, 2, 7, 64}, and 17-37 past the AMX tiles' 16 rows), with and without
+ * bias, on 1 and 2 threads. */
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -150,6 +151,12 @@ static void test_shapes(void) {
     check_shape(tp1, tp2, 8, 32, false, 1, 2048, 515, false);
     check_shape(tp1, tp2, 4, 64, false, 13, 576, 301, true);
     check_shape(tp1, tp2, 8, 128, true, 9, 1024, 130, false);
+    /* tiles: T past one and several 16-row tiles with a tail, N past 32-row pairs and blocks */
+    check_shape(tp1, tp2, 8, 32, false, 37, 96, 67, true);
+    check_shape(tp1, tp2, 4, 32, true, 33, 608, 161, false);
+    check_shape(tp1, tp2, 4, 64, false, 23, 192, 45, true);
+    check_shape(tp1, tp2, 8, 128, true, 17, 384, 33, false);
+    check_shape(tp1, tp2, 4, 256, false, 19, 512, 300, true);
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
 }
@@ -188,8 +195,13 @@ int main(void) {
     }
     if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true};
     else fprintf(stderr, "no AVX2 here: that path is not tested\n");
+    if (okv_qmm_have_amx_int8()) {
+        impls[n_impls++] = (impl){"amx-int8", okv_matmul_q_amx, true};
+        impls[n_impls++] = (impl){"amx-int8-tiles", okv_matmul_q_amx_tiles, true}; /* also T < 16 */
+    }
+    else fprintf(stderr, "no AMX-INT8 here (or no permission): that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
-    if (best->matmul_q != okv_matmul_q_best)
+    if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx)
         impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain};
     test_shapes();
     test_non_finite_x();
