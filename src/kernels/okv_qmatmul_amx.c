@@ -51,7 +51,6 @@
  * tile) and the scaling reloading its pointers, ran 76-105. Software
  * pipelining the scaling one group behind the tiles changed nothing
  * measurable and stays because it keeps loads off in-flight tile stores. */
- */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
