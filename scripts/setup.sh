@@ -4,7 +4,7 @@
 # --fuzz also installs clang 14 and its libFuzzer/sanitizer runtimes
 # (scripts/fuzz.sh).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev valgrind python3 python3-pip unzip)
+pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev valgrind python3 python3-pip unzip)
 if [ "${1:-}" = --fuzz ]; then pkgs+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -19,4 +19,11 @@ if ! python3 -c 'import gguf, numpy' >/dev/null 2>&1; then
   python3 -m pip install -q gguf numpy >/dev/null 2>&1 ||
     python3 -m pip install -q --break-system-packages gguf numpy >/dev/null 2>&1 ||
     echo "setup: could not pip install gguf numpy; the GGUF dequantization reference tests will be skipped" >&2
+fi
+# The server tests talk to `offkv serve` with the openai client from PyPI too
+# (tests/server; without it they run plain HTTP only and say so).
+if ! python3 -c 'import openai' >/dev/null 2>&1; then
+  python3 -m pip install -q openai >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages openai >/dev/null 2>&1 ||
+    echo "setup: could not pip install openai; the server tests will use plain HTTP only" >&2
 fi

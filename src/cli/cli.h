@@ -42,6 +42,9 @@ int okv_cli_help(const char *command);
 int okv_cli_version(void);
 bool okv_cli_wants_help(int argc, char **argv);
 
+/* `offkv serve` (cmd_serve.c). */
+int okv_cli_serve(int argc, char **argv);
+
 /* `offkv perplexity` (cmd_eval.c). */
 int okv_cli_perplexity(int argc, char **argv);
 

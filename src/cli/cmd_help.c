@@ -97,6 +97,29 @@ static const help_page PAGES[] = {
      "\n" CACHE_OPTS
      "\n"
      "example: offkv run smol.okv --prompt \"What is the capital of France?\"\n"},
+    {"serve",
+     "usage: offkv serve PROGRAM.okv [--host 127.0.0.1] [--port 8080] [options]\n"
+     "\n"
+     "An OpenAI-compatible HTTP server: POST /v1/chat/completions (the model's chat template, \"stream\": SSE),\n"
+     "POST /v1/completions (a prompt string or token ids), GET /v1/models, GET /health, GET /metrics (Prometheus).\n"
+     "Sampling defaults come from the program; request fields (temperature, top_p, top_k, min_p, seed, stop,\n"
+     "max_tokens, repetition_penalty, chat_template_kwargs) override them. SIGINT/SIGTERM stop it gracefully.\n"
+     "\n"
+     "  --host ADDR                       IPv4 address to bind (default 127.0.0.1)\n"
+     "  --port N                          TCP port (default 8080; 0 = any free port, printed at start)\n"
+     "  --parallel N                      sequences generated at once, one cache each (default 4)\n"
+     "  --ctx-per-seq N                   positions per sequence (default: the program's max_ctx_len)\n"
+     "  --api-key KEY                     require \"Authorization: Bearer KEY\" on /v1/* and /metrics\n"
+     "  --max-queue N                     requests waiting for a free sequence before 429 (default 64)\n"
+     "  --max-body BYTES                  larger request bodies get 413 (default 1048576)\n"
+     "  --prefill-chunk N                 prompt tokens per step between other sequences' tokens (default 64)\n"
+     "  --max-tokens N                    limit when a request sets none (default: the context)\n"
+     "  --model-name NAME                 the model id in responses (default: the file name)\n"
+     "  --shutdown-grace S                seconds running streams may finish on shutdown (default 5)\n"
+     "\n"
+     CACHE_OPTS
+     "\n"
+     "example: offkv serve smol.okv --port 8080 --parallel 4 --ctx-per-seq 2048\n"},
     {"tokenize",
      "usage: offkv tokenize PROGRAM.okv|--tokenizer tokenizer.json (--text TEXT [--json] | --jsonl IN.jsonl)\n"
      "                      [--no-special] [--out FILE]\n"
@@ -126,6 +149,7 @@ static const char OVERVIEW[] =
     "  generate     greedy generation from token ids\n"
     "  logits       logits of token ids, to a file\n"
     "  perplexity   perplexity (and KL against another program) on a text file\n"
+    "  serve        OpenAI-compatible HTTP server (chat/completions, streaming)\n"
     "  tokenize     text -> ids with a program's tokenizer\n"
     "  detokenize   ids -> text\n"
     "  chat-render  render conversations with a chat template\n"

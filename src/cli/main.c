@@ -436,6 +436,7 @@ static const command COMMANDS[] = {
     {"logits", cmd_logits, "PROGRAM.okv --tokens FILE|\"ids\" --out LOGITS.f32 [--chunk N] [cache options]"},
     {"generate", cmd_generate, "PROGRAM.okv --tokens FILE|\"ids\" [--max-new-tokens N] [cache options]"},
     {"perplexity", okv_cli_perplexity, "PROGRAM.okv --file TEXT [--ctx 512] [--kl-base BASE.okv] [--tokenizer FILE] [cache options]"},
+    {"serve", okv_cli_serve, "PROGRAM.okv [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx-per-seq N] [--api-key KEY]"},
     OKV_CLI_TEXT_COMMANDS
 };
 

@@ -1,0 +1,57 @@
+/* offkv_serve.h — `offkv serve`: an OpenAI-compatible HTTP server over one
+ * program (POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /metrics). It is a layer above generation and uses only
+ * the public API: one scheduler thread steps up to `parallel` sequences,
+ * each in its own cache key, round-robin (a prompt is prefilled in chunks
+ * between the other sequences' decode steps); a finished sequence's tokens
+ * stay in its cache so a later prompt that starts with them is served from
+ * there (usage.prompt_tokens_details.cached_tokens).
+ *
+ * The server binds the given IPv4 address (tests and the default: 127.0.0.1)
+ * and answers on libmicrohttpd's threads; nothing here prints. */
+#ifndef OFFKV_SERVE_H
+#define OFFKV_SERVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "offkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct okv_server_options {
+    const char *program_path;
+    const char *model_name;      /* "model" in responses; NULL = the file name without .okv */
+    const char *host;            /* IPv4 address to bind; NULL = 127.0.0.1 */
+    int port;                    /* 0 = any free port (see okv_server_port) */
+    int parallel;                /* sequences served at once (default 4) */
+    int ctx_per_seq;             /* positions per sequence (0 = the program's max_ctx_len) */
+    int max_queue;               /* requests waiting for a slot before 429 (default 64) */
+    size_t max_body_bytes;       /* request bodies over this get 413 (default 1 MiB) */
+    int prefill_chunk;           /* largest prefill step between other sequences' decode steps (default 64) */
+    int max_tokens_default;      /* when a request sets none (0 = up to the context) */
+    double shutdown_grace_s;     /* on stop, streams may finish for this long, then are cancelled (default 5) */
+    const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
+    okv_cache_options cache;     /* max_capacity is replaced by ctx_per_seq */
+    okv_runner_options runner;
+} okv_server_options;
+
+typedef struct okv_server okv_server;
+
+void okv_server_options_default(okv_server_options *o);
+/* Loads the program and tokenizer, builds the slots, binds and starts
+ * answering. */
+okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_error *err);
+/* The port actually bound. */
+int okv_server_port(const okv_server *s);
+/* Graceful stop: refuses new requests (503), lets running streams finish for
+ * shutdown_grace_s, cancels the rest, stops the threads. */
+void okv_server_stop(okv_server *s);
+void okv_server_free(okv_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

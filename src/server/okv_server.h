@@ -1,0 +1,162 @@
+/* okv_server.h — the server's internal types, shared by the HTTP layer
+ * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
+ * the scheduler (okv_server_sched.c) and the reasoning splitter
+ * (okv_think.c). Only public offkv headers are used below this one. */
+#ifndef OKV_SERVER_H
+#define OKV_SERVER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "offkv_gen.h"
+#include "offkv_serve.h"
+
+#define SRV_MAX_STOPS 16
+
+/* A growable byte string (out of memory is sticky: later appends do nothing
+ * and oom stays set). */
+typedef struct srv_str {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} srv_str;
+
+void srv_str_put(srv_str *s, const char *text, size_t len);
+void srv_str_puts(srv_str *s, const char *text);
+void srv_str_free(srv_str *s);
+
+/* ---- reasoning: <think>...</think> split out of the streamed text ---------- */
+
+typedef enum srv_part { SRV_CONTENT = 0, SRV_REASONING = 1 } srv_part;
+
+/* Splits streamed text into content and reasoning: text between "<think>"
+ * and "</think>" is reasoning; a tag split across pieces is held back until
+ * it is known to be (or not be) a tag, so neither part ever shows a partial
+ * tag. Held text never ends inside a UTF-8 character that arrived whole. */
+typedef struct srv_think {
+    bool enabled, inside;
+    char held[16];
+    size_t n_held;
+} srv_think;
+
+typedef void (*srv_part_fn)(void *ctx, srv_part part, const char *text, size_t len);
+void srv_think_init(srv_think *t, bool enabled, bool start_inside);
+void srv_think_push(srv_think *t, const char *text, size_t len, srv_part_fn fn, void *ctx);
+void srv_think_flush(srv_think *t, srv_part_fn fn, void *ctx);
+
+/* ---- requests ------------------------------------------------------------- */
+
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+
+/* One admitted request, shared by its connection (which waits for output)
+ * and the scheduler (which produces it): reference counted, fields after
+ * `lock` guarded by it. */
+typedef struct srv_request {
+    /* set before submission, then read-only */
+    srv_kind kind;
+    bool stream, include_usage;
+    char id[48];
+    long long created;
+    const char *model;            /* borrowed from the server */
+    int32_t *prompt;
+    size_t n_prompt;
+    okv_gen_options go;           /* sampling, max_new_tokens, stops (below) */
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
+    double t_submit;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs;
+    srv_str out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
+    size_t out_sent;
+    srv_str content, reasoning;   /* non-streamed: the reply so far */
+    srv_think splitter;
+    bool role_sent;
+    bool done, cancelled;
+    const char *finish_reason;
+    int64_t completion_tokens, cached_tokens;
+    double t_first;               /* first text, seconds since t_submit's clock; 0 = none yet */
+    char error[512];
+} srv_request;
+
+srv_request *srv_request_new(void);
+void srv_request_unref(srv_request *r);
+
+/* ---- the scheduler ------------------------------------------------------ */
+
+typedef struct srv_slot {
+    char key[64];
+    okv_runner *runner;
+    int32_t *cached;              /* ids the slot's cache holds, in position order */
+    size_t n_cached, cap_cached;
+    srv_request *req;             /* NULL = free */
+    okv_gen_seq *seq;
+    size_t n_reused;
+    int64_t last_used;            /* admission counter, for LRU among equal matches */
+} srv_slot;
+
+typedef struct srv_metrics {
+    int64_t requests, requests_ok, requests_cancelled, requests_rejected;
+    int64_t prompt_tokens, cached_tokens, generated_tokens, prefix_hits;
+    int64_t steps;
+    double ttft_sum;
+    int64_t ttft_count;
+} srv_metrics;
+
+struct okv_server {
+    okv_server_options o;
+    char *model_name;
+    okv_program *program;
+    okv_program_info info;
+    okv_tok *tok;
+    char *tok_config, *chat_template;  /* bundled texts (NUL-terminated) */
+    bool think_template;               /* the template knows <think> */
+    okv_gen_defaults defaults;
+    pthread_mutex_t tok_lock;          /* tokenization and template renders */
+
+    int n_slots;
+    srv_slot *slots;
+    pthread_mutex_t lock;              /* queue, slots' req pointers, metrics, stopping */
+    pthread_cond_t wake;
+    srv_request **queue;
+    int n_queue;
+    bool stopping, stopped;
+    double stop_deadline;
+    int64_t admissions;
+    srv_metrics m;
+    pthread_t sched;
+    bool sched_started;
+    struct MHD_Daemon *daemon;
+    int port;
+};
+
+double srv_now(void);
+/* Queues a request (takes a reference); false when the queue is full or the server is stopping. */
+bool srv_submit(okv_server *s, srv_request *r, bool *stopping);
+okv_status srv_sched_start(okv_server *s, okv_error *err);
+void srv_sched_stop(okv_server *s);
+int srv_sched_active(okv_server *s);
+/* Prometheus text exposition of the server's counters and gauges (caller frees). */
+char *srv_metrics_text(okv_server *s);
+
+/* ---- OpenAI shapes (okv_server_api.c) ----------------------------------------- */
+
+/* Parses and checks a request body into r (prompt tokenized, options set).
+ * On failure fills msg (naming the field) and *param, returns the HTTP status. */
+int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
+                      size_t msg_len, const char **param);
+/* Called by the scheduler as text arrives and when the sequence ends; both
+ * append to r->out (under r->lock, held by the caller). */
+void srv_emit_text(srv_request *r, const char *text, size_t len);
+void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error);
+/* {"error": {"message", "type", "param", "code"}} (caller frees). */
+char *srv_error_json(const char *message, const char *type, const char *param);
+char *srv_models_json(const okv_server *s);
+
+#endif

@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""`offkv serve` end to end on loopback: a generated Llama (random weights,
+the Llama-3.1 tokenizer, so replies are arbitrary but deterministic under
+greedy sampling) and a generated Qwen3 (its real chat template with
+enable_thinking). Plain HTTP (http.client, raw sockets) and, when it is
+installed, the openai client from PyPI. Covers: status codes and OpenAI
+error shapes, streamed == non-streamed text, stop strings (also split
+across chunks), completions from text and token ids, prefix reuse
+(cached_tokens), concurrent greedy requests == the same requests one at a
+time, a client disconnect cancelling its sequence (the metrics gauge
+returns), 429 on a full queue, chat_template_kwargs reaching the template,
+and SIGTERM / SIGINT exiting 0.
+
+usage: test_server.py OFFKV OKV_MKCKPT"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Server, chat_text  # noqa: E402
+
+OFFKV, MKCKPT = sys.argv[1], sys.argv[2]
+TOK = "../shared/fixtures/tokenizers/"
+KEY = "test-key-123"
+AUTH = {"Authorization": "Bearer " + KEY}
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+
+
+def make_program(tmp, name, arch, vocab, bos, eos, tokdir):
+    ck = os.path.join(tmp, name)
+    subprocess.run([MKCKPT, "--out", ck, "--arch", arch, "--vocab", str(vocab), "--bos", str(bos), "--eos", str(eos),
+                    "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOK, tokdir, f), os.path.join(ck, f))
+    out = os.path.join(tmp, name + ".okv")
+    subprocess.run([OFFKV, "export", ck, "-o", out, "--dtype", "fp32", "--max-ctx-len", "512", "--prefill-chunk-size", "16"],
+                   check=True, stderr=subprocess.DEVNULL)
+    return out
+
+
+def chat(content, **kw):
+    return {"model": "m", "messages": [{"role": "user", "content": content}], "temperature": 0, **kw}
+
+
+def expect_error(s, path, body, status, param=None, raw=None, headers=AUTH, needle=None):
+    code, ctype, text = s.request("POST", path, body, headers=headers, raw=raw)
+    ok = code == status and "json" in ctype
+    err = json.loads(text).get("error", {}) if ok else {}
+    ok = ok and isinstance(err.get("message"), str) and "type" in err and err.get("param") == param
+    if needle:
+        ok = ok and needle in err.get("message", "")
+    check(ok, "%s %s -> %d %s (wanted %d, param %s)" % (path, str(body)[:60] if raw is None else "<raw>", code, text[:200], status, param))
+
+
+def test_errors(s):
+    check(s.request("GET", "/health")[0] == 200, "health")
+    code, _, text = s.request("GET", "/v1/models", headers=AUTH)
+    check(code == 200 and json.loads(text)["data"][0]["object"] == "model", "models: " + text)
+    expect_error(s, "/v1/chat/completions", chat("hi"), 401, headers={})
+    expect_error(s, "/v1/chat/completions", chat("hi"), 401, headers={"Authorization": "Bearer wrong"})
+    check(s.request("GET", "/metrics", headers={})[0] == 401, "metrics needs the key")
+    check(s.request("GET", "/nope", headers=AUTH)[0] == 404, "404")
+    expect_error(s, "/v1/chat/completions", None, 400, raw="{not json")
+    expect_error(s, "/v1/chat/completions", {"model": "m"}, 400, "messages")
+    expect_error(s, "/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages")
+    expect_error(s, "/v1/chat/completions", chat("hi", temperature="hot"), 400, "temperature")
+    expect_error(s, "/v1/chat/completions", chat("hi", top_p=1.5), 400, "top_p")
+    expect_error(s, "/v1/chat/completions", chat("hi", n=2), 400, "n")
+    expect_error(s, "/v1/chat/completions", chat("hi", max_tokens=0), 400, "max_tokens")
+    expect_error(s, "/v1/chat/completions", chat("hi", stop=["x"] * 17), 400, "stop")
+    expect_error(s, "/v1/chat/completions", chat("hi", stream="yes"), 400, "stream")
+    expect_error(s, "/v1/chat/completions", chat("hi", frequency_penalty=0.5), 400, "frequency_penalty")
+    expect_error(s, "/v1/completions", {"prompt": [1, 2, 10 ** 9]}, 400, "prompt")
+    expect_error(s, "/v1/completions", {"prompt": 7}, 400, "prompt")
+    expect_error(s, "/v1/completions", {"prompt": list(range(1, 300))}, 400, "prompt", needle="longer than the context")
+    expect_error(s, "/v1/chat/completions", chat("word " * 400), 400, "messages", needle="longer than the context")
+    expect_error(s, "/v1/completions", None, 413, raw='{"prompt": "' + "a" * (2 << 20) + '"}')
+    code, _, _ = s.request("GET", "/v1/chat/completions", headers=AUTH)
+    check(code == 405, "GET on a POST endpoint: %d" % code)
+
+
+def test_stream_equals_plain(s):
+    for i, q in enumerate(["Hello there", "Tell me a story about a fox", "1 2 3"]):
+        code, plain = s.post("/v1/chat/completions", chat(q, max_tokens=24), headers=AUTH)
+        check(code == 200, "chat %d: %s" % (code, plain))
+        msg = plain["choices"][0]["message"]
+        events, done = s.stream("/v1/chat/completions", chat(q, max_tokens=24, stream=True,
+                                                              stream_options={"include_usage": True}))
+        content, reasoning, finish = chat_text(events)
+        check(done, "stream ends with [DONE]")
+        check(events[0]["choices"][0]["delta"].get("role") == "assistant", "first delta has the role")
+        check(content == msg["content"] and finish == plain["choices"][0]["finish_reason"],
+              "stream %r/%s vs plain %r/%s" % (content, finish, msg["content"], plain["choices"][0]["finish_reason"]))
+        check("\ufffd" not in content, "no replacement character in %r" % content)
+        usage = events[-1].get("usage")
+        check(usage and usage["completion_tokens"] == plain["usage"]["completion_tokens"] and
+              usage["prompt_tokens"] == plain["usage"]["prompt_tokens"], "usage %s vs %s" % (usage, plain["usage"]))
+        check(plain["usage"]["completion_tokens"] == 24 and plain["choices"][0]["finish_reason"] == "length",
+              "24 tokens then length: %s" % plain["usage"])
+        # the same prompt again is served from the cache (all but the last prompt token)
+        check(usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1,
+              "second run cached %s" % usage)
+    return content
+
+
+def test_stop_strings(s):
+    code, plain = s.post("/v1/chat/completions", chat("Once upon a time", max_tokens=40), headers=AUTH)
+    text = plain["choices"][0]["message"]["content"]
+    check(len(text) > 12, "long enough reply: %r" % text)
+    for start, length in ((6, 3), (10, 5), (len(text) // 2, 2)):
+        stop = text[start:start + length]
+        want = text[:text.find(stop)]
+        code, r = s.post("/v1/chat/completions", chat("Once upon a time", max_tokens=40, stop=[stop, "\x01never"]), headers=AUTH)
+        got = r["choices"][0]["message"]["content"]
+        check(got == want and r["choices"][0]["finish_reason"] == "stop", "stop %r: %r, want %r" % (stop, got, want))
+        events, _ = s.stream("/v1/chat/completions", chat("Once upon a time", max_tokens=40, stop=stop, stream=True))
+        content, _, finish = chat_text(events)
+        check(content == want and finish == "stop", "streamed stop %r: %r, want %r" % (stop, content, want))
+        check(not any(stop in (e["choices"][0]["delta"].get("content") or "") for e in events if e["choices"]), "no chunk holds the stop")
+
+
+def test_completions(s):
+    code, r = s.post("/v1/completions", {"prompt": "The quick brown fox", "max_tokens": 8, "temperature": 0}, headers=AUTH)
+    check(code == 200 and r["object"] == "text_completion" and r["usage"]["completion_tokens"] == 8, "completion: %s" % r)
+    code, tok = s.request("POST", "/v1/completions", {"prompt": [128000, 791, 4062], "max_tokens": 8, "temperature": 0}, headers=AUTH)[:2]
+    r2 = json.loads(s.request("POST", "/v1/completions", {"prompt": [128000, 791, 4062], "max_tokens": 8, "temperature": 0},
+                              headers=AUTH)[2])
+    check(r2["usage"]["prompt_tokens"] == 3 and r2["choices"][0]["text"], "ids prompt: %s" % r2)
+    events, done = s.stream("/v1/completions", {"prompt": [128000, 791, 4062], "max_tokens": 8, "temperature": 0, "stream": True})
+    streamed = "".join(e["choices"][0]["text"] for e in events if e.get("choices"))
+    check(done and streamed == r2["choices"][0]["text"], "streamed completion %r vs %r" % (streamed, r2["choices"][0]["text"]))
+    # seeded sampling is reproducible
+    body = {"prompt": "Hello", "max_tokens": 12, "temperature": 1.0, "top_k": 40, "top_p": 0.9, "min_p": 0.01, "seed": 42,
+            "repetition_penalty": 1.1}
+    a = s.post("/v1/completions", body, headers=AUTH)[1]["choices"][0]["text"]
+    b = s.post("/v1/completions", body, headers=AUTH)[1]["choices"][0]["text"]
+    check(a == b, "seeded sampling repeats: %r vs %r" % (a, b))
+
+
+def test_concurrent(s):
+    prompts = ["Alpha %d says" % i for i in range(4)] + ["A much longer prompt that takes several prefill chunks " * 4]
+    alone = [s.post("/v1/chat/completions", chat(p, max_tokens=20), headers=AUTH)[1]["choices"][0]["message"]["content"]
+             for p in prompts]
+    got = [None] * len(prompts)
+
+    def run(i):
+        events, _ = s.stream("/v1/chat/completions", chat(prompts[i], max_tokens=20, stream=True))
+        got[i] = chat_text(events)[0]
+    for _ in range(2):
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(got == alone, "concurrent %r vs one at a time %r" % (got, alone))
+
+
+def raw_stream_then_close(port, body, read_events=1):
+    """Starts a streamed request on a raw socket, reads a few events, then drops the connection."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                 b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    got = b""
+    while got.count(b"data: ") < read_events:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    return got
+
+
+def test_disconnect(s):
+    before = s.metric("offkv_requests_cancelled_total")
+    check(s.wait_metric("offkv_active_sequences", 0) == 0, "idle before")
+    got = raw_stream_then_close(s.port, chat("Keep talking", max_tokens=480, stream=True))
+    check(b"data: " in got, "got a first event before closing")
+    check(s.wait_metric("offkv_active_sequences", 0) == 0, "the sequence is dropped after the disconnect")
+    check(s.metric("offkv_requests_cancelled_total") == before + 1, "counted as cancelled")
+    # the server still answers
+    check(s.post("/v1/chat/completions", chat("hi", max_tokens=2), headers=AUTH)[0] == 200, "alive after disconnect")
+
+
+def test_queue_full(program):
+    s = Server(OFFKV, program, "--parallel", "1", "--max-queue", "1", "--ctx-per-seq", "512", "--threads", "1")
+    try:
+        socks = []
+        for _ in range(2):   # one running, one queued; both long
+            data = json.dumps(chat("Go on", max_tokens=480, stream=True)).encode()
+            k = socket.create_connection(("127.0.0.1", s.port))
+            k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(data)).encode() +
+                      b"\r\n\r\n" + data)
+            socks.append(k)
+            time.sleep(0.3)
+        expect_error(s, "/v1/chat/completions", chat("hi", max_tokens=2), 429, headers={})
+        check(s.metric("offkv_queue_depth") == 1 and s.metric("offkv_active_sequences") == 1, "one running, one queued")
+        for k in socks:
+            k.close()
+        check(s.wait_metric("offkv_active_sequences", 0) == 0 and s.metric("offkv_queue_depth") == 0, "drained after closing")
+    finally:
+        rc = s.stop(signal.SIGINT)
+    check(rc == 0, "SIGINT exits 0 (got %s): %s" % (rc, "".join(s.log)[-500:]))
+
+
+def test_thinking_kwargs(program):
+    s = Server(OFFKV, program, "--parallel", "1")
+    try:
+        body = chat("2+2?", max_tokens=4)
+        on = s.post("/v1/chat/completions", {**body, "chat_template_kwargs": {"enable_thinking": True}})[1]
+        off = s.post("/v1/chat/completions", {**body, "chat_template_kwargs": {"enable_thinking": False}})[1]
+        # Qwen3's template writes an empty <think></think> block into the prompt when thinking is off
+        check(off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"], "enable_thinking reaches the template: %s vs %s" %
+              (off["usage"], on["usage"]))
+        expect_error(s, "/v1/chat/completions", {**body, "chat_template_kwargs": [1]}, 400, "chat_template_kwargs", headers={})
+    finally:
+        check(s.stop() == 0, "qwen3 server exits 0")
+
+
+def test_openai_client(s):
+    try:
+        import openai
+    except ImportError:
+        print("SKIP: the openai package is not installed (scripts/setup.sh installs it)", file=sys.stderr)
+        return
+    c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key=KEY, max_retries=0)
+    check(c.models.list().data[0].object == "model", "openai models.list")
+    msgs = [{"role": "user", "content": "Hello there"}]
+    r = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=16)
+    text = r.choices[0].message.content
+    check(r.usage.completion_tokens == 16 and r.choices[0].finish_reason == "length", "openai chat usage %s" % r.usage)
+    parts = [ch.choices[0].delta.content or "" for ch in
+             c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=16, stream=True) if ch.choices]
+    check("".join(parts) == text, "openai stream %r vs %r" % ("".join(parts), text))
+    cr = c.completions.create(model="m", prompt="The quick brown fox", max_tokens=5, temperature=0)
+    check(cr.usage.completion_tokens == 5 and isinstance(cr.choices[0].text, str), "openai completions")
+    try:
+        c.chat.completions.create(model="m", messages=msgs, temperature=-3)
+        check(False, "openai: a bad temperature is refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and "temperature" in str(e), "openai BadRequestError names the field: %s" % e)
+    try:
+        openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % s.port, api_key="nope", max_retries=0).models.list()
+        check(False, "openai: a wrong key is refused")
+    except openai.AuthenticationError as e:
+        check(e.status_code == 401, "openai AuthenticationError")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="okv-serve-")
+    try:
+        llama = make_program(tmp, "llama", "llama", 128256, 128000, 128009, "llama3_1")
+        qwen = make_program(tmp, "qwen3", "qwen3", 151669, 151643, 151645, "qwen3")
+        s = Server(OFFKV, llama, "--parallel", "4", "--ctx-per-seq", "256", "--api-key", KEY, "--max-queue", "8",
+                   "--prefill-chunk", "8")
+        s.default_headers = AUTH
+        try:
+            t0 = time.time()
+            test_errors(s)
+            test_stream_equals_plain(s)
+            test_stop_strings(s)
+            test_completions(s)
+            test_concurrent(s)
+            test_disconnect(s)
+            test_openai_client(s)
+            print("main server tests: %.1f s" % (time.time() - t0), file=sys.stderr)
+        finally:
+            rc = s.stop()
+        check(rc == 0, "SIGTERM exits 0 (got %s): %s" % (rc, "".join(s.log)[-800:]))
+        test_queue_full(llama)
+        test_thinking_kwargs(qwen)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print("%d failed" % len(failures), file=sys.stderr)
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
