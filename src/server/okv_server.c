@@ -4,9 +4,11 @@
  * callback response that waits for the scheduler's SSE events; when the
  * client goes away libmicrohttpd frees that response, which marks the
  * request cancelled so the scheduler drops its sequence at its next turn.
- * A non-streamed reply waits for the whole body in the connection's thread. */
+ * A non-streamed reply waits for the whole body in the connection's thread,
+ * polling the socket so a hang-up cancels it too. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +108,22 @@ static void new_id(srv_request *r, const char *prefix) {
     r->created = (long long)time(NULL);
 }
 
+/* Waits for a non-streamed reply; a client that hangs up meanwhile cancels it. */
+static void wait_done(struct MHD_Connection *c, srv_request *r) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd pfd = {.fd = ci ? ci->connect_fd : -1, .events = POLLRDHUP};
+    pthread_mutex_lock(&r->lock);
+    while (!r->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+        if (!r->done && pfd.fd >= 0 && poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) r->cancelled = true;
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
 static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, srv_kind kind, const conn_state *cs) {
     srv_request *r = srv_request_new();
     if (!r) return reply_error(c, 500, "out of memory", NULL);
@@ -131,9 +149,7 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, srv_
         MHD_destroy_response(resp);
         return ret;
     }
-    pthread_mutex_lock(&r->lock);
-    while (!r->done) pthread_cond_wait(&r->cond, &r->lock);
-    pthread_mutex_unlock(&r->lock);
+    wait_done(c, r);
     enum MHD_Result ret;
     if (r->error[0]) ret = reply_error(c, strcmp(r->error, "the server is shutting down") ? 500 : 503, r->error, NULL);
     else if (r->out.oom) ret = reply_error(c, 500, "out of memory", NULL);

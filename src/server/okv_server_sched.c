@@ -180,16 +180,17 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool can
     else if (!error) s->m.requests_ok++;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&r->lock);
-    if (r->t_first) {
-        pthread_mutex_lock(&s->lock);
-        s->m.ttft_sum += r->t_first;
-        s->m.ttft_count++;
-        pthread_mutex_unlock(&s->lock);
-    }
+    double first = r->t_first;
     if (cancelled && !error) error = "cancelled";
     srv_emit_end(r, st, error);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
+    if (first > 0) {   /* locks are never nested request -> server */
+        pthread_mutex_lock(&s->lock);
+        s->m.ttft_sum += first;
+        s->m.ttft_count++;
+        pthread_mutex_unlock(&s->lock);
+    }
     okv_gen_seq_free(sl->seq);
     sl->seq = NULL;
     pthread_mutex_lock(&s->lock);

@@ -191,6 +191,10 @@ def test_disconnect(s):
     check(b"data: " in got, "got a first event before closing")
     check(s.wait_metric("offkv_active_sequences", 0) == 0, "the sequence is dropped after the disconnect")
     check(s.metric("offkv_requests_cancelled_total") == before + 1, "counted as cancelled")
+    # a non-streamed request whose client hangs up is cancelled too
+    got = raw_stream_then_close(s.port, chat("Keep talking", max_tokens=480), read_events=0)
+    check(s.wait_metric("offkv_requests_cancelled_total", before + 2) == before + 2, "non-streamed: counted as cancelled")
+    check(s.wait_metric("offkv_active_sequences", 0) == 0, "the non-streamed sequence is dropped after the disconnect")
     # the server still answers
     check(s.post("/v1/chat/completions", chat("hi", max_tokens=2), headers=AUTH)[0] == 200, "alive after disconnect")
 
@@ -228,6 +232,43 @@ def test_thinking_kwargs(program):
         expect_error(s, "/v1/chat/completions", {**body, "chat_template_kwargs": [1]}, 400, "chat_template_kwargs", headers={})
     finally:
         check(s.stop() == 0, "qwen3 server exits 0")
+
+
+def timed_events(port, body, stamps, started=None):
+    """Reads a streamed request's events, appending the arrival time of each to stamps."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body),
+              headers={"Content-Type": "application/json", **AUTH})
+    r = c.getresponse()
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if line.startswith(b"data: {"):
+            stamps.append(time.time())
+            if started is not None:
+                started.set()
+    c.close()
+
+
+def test_prefill_interleaves(s):
+    """A long prompt is prefilled in chunks between another stream's tokens:
+    stream A keeps receiving tokens while B's ~150-token prompt is prefilled
+    (--prefill-chunk 8: about 19 chunks, so as many of A's tokens before B's first)."""
+    a_stamps, b_stamps, started = [], [], threading.Event()
+    ta = threading.Thread(target=timed_events, args=(s.port, chat("Keep talking", max_tokens=200, stream=True), a_stamps, started))
+    ta.start()
+    started.wait(30)
+    t_submit = time.time()
+    long_prompt = " ".join("w%d" % i for i in range(60))
+    tb = threading.Thread(target=timed_events, args=(s.port, chat(long_prompt, max_tokens=4, stream=True), b_stamps))
+    tb.start()
+    tb.join()
+    ta.join()
+    check(b_stamps, "B streamed")
+    during = [t for t in a_stamps if b_stamps and t_submit < t < b_stamps[0]]
+    check(len(during) >= 10, "A got %d tokens while B's prompt was prefilled" % len(during))
 
 
 def test_openai_client(s):
@@ -274,6 +315,7 @@ def main():
             test_stop_strings(s)
             test_completions(s)
             test_concurrent(s)
+            test_prefill_interleaves(s)
             test_disconnect(s)
             test_openai_client(s)
             print("main server tests: %.1f s" % (time.time() - t0), file=sys.stderr)
