@@ -9,7 +9,6 @@
  * pool before releasing any old one, so a failed growth leaves all caches as
  * they were) and plans the runs; okv_kv_commit_step then advances the length.
  * Pool pointers may change in begin_step, never between begin and commit. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -355,27 +354,16 @@ size_t okv_kv_bytes_full(const okv_kv *kv) {
     return total;
 }
 
-/* Appends printf output to buf[*used..n), never overflowing. */
-static void append(char *buf, size_t n, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void append(char *buf, size_t n, size_t *used, const char *fmt, ...) {
-    if (*used >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *used, n - *used, fmt, ap);
-    va_end(ap);
-    if (k > 0) *used += (size_t)k < n - *used ? (size_t)k : n - *used - 1;
-}
-
 void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
     if (!buf || n == 0) return;
-    buf[0] = 0;
-    size_t used = 0;
+    okv_buf out; /* truncates at n - 1 bytes */
+    okv_buf_init_fixed(&out, buf, n);
     int n_flat = 0;
     for (int c = 0; c < kv->n_caches; c++) n_flat += kv->caches[c].policy.kind == OKV_POLICY_FLAT;
-    append(buf, n, &used, "%d caches: ", kv->n_caches);
+    okv_buf_printf(&out, "%d caches: ", kv->n_caches);
     const char *sep = "";
     if (n_flat) {
-        append(buf, n, &used, "%d flat", n_flat);
+        okv_buf_printf(&out, "%d flat", n_flat);
         sep = " + ";
     }
     /* rings grouped by window, in order of each window's first cache */
@@ -389,9 +377,9 @@ void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
         int count = 0;
         for (int e = c; e < kv->n_caches; e++)
             count += kv->caches[e].policy.kind == OKV_POLICY_RING && kv->caches[e].policy.window == p->window;
-        append(buf, n, &used, "%s%d ring(window %d)", sep, count, p->window);
+        okv_buf_printf(&out, "%s%d ring(window %d)", sep, count, p->window);
         sep = " + ";
     }
-    append(buf, n, &used, " | capacity %d | kv %s | %.1f MiB", kv->seq.capacity,
+    okv_buf_printf(&out, " | capacity %d | kv %s | %.1f MiB", kv->seq.capacity,
            okv_dtype_name(kv->caches[0].dtype), (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
 }

@@ -1,6 +1,7 @@
 /* okv_common.h — small helpers every layer uses: error filling, checked
- * allocation, whole-file reads, float16/bfloat16 conversion, cJSON accessors.
- * Nothing here holds state. */
+ * allocation, whole-file reads, float16/bfloat16 conversion, cJSON
+ * accessors, and (through okv_buf.h) the growable buffer. Nothing here
+ * holds state. */
 #ifndef OKV_COMMON_H
 #define OKV_COMMON_H
 
@@ -11,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "offkv_base.h"
+#include "okv_buf.h"
 
 /* Fills err (may be NULL) with a printf-style message and returns status. */
 okv_status okv_fail(okv_error *err, okv_status status, const char *fmt, ...)

@@ -2,7 +2,6 @@
  * either printed as is (--json) or rendered as text. Programs and bare
  * configs (inspect --config) share the layout part, so both print the
  * same fields the same way. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,25 +23,6 @@ cJSON *okv_describe_layout_doc(const okv_layout *l, const char *architecture, co
 
 /* ---- text rendering ------------------------------------------------------------ */
 
-typedef struct sbuf { char *p; size_t len, cap; } sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->p && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
-        size_t cap = (b->cap + (size_t)n + 256) * 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return;
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 static int num(const cJSON *doc, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
     return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
@@ -53,96 +33,96 @@ static int arr_at(const cJSON *doc, const char *key, int i) {
     return cJSON_IsNumber(v) ? (int)v->valuedouble : 0;
 }
 
-static void render_layout(sbuf *b, const cJSON *doc) {
+static void render_layout(okv_buf *b, const cJSON *doc) {
     int n = num(doc, "n_caches"), layers = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(doc, "layer_to_cache"));
-    sb_printf(b, "cache layout: %d caches for %d layers | prefill_chunk_size %d | max_ctx_len %d\n", n, layers,
+    okv_buf_printf(b, "cache layout: %d caches for %d layers | prefill_chunk_size %d | max_ctx_len %d\n", n, layers,
               num(doc, "prefill_chunk_size"), num(doc, "max_ctx_len"));
     for (int c = 0; c < n; c++) {
         int w = arr_at(doc, "windows", c);
-        sb_printf(b, "  cache %2d: kv_heads %d, head_dim %d, %s", c, arr_at(doc, "kv_heads", c), arr_at(doc, "head_dims", c),
+        okv_buf_printf(b, "  cache %2d: kv_heads %d, head_dim %d, %s", c, arr_at(doc, "kv_heads", c), arr_at(doc, "head_dims", c),
                   w ? "ring" : "flat");
-        if (w) sb_printf(b, " (window %d)", w);
-        sb_printf(b, " | layers");
+        if (w) okv_buf_printf(b, " (window %d)", w);
+        okv_buf_printf(b, " | layers");
         for (int l = 0; l < layers; l++)
-            if (arr_at(doc, "layer_to_cache", l) == c) sb_printf(b, " %d", l);
-        sb_printf(b, "\n");
+            if (arr_at(doc, "layer_to_cache", l) == c) okv_buf_printf(b, " %d", l);
+        okv_buf_printf(b, "\n");
     }
 }
 
-static void render_tensors(sbuf *b, const cJSON *tensors) {
+static void render_tensors(okv_buf *b, const cJSON *tensors) {
     const cJSON *t;
-    sb_printf(b, "tensors (%d):\n", cJSON_GetArraySize(tensors));
+    okv_buf_printf(b, "tensors (%d):\n", cJSON_GetArraySize(tensors));
     cJSON_ArrayForEach(t, tensors) {
         char shape[96] = "";
         const cJSON *d;
         cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(t, "shape"))
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld", shape[0] ? ", " : "", (long long)d->valuedouble);
         const char *scheme = okv_json_str(t, "scheme");
-        sb_printf(b, "  %-52s %-15s [%s] %.0f bytes\n", okv_json_str(t, "name"), scheme ? scheme : okv_json_str(t, "dtype"), shape,
+        okv_buf_printf(b, "  %-52s %-15s [%s] %.0f bytes\n", okv_json_str(t, "name"), scheme ? scheme : okv_json_str(t, "dtype"), shape,
                   cJSON_GetObjectItemCaseSensitive(t, "nbytes")->valuedouble);
     }
 }
 
 /* "bytes by scheme: q4 g32 asym f16 1234 (56.1%), f32 ... | total N" */
-static void render_schemes(sbuf *b, const cJSON *doc) {
+static void render_schemes(okv_buf *b, const cJSON *doc) {
     const cJSON *by = cJSON_GetObjectItemCaseSensitive(doc, "bytes_by_scheme"), *e;
     const cJSON *total = cJSON_GetObjectItemCaseSensitive(doc, "total_bytes");
     if (!cJSON_IsObject(by) || !cJSON_IsNumber(total)) return;
-    sb_printf(b, "bytes by scheme:");
+    okv_buf_printf(b, "bytes by scheme:");
     cJSON_ArrayForEach(e, by)
-        sb_printf(b, " %s %.0f (%.1f%%),", e->string, e->valuedouble, total->valuedouble > 0 ? 100.0 * e->valuedouble / total->valuedouble : 0.0);
-    sb_printf(b, " total %.0f bytes (%.1f MiB)\n", total->valuedouble, total->valuedouble / (1024.0 * 1024.0));
+        okv_buf_printf(b, " %s %.0f (%.1f%%),", e->string, e->valuedouble, total->valuedouble > 0 ? 100.0 * e->valuedouble / total->valuedouble : 0.0);
+    okv_buf_printf(b, " total %.0f bytes (%.1f MiB)\n", total->valuedouble, total->valuedouble / (1024.0 * 1024.0));
 }
 
 /* "model: NAME | 134.5M parameters | 513.0 MiB of weights" (programs only). */
-static void render_model(sbuf *b, const cJSON *doc) {
+static void render_model(okv_buf *b, const cJSON *doc) {
     const char *name = okv_json_str(doc, "name");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(doc, "parameters");
     const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(doc, "weight_bytes");
     if (!name || !cJSON_IsNumber(params) || !cJSON_IsNumber(bytes)) return;
     double p = params->valuedouble;
-    sb_printf(b, "model: %s | %.*f%s parameters | %.1f MiB of weights\n", name, p >= 1e9 ? 2 : 1,
+    okv_buf_printf(b, "model: %s | %.*f%s parameters | %.1f MiB of weights\n", name, p >= 1e9 ? 2 : 1,
               p >= 1e9 ? p / 1e9 : p >= 1e6 ? p / 1e6 : p / 1e3, p >= 1e9 ? "B" : p >= 1e6 ? "M" : "K",
               bytes->valuedouble / (1024.0 * 1024.0));
 }
 
 char *okv_describe_render(const cJSON *doc, bool json) {
     if (json) return cJSON_Print(doc);
-    sbuf b = {0};
+    okv_buf b = {0};
     render_model(&b, doc);
     const char *dtype = okv_json_str(doc, "dtype");
-    sb_printf(&b, "architecture: %s%s%s\n", okv_json_str(doc, "architecture"), dtype ? " | dtype " : "", dtype ? dtype : "");
+    okv_buf_printf(&b, "architecture: %s%s%s\n", okv_json_str(doc, "architecture"), dtype ? " | dtype " : "", dtype ? dtype : "");
     const cJSON *e;
     static const char *const facts[] = {"vocab_size", "hidden_size", "n_layers", "bos_id"};
     for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++)
-        if (cJSON_GetObjectItemCaseSensitive(doc, facts[i])) sb_printf(&b, "%s: %d\n", facts[i], num(doc, facts[i]));
+        if (cJSON_GetObjectItemCaseSensitive(doc, facts[i])) okv_buf_printf(&b, "%s: %d\n", facts[i], num(doc, facts[i]));
     const cJSON *eos = cJSON_GetObjectItemCaseSensitive(doc, "eos_ids");
     if (eos) {
-        sb_printf(&b, "eos_ids:");
-        cJSON_ArrayForEach(e, eos) sb_printf(&b, " %d", (int)e->valuedouble);
-        sb_printf(&b, "\n");
+        okv_buf_printf(&b, "eos_ids:");
+        cJSON_ArrayForEach(e, eos) okv_buf_printf(&b, " %d", (int)e->valuedouble);
+        okv_buf_printf(&b, "\n");
     }
     render_layout(&b, doc);
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(doc, "tokenizer");
     if (tok) {
-        sb_printf(&b, "tokenizer:");
+        okv_buf_printf(&b, "tokenizer:");
         cJSON_ArrayForEach(e, tok) {
-            if (cJSON_IsString(e)) sb_printf(&b, " %s=%s", e->string, e->valuestring);
-            else if (cJSON_IsBool(e)) sb_printf(&b, " %s=%s", e->string, cJSON_IsTrue(e) ? "yes" : "no");
-            else if (cJSON_IsNumber(e)) sb_printf(&b, " %s=%.0f", e->string, e->valuedouble);
+            if (cJSON_IsString(e)) okv_buf_printf(&b, " %s=%s", e->string, e->valuestring);
+            else if (cJSON_IsBool(e)) okv_buf_printf(&b, " %s=%s", e->string, cJSON_IsTrue(e) ? "yes" : "no");
+            else if (cJSON_IsNumber(e)) okv_buf_printf(&b, " %s=%.0f", e->string, e->valuedouble);
         }
-        sb_printf(&b, "\n");
+        okv_buf_printf(&b, "\n");
     }
     const cJSON *graph = cJSON_GetObjectItemCaseSensitive(doc, "graph");
     if (graph) {
-        sb_printf(&b, "graph: %d nodes, %d values |", num(graph, "n_nodes"), num(graph, "n_values"));
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(graph, "ops")) sb_printf(&b, " %s x%d", e->string, (int)e->valuedouble);
-        sb_printf(&b, "\n");
+        okv_buf_printf(&b, "graph: %d nodes, %d values |", num(graph, "n_nodes"), num(graph, "n_values"));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(graph, "ops")) okv_buf_printf(&b, " %s x%d", e->string, (int)e->valuedouble);
+        okv_buf_printf(&b, "\n");
     }
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(doc, "tensors");
     if (tensors) render_tensors(&b, tensors);
     render_schemes(&b, doc);
-    return b.p;
+    return okv_buf_detach(&b, NULL); /* NULL if out of memory */
 }
 
 /* ---- program documents ------------------------------------------------------------ */

@@ -20,8 +20,7 @@ struct okv_chat_session {
     cJSON *messages;
     int32_t *cached;      /* ids the cache holds, in position order */
     size_t n_cached, cap_cached;
-    char *reply;          /* the reply text streamed in the current turn */
-    size_t reply_len, reply_cap;
+    okv_buf reply;        /* the reply text streamed in the current turn */
     const okv_gen_options *user_opts;
 };
 
@@ -53,7 +52,7 @@ void okv_chat_session_free(okv_chat_session *s) {
     cJSON_Delete(s->messages);
     free(s->key);
     free(s->cached);
-    free(s->reply);
+    okv_buf_free(&s->reply);
     free(s);
 }
 
@@ -67,16 +66,7 @@ static void add_message(okv_chat_session *s, const char *role, const char *conte
 /* Streams text to the caller and keeps a copy as the reply. */
 static void capture_text(void *ctx, const char *text, size_t len) {
     okv_chat_session *s = ctx;
-    if (s->reply_len + len + 1 > s->reply_cap) {
-        size_t cap = (s->reply_len + len + 1) * 2;
-        char *p = realloc(s->reply, cap);
-        if (!p) return;
-        s->reply = p;
-        s->reply_cap = cap;
-    }
-    memcpy(s->reply + s->reply_len, text, len);
-    s->reply_len += len;
-    s->reply[s->reply_len] = 0;
+    okv_buf_put(&s->reply, text, len);
     if (s->user_opts->on_text) s->user_opts->on_text(s->user_opts->ctx, text, len);
 }
 
@@ -107,12 +97,9 @@ static okv_status remember_cached(okv_chat_session *s, const int32_t *prompt, si
     okv_status st = okv_cache_length(s->key, &len, err);
     if (st) return st;
     size_t want = (size_t)len;
-    if (want > s->cap_cached) {
-        int32_t *p = realloc(s->cached, want * sizeof *p);
-        if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-        s->cached = p;
-        s->cap_cached = want;
-    }
+    int32_t *p = okv_grow(s->cached, &s->cap_cached, want, sizeof *p);
+    if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    s->cached = p;
     for (size_t i = 0; i < want; i++) s->cached[i] = i < n ? prompt[i] : (i - n < n_gen ? gen[i - n] : -1);
     s->n_cached = want;
     return OKV_OK;
@@ -196,10 +183,11 @@ okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const ok
     go.on_text = capture_text;
     go.ctx = s;
     s->user_opts = o;
-    s->reply_len = 0;
+    okv_buf_reset(&s->reply);
     st = okv_generate(s->runner, s->tok, ids + keep, n - keep, (int)keep, &go, gen, stats, err);
     if (!st) st = remember_cached(s, ids, n, gen, (size_t)stats->generated_tokens, err);
-    if (!st) add_message(s, "assistant", s->reply ? s->reply : "");
+    if (!st && s->reply.oom) st = okv_fail(err, OKV_ERR_NOMEM, "chat session: out of memory keeping the reply");
+    if (!st) add_message(s, "assistant", okv_buf_str(&s->reply));
     else {   /* unknown cache state and no reply: start the next turn from scratch, without this one */
         s->n_cached = 0;
         okv_error e2;

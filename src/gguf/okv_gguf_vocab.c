@@ -28,7 +28,6 @@
  * rather than built as a cJSON tree: Gemma's vocab and merges would be ~2M
  * tree nodes for a 34 MB text. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,62 +95,28 @@ static size_t utf8_count(const char *s, size_t n) {
     return k;
 }
 
-/* A growable text buffer; oom sticks so callers check once at the end. */
-typedef struct jbuf {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} jbuf;
-
-static void jb_put(jbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (!p) { b->oom = true; return; }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-static void jb_lit(jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
-
-static void jb_fmt(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void jb_fmt(jbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) jb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* A JSON string literal of valid UTF-8 bytes. */
-static void jb_str(jbuf *b, const char *s, size_t n) {
-    jb_put(b, "\"", 1);
+static void jb_str(okv_buf *b, const char *s, size_t n) {
+    okv_buf_put(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        jb_put(b, s + run, i - run);
+        okv_buf_put(b, s + run, i - run);
         run = i + 1;
         char esc[8];
-        if (c == '"') jb_lit(b, "\\\"");
-        else if (c == '\\') jb_lit(b, "\\\\");
-        else if (c == '\n') jb_lit(b, "\\n");
-        else if (c == '\t') jb_lit(b, "\\t");
-        else if (c == '\r') jb_lit(b, "\\r");
-        else { snprintf(esc, sizeof esc, "\\u%04x", c); jb_lit(b, esc); }
+        if (c == '"') okv_buf_puts(b, "\\\"");
+        else if (c == '\\') okv_buf_puts(b, "\\\\");
+        else if (c == '\n') okv_buf_puts(b, "\\n");
+        else if (c == '\t') okv_buf_puts(b, "\\t");
+        else if (c == '\r') okv_buf_puts(b, "\\r");
+        else { snprintf(esc, sizeof esc, "\\u%04x", c); okv_buf_puts(b, esc); }
     }
-    jb_put(b, s + run, n - run);
-    jb_put(b, "\"", 1);
+    okv_buf_put(b, s + run, n - run);
+    okv_buf_put(b, "\"", 1);
 }
 
-static void jb_cstr(jbuf *b, const char *s) { jb_str(b, s, strlen(s)); }
+static void jb_cstr(okv_buf *b, const char *s) { jb_str(b, s, strlen(s)); }
 
 /* ---- string -> id hash map over the (fixed-up) token texts ----------------------- */
 
@@ -355,7 +320,7 @@ static void pick_specials(synth *S) {
 
 /* ---- merges -------------------------------------------------------------------------------- */
 
-static okv_status put_gpt2_merges(synth *S, jbuf *b) {
+static okv_status put_gpt2_merges(synth *S, okv_buf *b) {
     const okv_gguf_vocab *v = S->v;
     for (size_t i = 0; i < v->n_merges; i++) {
         okv_gguf_span m = v->merges[i];
@@ -382,12 +347,12 @@ static okv_status put_gpt2_merges(synth *S, jbuf *b) {
         if (im < 0)
             return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.merges[%zu]: the merged token \"%.*s%.*s\" is not in tokenizer.ggml.tokens",
                             i, (int)(na > 40 ? 40 : na), a, (int)(nb > 40 ? 40 : nb), bb);
-        if (i) jb_put(b, ",", 1);
-        jb_put(b, "[", 1);
+        if (i) okv_buf_put(b, ",", 1);
+        okv_buf_put(b, "[", 1);
         jb_str(b, a, na);
-        jb_put(b, ",", 1);
+        okv_buf_put(b, ",", 1);
         jb_str(b, bb, nb);
-        jb_put(b, "]", 1);
+        okv_buf_put(b, "]", 1);
     }
     return OKV_OK;
 }
@@ -417,7 +382,7 @@ static float spm_score(const synth *S, size_t id) {
     return isnan(s) ? -INFINITY : s;
 }
 
-static okv_status put_spm_merges(synth *S, jbuf *b) {
+static okv_status put_spm_merges(synth *S, okv_buf *b) {
     size_t cap = 1024, n = 0;
     spm_merge *m = malloc(cap * sizeof *m);
     if (!m) return nomem(S);
@@ -439,12 +404,12 @@ static okv_status put_spm_merges(synth *S, jbuf *b) {
     }
     qsort(m, n, sizeof *m, cmp_spm_merge);
     for (size_t i = 0; i < n; i++) {
-        if (i) jb_put(b, ",", 1);
-        jb_put(b, "[", 1);
+        if (i) okv_buf_put(b, ",", 1);
+        okv_buf_put(b, "[", 1);
         jb_str(b, S->text[m[i].left].ptr, S->text[m[i].left].len);
-        jb_put(b, ",", 1);
+        okv_buf_put(b, ",", 1);
         jb_str(b, S->text[m[i].right].ptr, S->text[m[i].right].len);
-        jb_put(b, "]", 1);
+        okv_buf_put(b, "]", 1);
     }
     free(m);
     return OKV_OK;
@@ -466,172 +431,172 @@ static const char *const DEFAULT_REGEXES[] = {
     "[0-9][0-9][0-9]",
 };
 
-static void put_split(jbuf *b, const char *regex) {
-    jb_lit(b, "{\"type\":\"Split\",\"pattern\":{\"Regex\":");
+static void put_split(okv_buf *b, const char *regex) {
+    okv_buf_puts(b, "{\"type\":\"Split\",\"pattern\":{\"Regex\":");
     jb_cstr(b, regex);
-    jb_lit(b, "},\"behavior\":\"Isolated\",\"invert\":false}");
+    okv_buf_puts(b, "},\"behavior\":\"Isolated\",\"invert\":false}");
 }
 
 static const char BYTELEVEL_NO_REGEX[] = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":false,\"use_regex\":false}";
 
-static void put_normalizer_and_pre(const synth *S, jbuf *b) {
+static void put_normalizer_and_pre(const synth *S, okv_buf *b) {
     if (S->kind == KIND_SPM) {
         if (S->space_prefix)
-            jb_lit(b, "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"" WORD_SPACE "\"},"
+            okv_buf_puts(b, "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":\"" WORD_SPACE "\"},"
                       "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"" WORD_SPACE "\"}]},\"pre_tokenizer\":null,");
         else /* Gemma: no dummy prefix; the Split on " " is a no-op after the Replace, kept as HF has it */
-            jb_lit(b, "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"" WORD_SPACE "\"},"
+            okv_buf_puts(b, "\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"" WORD_SPACE "\"},"
                       "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\" \"},\"behavior\":\"MergedWithPrevious\",\"invert\":false},");
         return;
     }
-    jb_lit(b, S->pre == PRE_QWEN2 ? "\"normalizer\":{\"type\":\"NFC\"}," : "\"normalizer\":null,");
-    jb_lit(b, "\"pre_tokenizer\":");
+    okv_buf_puts(b, S->pre == PRE_QWEN2 ? "\"normalizer\":{\"type\":\"NFC\"}," : "\"normalizer\":null,");
+    okv_buf_puts(b, "\"pre_tokenizer\":");
     switch (S->pre) {
     case PRE_SMOLLM:
-        jb_lit(b, "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true},"
+        okv_buf_puts(b, "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true},"
                   "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}]}");
         break;
     case PRE_GPT2:
-        jb_lit(b, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}");
+        okv_buf_puts(b, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}");
         break;
     case PRE_LLAMA3:
     case PRE_QWEN2:
-        jb_lit(b, "{\"type\":\"Sequence\",\"pretokenizers\":[");
+        okv_buf_puts(b, "{\"type\":\"Sequence\",\"pretokenizers\":[");
         put_split(b, S->pre == PRE_LLAMA3 ? LLAMA3_REGEX : QWEN2_REGEX);
-        jb_lit(b, ",");
-        jb_lit(b, BYTELEVEL_NO_REGEX);
-        jb_lit(b, "]}");
+        okv_buf_puts(b, ",");
+        okv_buf_puts(b, BYTELEVEL_NO_REGEX);
+        okv_buf_puts(b, "]}");
         break;
     case PRE_DEFAULT:
-        jb_lit(b, "{\"type\":\"Sequence\",\"pretokenizers\":[");
+        okv_buf_puts(b, "{\"type\":\"Sequence\",\"pretokenizers\":[");
         for (size_t i = 0; i < sizeof DEFAULT_REGEXES / sizeof *DEFAULT_REGEXES; i++) {
             put_split(b, DEFAULT_REGEXES[i]);
-            jb_lit(b, ",");
+            okv_buf_puts(b, ",");
         }
-        jb_lit(b, BYTELEVEL_NO_REGEX);
-        jb_lit(b, "]}");
+        okv_buf_puts(b, BYTELEVEL_NO_REGEX);
+        okv_buf_puts(b, "]}");
         break;
     }
-    jb_lit(b, ",");
+    okv_buf_puts(b, ",");
 }
 
-static void put_special_ref(const synth *S, jbuf *b, int64_t id) {
-    jb_lit(b, "{\"SpecialToken\":{\"id\":");
+static void put_special_ref(const synth *S, okv_buf *b, int64_t id) {
+    okv_buf_puts(b, "{\"SpecialToken\":{\"id\":");
     jb_str(b, S->text[id].ptr, S->text[id].len);
-    jb_lit(b, ",\"type_id\":0}}");
+    okv_buf_puts(b, ",\"type_id\":0}}");
 }
 
-static void put_special_def(const synth *S, jbuf *b, int64_t id) {
+static void put_special_def(const synth *S, okv_buf *b, int64_t id) {
     jb_str(b, S->text[id].ptr, S->text[id].len);
-    jb_lit(b, ":{\"id\":");
+    okv_buf_puts(b, ":{\"id\":");
     jb_str(b, S->text[id].ptr, S->text[id].len);
-    jb_fmt(b, ",\"ids\":[%lld],\"tokens\":[", (long long)id);
+    okv_buf_printf(b, ",\"ids\":[%lld],\"tokens\":[", (long long)id);
     jb_str(b, S->text[id].ptr, S->text[id].len);
-    jb_lit(b, "]}");
+    okv_buf_puts(b, "]}");
 }
 
-static okv_status put_post_processor(const synth *S, jbuf *b) {
+static okv_status put_post_processor(const synth *S, okv_buf *b) {
     bool bos = S->add_bos && S->bos >= 0, eos = S->add_eos && S->eos >= 0;
     if (S->v->add_bos > 0 && S->bos < 0)
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.add_bos_token is true but there is no tokenizer.ggml.bos_token_id");
     if (S->add_eos && S->eos < 0)
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.add_eos_token is true but there is no tokenizer.ggml.eos_token_id");
     if (!bos && !eos) {
-        jb_lit(b, S->kind == KIND_GPT2 ? "\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},"
+        okv_buf_puts(b, S->kind == KIND_GPT2 ? "\"post_processor\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},"
                                        : "\"post_processor\":null,");
         return OKV_OK;
     }
-    jb_lit(b, "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[");
-    if (bos) { put_special_ref(S, b, S->bos); jb_lit(b, ","); }
-    jb_lit(b, "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}");
-    if (eos) { jb_lit(b, ","); put_special_ref(S, b, S->eos); }
-    jb_lit(b, "],\"special_tokens\":{");
+    okv_buf_puts(b, "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[");
+    if (bos) { put_special_ref(S, b, S->bos); okv_buf_puts(b, ","); }
+    okv_buf_puts(b, "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}");
+    if (eos) { okv_buf_puts(b, ","); put_special_ref(S, b, S->eos); }
+    okv_buf_puts(b, "],\"special_tokens\":{");
     if (bos) put_special_def(S, b, S->bos);
     if (eos && !(bos && S->bos == S->eos)) {
-        if (bos) jb_lit(b, ",");
+        if (bos) okv_buf_puts(b, ",");
         put_special_def(S, b, S->eos);
     }
-    jb_lit(b, "}},");
+    okv_buf_puts(b, "}},");
     return OKV_OK;
 }
 
-static void put_decoder(const synth *S, jbuf *b) {
+static void put_decoder(const synth *S, okv_buf *b) {
     if (S->kind == KIND_GPT2) {
-        jb_lit(b, "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},");
+        okv_buf_puts(b, "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},");
         return;
     }
-    jb_lit(b, "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"" WORD_SPACE
+    okv_buf_puts(b, "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"" WORD_SPACE
               "\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}");
-    if (S->space_prefix) jb_lit(b, ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}");
-    jb_lit(b, "]},");
+    if (S->space_prefix) okv_buf_puts(b, ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}");
+    okv_buf_puts(b, "]},");
 }
 
-static void put_added_tokens(const synth *S, jbuf *b) {
-    jb_lit(b, "\"added_tokens\":[");
+static void put_added_tokens(const synth *S, okv_buf *b) {
+    okv_buf_puts(b, "\"added_tokens\":[");
     bool first = true;
     for (size_t i = 0; i < S->n; i++) {
         if (!is_added(S, i)) continue;
-        if (!first) jb_lit(b, ",");
+        if (!first) okv_buf_puts(b, ",");
         first = false;
-        jb_fmt(b, "{\"id\":%zu,\"content\":", i);
+        okv_buf_printf(b, "{\"id\":%zu,\"content\":", i);
         jb_str(b, S->text[i].ptr, S->text[i].len);
-        jb_lit(b, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":");
-        jb_lit(b, S->type[i] == OKV_GGUF_TOKEN_CONTROL ? "true}" : "false}");
+        okv_buf_puts(b, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":");
+        okv_buf_puts(b, S->type[i] == OKV_GGUF_TOKEN_CONTROL ? "true}" : "false}");
     }
-    jb_lit(b, "],");
+    okv_buf_puts(b, "],");
 }
 
-static okv_status put_model(synth *S, jbuf *b) {
-    jb_lit(b, "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":");
+static okv_status put_model(synth *S, okv_buf *b) {
+    okv_buf_puts(b, "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":");
     if (S->kind == KIND_SPM && S->unk >= 0) jb_str(b, S->text[S->unk].ptr, S->text[S->unk].len);
-    else jb_lit(b, "null");
-    jb_lit(b, ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,");
-    jb_lit(b, S->kind == KIND_SPM ? "\"fuse_unk\":true," : "\"fuse_unk\":false,");
-    jb_lit(b, S->kind == KIND_SPM && S->byte_fallback ? "\"byte_fallback\":true," : "\"byte_fallback\":false,");
-    jb_lit(b, S->kind == KIND_GPT2 && S->pre == PRE_LLAMA3 ? "\"ignore_merges\":true," : "\"ignore_merges\":false,");
-    jb_lit(b, "\"vocab\":{");
+    else okv_buf_puts(b, "null");
+    okv_buf_puts(b, ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,");
+    okv_buf_puts(b, S->kind == KIND_SPM ? "\"fuse_unk\":true," : "\"fuse_unk\":false,");
+    okv_buf_puts(b, S->kind == KIND_SPM && S->byte_fallback ? "\"byte_fallback\":true," : "\"byte_fallback\":false,");
+    okv_buf_puts(b, S->kind == KIND_GPT2 && S->pre == PRE_LLAMA3 ? "\"ignore_merges\":true," : "\"ignore_merges\":false,");
+    okv_buf_puts(b, "\"vocab\":{");
     for (size_t i = 0; i < S->n; i++) {
-        if (i) jb_lit(b, ",");
+        if (i) okv_buf_puts(b, ",");
         jb_str(b, S->text[i].ptr, S->text[i].len);
-        jb_fmt(b, ":%zu", i);
+        okv_buf_printf(b, ":%zu", i);
     }
-    jb_lit(b, "},\"merges\":[");
+    okv_buf_puts(b, "},\"merges\":[");
     okv_status st = S->kind == KIND_GPT2 ? put_gpt2_merges(S, b) : put_spm_merges(S, b);
-    jb_lit(b, "]}");
+    okv_buf_puts(b, "]}");
     return st;
 }
 
-static okv_status build_tokenizer_json(synth *S, jbuf *b) {
-    jb_lit(b, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,");
+static okv_status build_tokenizer_json(synth *S, okv_buf *b) {
+    okv_buf_puts(b, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,");
     put_added_tokens(S, b);
     put_normalizer_and_pre(S, b);
     okv_status st = put_post_processor(S, b);
     if (st) return st;
     put_decoder(S, b);
     if ((st = put_model(S, b))) return st;
-    jb_lit(b, "}");
+    okv_buf_puts(b, "}");
     return OKV_OK;
 }
 
 /* ---- tokenizer_config.json and generation_config.json --------------------------------------- */
 
-static void put_token_field(const synth *S, jbuf *b, const char *key, int64_t id) {
-    jb_fmt(b, ",\"%s\":", key);
+static void put_token_field(const synth *S, okv_buf *b, const char *key, int64_t id) {
+    okv_buf_printf(b, ",\"%s\":", key);
     if (id >= 0) jb_str(b, S->text[id].ptr, S->text[id].len);
-    else jb_lit(b, "null");
+    else okv_buf_puts(b, "null");
 }
 
-static void build_tokenizer_config(const synth *S, jbuf *b) {
-    jb_fmt(b, "{\"add_bos_token\":%s,\"add_eos_token\":%s", S->add_bos ? "true" : "false", S->add_eos ? "true" : "false");
+static void build_tokenizer_config(const synth *S, okv_buf *b) {
+    okv_buf_printf(b, "{\"add_bos_token\":%s,\"add_eos_token\":%s", S->add_bos ? "true" : "false", S->add_eos ? "true" : "false");
     put_token_field(S, b, "bos_token", S->bos);
     put_token_field(S, b, "eos_token", S->eos);
     put_token_field(S, b, "unk_token", S->unk);
     put_token_field(S, b, "pad_token", S->pad);
     if (S->v->chat_template.ptr) {
-        jb_lit(b, ",\"chat_template\":");
+        okv_buf_puts(b, ",\"chat_template\":");
         jb_str(b, S->v->chat_template.ptr, S->v->chat_template.len);
     }
-    jb_lit(b, ",\"clean_up_tokenization_spaces\":false}");
+    okv_buf_puts(b, ",\"clean_up_tokenization_spaces\":false}");
 }
 
 /* End-of-generation control tokens by text, as llama.cpp collects them
@@ -639,10 +604,10 @@ static void build_tokenizer_config(const synth *S, jbuf *b) {
 static const char *const EOG_NAMES[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
                                         "<|endoftext|>", "<|end_of_text|>", "<EOT>"};
 
-static void build_generation_config(const synth *S, jbuf *b) {
-    jb_lit(b, "{");
-    if (S->bos >= 0) jb_fmt(b, "\"bos_token_id\":%lld,", (long long)S->bos);
-    jb_lit(b, "\"eos_token_id\":[");
+static void build_generation_config(const synth *S, okv_buf *b) {
+    okv_buf_puts(b, "{");
+    if (S->bos >= 0) okv_buf_printf(b, "\"bos_token_id\":%lld,", (long long)S->bos);
+    okv_buf_puts(b, "\"eos_token_id\":[");
     int64_t ids[2 + sizeof EOG_NAMES / sizeof *EOG_NAMES];
     size_t n = 0;
     if (S->eos >= 0) ids[n++] = S->eos;
@@ -654,11 +619,11 @@ static void build_generation_config(const synth *S, jbuf *b) {
     for (size_t i = 0, written = 0; i < n; i++) {
         bool seen = false;
         for (size_t k = 0; k < i; k++) seen |= ids[k] == ids[i];
-        if (!seen) jb_fmt(b, "%s%lld", written++ ? "," : "", (long long)ids[i]);
+        if (!seen) okv_buf_printf(b, "%s%lld", written++ ? "," : "", (long long)ids[i]);
     }
-    jb_lit(b, "]");
-    if (S->pad >= 0) jb_fmt(b, ",\"pad_token_id\":%lld", (long long)S->pad);
-    jb_lit(b, "}");
+    okv_buf_puts(b, "]");
+    if (S->pad >= 0) okv_buf_printf(b, ",\"pad_token_id\":%lld", (long long)S->pad);
+    okv_buf_puts(b, "}");
 }
 
 /* ---- entry point ------------------------------------------------------------------------------- */
@@ -677,7 +642,7 @@ okv_status okv_gguf_vocab_synthesize(const okv_gguf_vocab *v, okv_gguf_vocab_tex
     memset(out, 0, sizeof *out);
     if (!v) return okv_fail(err, OKV_ERR_INVALID, "GGUF tokenizer: no vocabulary");
     synth S = {.v = v, .err = err};
-    jbuf tj = {0}, tc = {0}, gc = {0};
+    okv_buf tj = {0}, tc = {0}, gc = {0};
     okv_status st = pick_kind(&S);
     if (!st) st = check_arrays(&S);
     if (!st) st = build_tokens(&S);
@@ -692,9 +657,9 @@ okv_status okv_gguf_vocab_synthesize(const okv_gguf_vocab *v, okv_gguf_vocab_tex
     }
     synth_free(&S);
     if (st) {
-        free(tj.data);
-        free(tc.data);
-        free(gc.data);
+        okv_buf_free(&tj);
+        okv_buf_free(&tc);
+        okv_buf_free(&gc);
         return st;
     }
     *out = (okv_gguf_vocab_texts){tj.data, tj.len, tc.data, tc.len, gc.data, gc.len};

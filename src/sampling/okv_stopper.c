@@ -23,10 +23,8 @@ struct okv_stopper {
     char **stops;
     size_t *stop_len;
     int n_stops;
-    char *held;          /* text not released yet */
-    size_t held_len, held_cap;
-    char *out;           /* what the last push/flush released (NUL-terminated) */
-    size_t out_cap;
+    okv_buf held;        /* text not released yet */
+    okv_buf out;         /* what the last push/flush released */
     bool stopped;
     int which;           /* index of the stop string hit, -1 before */
 };
@@ -67,31 +65,19 @@ void okv_stopper_free(okv_stopper *st) {
     for (int i = 0; i < st->n_stops; i++) free(st->stops[i]);
     free(st->stops);
     free(st->stop_len);
-    free(st->held);
-    free(st->out);
+    okv_buf_free(&st->held);
+    okv_buf_free(&st->out);
     free(st);
 }
 
 void okv_stopper_reset(okv_stopper *st) {
-    st->held_len = 0;
+    okv_buf_reset(&st->held);
     st->stopped = false;
     st->which = -1;
 }
 
 int okv_stopper_which(const okv_stopper *st) {
     return st->which;
-}
-
-/* Grows *buf to hold at least need bytes. */
-static bool reserve(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    char *b = realloc(*buf, c);
-    if (!b) return false;
-    *buf = b;
-    *cap = c;
-    return true;
 }
 
 /* Length of the UTF-8 sequence a lead byte announces (1 for ASCII and for
@@ -148,23 +134,20 @@ static size_t longest_stop_prefix_suffix(const okv_stopper *st, const char *text
 
 /* Moves held[0..n) into out and keeps the rest held. */
 static bool release(okv_stopper *st, size_t n, const char **emit, size_t *emit_len) {
-    if (!reserve(&st->out, &st->out_cap, n + 1)) return false;
-    if (n) memcpy(st->out, st->held, n);   /* held may still be NULL when empty */
-    st->out[n] = '\0';
-    if (st->held_len > n) memmove(st->held, st->held + n, st->held_len - n);
-    st->held_len -= n;
-    *emit = st->out;
+    okv_buf *h = &st->held;
+    okv_buf_reset(&st->out);
+    okv_buf_put(&st->out, h->data, n);
+    if (st->out.oom) return false;
+    if (h->len > n) memmove(h->data, h->data + n, h->len - n);
+    okv_buf_truncate(h, h->len - n);
+    *emit = st->out.data;
     *emit_len = n;
     return true;
 }
 
 static void emit_nothing(okv_stopper *st, const char **emit, size_t *emit_len) {
-    if (!st->out && !reserve(&st->out, &st->out_cap, 1)) {
-        *emit = "";
-    } else {
-        st->out[0] = '\0';
-        *emit = st->out;
-    }
+    okv_buf_reset(&st->out);
+    *emit = okv_buf_str(&st->out);
     *emit_len = 0;
 }
 
@@ -176,30 +159,28 @@ okv_status okv_stopper_push(okv_stopper *st, const char *piece, size_t len,
         emit_nothing(st, emit, emit_len);
         return OKV_OK;
     }
-    if (!reserve(&st->held, &st->held_cap, st->held_len + len))
-        return okv_fail(err, OKV_ERR_NOMEM, "stopper: out of memory");
-    if (len) memcpy(st->held + st->held_len, piece, len);
-    st->held_len += len;
+    okv_buf_put(&st->held, piece, len);
+    if (st->held.oom) return okv_fail(err, OKV_ERR_NOMEM, "stopper: out of memory");
 
     int which = -1;
-    size_t at = find_first_stop(st, st->held, st->held_len, &which);
+    size_t at = find_first_stop(st, st->held.data, st->held.len, &which);
     if (which >= 0) {
         if (!release(st, at, emit, emit_len))
             return okv_fail(err, OKV_ERR_NOMEM, "stopper: out of memory");
-        st->held_len = 0;   /* the stop string and what follows: dropped */
+        okv_buf_reset(&st->held);   /* the stop string and what follows: dropped */
         st->stopped = true;
         st->which = which;
         *stopped = true;
         return OKV_OK;
     }
-    size_t keep = longest_stop_prefix_suffix(st, st->held, st->held_len);
-    size_t cut = utf8_safe_cut(st->held, st->held_len - keep);
+    size_t keep = longest_stop_prefix_suffix(st, st->held.data, st->held.len);
+    size_t cut = utf8_safe_cut(st->held.data, st->held.len - keep);
     if (!release(st, cut, emit, emit_len))
         return okv_fail(err, OKV_ERR_NOMEM, "stopper: out of memory");
     return OKV_OK;
 }
 
 void okv_stopper_flush(okv_stopper *st, const char **emit, size_t *emit_len) {
-    if (st->stopped || st->held_len == 0 || !release(st, st->held_len, emit, emit_len))
+    if (st->stopped || st->held.len == 0 || !release(st, st->held.len, emit, emit_len))
         emit_nothing(st, emit, emit_len);
 }

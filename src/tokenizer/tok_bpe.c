@@ -105,7 +105,7 @@ static void merge_all(const okv_tok *tok, word *w) {
 }
 
 /* Splits s into per-character symbols, as HF's BPE::merge_word. */
-static void initial_symbols(const okv_tok *tok, const char *s, size_t n, word *w, tok_buf *key) {
+static void initial_symbols(const okv_tok *tok, const char *s, size_t n, word *w, okv_buf *key) {
     int32_t unk = -1;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
@@ -116,9 +116,9 @@ static void initial_symbols(const okv_tok *tok, const char *s, size_t n, word *w
         int32_t id;
         if ((!first && tok->cont_prefix) || (last && tok->eow_suffix)) {
             key->len = 0;
-            if (!first && tok->cont_prefix) tok_buf_put(key, tok->cont_prefix, tok->cont_prefix_len);
-            tok_buf_put(key, ch, cl);
-            if (last && tok->eow_suffix) tok_buf_put(key, tok->eow_suffix, tok->eow_suffix_len);
+            if (!first && tok->cont_prefix) okv_buf_put(key, tok->cont_prefix, tok->cont_prefix_len);
+            okv_buf_put(key, ch, cl);
+            if (last && tok->eow_suffix) okv_buf_put(key, tok->eow_suffix, tok->eow_suffix_len);
             id = key->oom ? -1 : tok_map_get(&tok->vocab, key->data, key->len);
         } else {
             id = cp < 0x10000 ? tok->bmp_ids[cp] : tok_map_get(&tok->vocab, ch, cl);
@@ -225,7 +225,7 @@ static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, c
         b->c_capvals = cap;
     }
     size_t koff = b->c_keys.len;
-    tok_buf_put(&b->c_keys, s, n);
+    okv_buf_put(&b->c_keys, s, n);
     if (b->c_keys.oom) return;
     if (m) memcpy(b->c_vals + b->c_nvals, ids, m * sizeof *ids); /* m = 0: a word with no ids, c_vals may be NULL */
     b->c_hash[slot] = h;
@@ -287,9 +287,9 @@ okv_status tok_bpe_word(const okv_tok *tok, tok_bpe_scratch *b, const char *s, s
 void tok_bpe_scratch_free(tok_bpe_scratch *b) {
     free(b->syms);
     free(b->heap);
-    tok_buf_free(&b->key);
+    okv_buf_free(&b->key);
     free(b->c_hash); free(b->c_koff); free(b->c_klen); free(b->c_voff); free(b->c_vlen);
-    tok_buf_free(&b->c_keys);
+    okv_buf_free(&b->c_keys);
     free(b->c_vals);
     memset(b, 0, sizeof *b);
 }

@@ -26,7 +26,7 @@
 #define STREAM_MAX_WINDOW 1024 /* held-back ids before we give up and emit */
 
 typedef struct strlist {
-    tok_buf text;
+    okv_buf text;
     size_t *off, *len;
     size_t n, cap;
     bool fused; /* one string that stands for the whole window */
@@ -47,7 +47,7 @@ static void sl_add(strlist *l, const char *s, size_t n) {
     }
     l->off[l->n] = l->text.len;
     l->len[l->n++] = n;
-    tok_buf_put(&l->text, s, n);
+    okv_buf_put(&l->text, s, n);
     if (l->text.oom) l->oom = true;
 }
 
@@ -60,7 +60,7 @@ static void sl_clear(strlist *l) {
 }
 
 static void sl_free(strlist *l) {
-    tok_buf_free(&l->text);
+    okv_buf_free(&l->text);
     free(l->off);
     free(l->len);
     memset(l, 0, sizeof *l);
@@ -93,7 +93,7 @@ static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *s
                             bool at_start, bool at_end, size_t limit, okv_error *err);
 
 static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
-    tok_buf bytes = {0}, text = {0};
+    okv_buf bytes = {0}, text = {0};
     for (size_t t = 0; t < in->n; t++) {
         const char *s = sl_str(in, t);
         size_t n = in->len[t], mark = bytes.len;
@@ -102,22 +102,22 @@ static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
             uint32_t cp = next_cp(s, n, &i);
             int b = cp < 256 + 68 ? tok->bytes.cp_to_byte[cp] : -1;
             if (b < 0) all = false;
-            else tok_buf_putc(&bytes, (char)b);
+            else okv_buf_putc(&bytes, (char)b);
         }
         if (!all) { /* a token outside the alphabet is taken as is */
             bytes.len = mark;
-            tok_buf_put(&bytes, s, n);
+            okv_buf_put(&bytes, s, n);
         }
     }
     tok_utf8_lossy(&text, bytes.data ? bytes.data : "", bytes.len);
     sl_add(out, text.data ? text.data : "", text.len);
     out->fused = true;
     if (bytes.oom || text.oom) out->oom = true;
-    tok_buf_free(&bytes);
-    tok_buf_free(&text);
+    okv_buf_free(&bytes);
+    okv_buf_free(&text);
 }
 
-static void flush_byte_run(strlist *out, tok_buf *run, size_t count) {
+static void flush_byte_run(strlist *out, okv_buf *run, size_t count) {
     if (!count) return;
     if (tok_utf8_valid_prefix(run->data, run->len) == run->len) sl_add(out, run->data, run->len);
     else
@@ -126,13 +126,13 @@ static void flush_byte_run(strlist *out, tok_buf *run, size_t count) {
 }
 
 static void dec_bytefallback(strlist *in, strlist *out) {
-    tok_buf run = {0};
+    okv_buf run = {0};
     size_t count = 0;
     for (size_t t = 0; t < in->n; t++) {
         int b = byte_token(sl_str(in, t), in->len[t]);
         if (b >= 0) {
             char c = (char)b;
-            tok_buf_put(&run, &c, 1);
+            okv_buf_put(&run, &c, 1);
             count++;
             continue;
         }
@@ -142,7 +142,7 @@ static void dec_bytefallback(strlist *in, strlist *out) {
     }
     flush_byte_run(out, &run, count);
     if (run.oom) out->oom = true;
-    tok_buf_free(&run);
+    okv_buf_free(&run);
 }
 
 static void dec_strip(const tok_dec *d, strlist *in, strlist *out, bool at_start, bool at_end) {
@@ -169,7 +169,7 @@ static void dec_strip(const tok_dec *d, strlist *in, strlist *out, bool at_start
 }
 
 static void dec_metaspace(const tok_dec *d, strlist *in, strlist *out, bool at_start) {
-    tok_buf t = {0};
+    okv_buf t = {0};
     for (size_t k = 0; k < in->n; k++) {
         const char *s = sl_str(in, k);
         size_t n = in->len[k];
@@ -178,14 +178,14 @@ static void dec_metaspace(const tok_dec *d, strlist *in, strlist *out, bool at_s
         for (size_t i = 0; i < n;) {
             size_t i0 = i;
             uint32_t cp = next_cp(s, n, &i);
-            if (cp != d->ch) tok_buf_put(&t, s + i0, i - i0);
-            else if (!drop) tok_buf_putc(&t, ' ');
+            if (cp != d->ch) okv_buf_put(&t, s + i0, i - i0);
+            else if (!drop) okv_buf_putc(&t, ' ');
         }
         sl_add(out, t.data ? t.data : "", t.len);
     }
     if (t.oom) out->oom = true;
     out->fused = in->fused;
-    tok_buf_free(&t);
+    okv_buf_free(&t);
 }
 
 /* The only decoder that can grow the text: out stays within limit bytes
@@ -193,7 +193,7 @@ static void dec_metaspace(const tok_dec *d, strlist *in, strlist *out, bool at_s
 static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out, size_t limit,
                               okv_error *err) {
     tok_spans sp = {0};
-    tok_buf t = {0};
+    okv_buf t = {0};
     okv_status st = OKV_OK;
     for (size_t k = 0; k < in->n && !st; k++) {
         const char *s = sl_str(in, k);
@@ -208,15 +208,15 @@ static okv_status dec_replace(const tok_dec *d, tok_scratch *sc, strlist *in, st
                               TOK_EXPAND_SLACK);
                 break;
             }
-            if (sp.v[i].match) tok_buf_put(&t, d->content, d->content_len);
-            else tok_buf_put(&t, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
+            if (sp.v[i].match) okv_buf_put(&t, d->content, d->content_len);
+            else okv_buf_put(&t, s + sp.v[i].start, sp.v[i].end - sp.v[i].start);
         }
         if (!st) sl_add(out, t.data ? t.data : "", t.len);
     }
     if (t.oom) out->oom = true;
     out->fused = in->fused;
     free(sp.v);
-    tok_buf_free(&t);
+    okv_buf_free(&t);
     return st;
 }
 
@@ -265,21 +265,21 @@ static void collect_tokens(const okv_tok *tok, const int32_t *ids, size_t n, boo
 }
 
 static okv_status decode_window(const okv_tok *tok, const int32_t *ids, size_t n, bool skip_special, bool at_start,
-                                bool at_end, tok_buf *out, okv_error *err) {
+                                bool at_end, okv_buf *out, okv_error *err) {
     strlist toks = {0}, res = {0};
     okv_status st = OKV_OK;
     collect_tokens(tok, ids, n, skip_special, &toks);
     if (toks.oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
     if (!st && !tok->dec) { /* HF joins with spaces when there is no decoder */
         for (size_t i = 0; i < toks.n; i++) {
-            if (i > 0 || !at_start) tok_buf_putc(out, ' ');
-            tok_buf_put(out, sl_str(&toks, i), toks.len[i]);
+            if (i > 0 || !at_start) okv_buf_putc(out, ' ');
+            okv_buf_put(out, sl_str(&toks, i), toks.len[i]);
         }
     } else if (!st) {
         tok_scratch sc;
         st = tok_scratch_init(&sc, err);
         if (!st) st = apply_dec(tok, tok->dec, &sc, &toks, &res, at_start, at_end, tok_expand_max(toks.text.len), err);
-        if (!st) tok_buf_put(out, res.text.data, res.text.len);
+        if (!st) okv_buf_put(out, res.text.data, res.text.len);
         tok_scratch_free(&sc);
     }
     if (!st && out->oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
@@ -293,11 +293,11 @@ okv_status okv_tok_decode(const okv_tok *tok, const int32_t *ids, size_t n, bool
     *text = NULL;
     if (len) *len = 0;
     if (!tok || (!ids && n)) return okv_fail(err, OKV_ERR_INVALID, "okv_tok_decode: NULL argument");
-    tok_buf out = {0};
+    okv_buf out = {0};
     okv_status st = decode_window(tok, ids, n, skip_special, true, true, &out, err);
-    if (!st) tok_buf_put(&out, "", 0); /* make sure there is a NUL-terminated buffer */
+    if (!st) okv_buf_put(&out, "", 0); /* make sure there is a NUL-terminated buffer */
     if (!st && out.oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
-    if (st) { tok_buf_free(&out); return st; }
+    if (st) { okv_buf_free(&out); return st; }
     *text = out.data;
     if (len) *len = out.len;
     return OKV_OK;
@@ -311,7 +311,7 @@ struct okv_tok_stream {
     int32_t *ids; /* window: pushed, not yet emitted */
     size_t n, cap;
     bool at_start;
-    tok_buf out;
+    okv_buf out;
 };
 
 okv_status okv_tok_stream_create(const okv_tok *tok, bool skip_special, okv_tok_stream **out, okv_error *err) {
@@ -335,11 +335,11 @@ void okv_tok_stream_reset(okv_tok_stream *s) {
 void okv_tok_stream_free(okv_tok_stream *s) {
     if (!s) return;
     free(s->ids);
-    tok_buf_free(&s->out);
+    okv_buf_free(&s->out);
     free(s);
 }
 
-static bool ends_with_replacement_char(const tok_buf *b) {
+static bool ends_with_replacement_char(const okv_buf *b) {
     return b->len >= 3 && memcmp(b->data + b->len - 3, "\xEF\xBF\xBD", 3) == 0;
 }
 
@@ -377,7 +377,7 @@ okv_status okv_tok_stream_push(okv_tok_stream *s, int32_t id, const char **text,
     if (ends_with_replacement_char(&s->out) && s->n < STREAM_MAX_WINDOW) return OKV_OK; /* maybe incomplete */
     s->n = 0;
     s->at_start = false;
-    tok_buf_put(&s->out, "", 0);
+    okv_buf_put(&s->out, "", 0);
     if (s->out.oom) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     *text = s->out.data ? s->out.data : "";
     *len = s->out.len;
@@ -391,7 +391,7 @@ okv_status okv_tok_stream_flush(okv_tok_stream *s, const char **text, size_t *le
     if (!s->n) return OKV_OK;
     okv_status st = stream_emit(s, true, err);
     if (st) return st;
-    tok_buf_put(&s->out, "", 0);
+    okv_buf_put(&s->out, "", 0);
     if (s->out.oom) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     *text = s->out.data ? s->out.data : "";
     *len = s->out.len;

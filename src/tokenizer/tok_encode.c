@@ -17,7 +17,7 @@
 
 static okv_status nomem(okv_error *err) { return okv_fail(err, OKV_ERR_NOMEM, "out of memory while encoding"); }
 
-static okv_status normalize_chunk(int options, const char *s, size_t n, tok_buf *out, okv_error *err) {
+static okv_status normalize_chunk(int options, const char *s, size_t n, okv_buf *out, okv_error *err) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
                                       (utf8proc_option_t)(UTF8PROC_STABLE | options));
@@ -25,7 +25,7 @@ static okv_status normalize_chunk(int options, const char *s, size_t n, tok_buf 
         free(dst);
         return okv_fail(err, OKV_ERR_INVALID, "Unicode normalization failed: %s", utf8proc_errmsg(m));
     }
-    tok_buf_put(out, dst, (size_t)m);
+    okv_buf_put(out, dst, (size_t)m);
     free(dst);
     return out->oom ? nomem(err) : OKV_OK;
 }
@@ -34,13 +34,13 @@ static okv_status normalize_chunk(int options, const char *s, size_t n, tok_buf 
  * normalization boundary (a starter nothing composes with backwards), so
  * only the non-ASCII stretches, each with the ASCII char before it (which
  * may compose with a following mark), go through utf8proc. */
-static okv_status unicode_normalize(int options, const char *s, size_t n, tok_buf *out, okv_error *err) {
+static okv_status unicode_normalize(int options, const char *s, size_t n, okv_buf *out, okv_error *err) {
     size_t i = 0;
     while (i < n) {
         size_t j = i;
         while (j < n && (unsigned char)s[j] < 0x80) j++;
         size_t ascii_end = j < n && j > i ? j - 1 : j;
-        tok_buf_put(out, s + i, ascii_end - i);
+        okv_buf_put(out, s + i, ascii_end - i);
         if (j >= n) break;
         size_t k = j;
         while (k < n && (unsigned char)s[k] >= 0x80) k++;
@@ -60,23 +60,23 @@ static okv_status too_long(okv_error *err, const char *step, size_t limit) {
 
 /* Appends the normalization of s[0..n) to out, whose part written by this
  * call (from out->len on entry) must stay within limit bytes. */
-static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, tok_buf *out,
+static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, okv_buf *out,
                                    size_t limit, okv_error *err) {
     okv_status st = OKV_OK;
     size_t base = out->len;
     switch (nm->type) {
     case TOK_NORM_SEQUENCE: {
-        tok_buf a = {0}, b = {0};
-        tok_buf_put(&a, s, n);
+        okv_buf a = {0}, b = {0};
+        okv_buf_put(&a, s, n);
         for (size_t i = 0; i < nm->n_kids && !st; i++) {
             b.len = 0;
             st = normalize_within(&nm->kids[i], sc, a.data ? a.data : "", a.len, &b, limit, err);
-            tok_buf t = a; a = b; b = t;
+            okv_buf t = a; a = b; b = t;
         }
-        if (!st) tok_buf_put(out, a.data, a.len);
+        if (!st) okv_buf_put(out, a.data, a.len);
         if (!st && (a.oom || out->oom)) st = nomem(err);
-        tok_buf_free(&a);
-        tok_buf_free(&b);
+        okv_buf_free(&a);
+        okv_buf_free(&b);
         return st;
     }
     /* NFx grow by a bounded factor (~11x at most), so checking after is enough */
@@ -90,16 +90,16 @@ static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const ch
         for (size_t i = 0; !st && i < sp.n; i++) {
             size_t k = sp.v[i].match ? nm->content_len : sp.v[i].end - sp.v[i].start;
             if (out->len - base + k > limit) { st = too_long(err, "Replace", limit); break; }
-            if (sp.v[i].match) tok_buf_put(out, nm->content, nm->content_len);
-            else tok_buf_put(out, s + sp.v[i].start, k);
+            if (sp.v[i].match) okv_buf_put(out, nm->content, nm->content_len);
+            else okv_buf_put(out, s + sp.v[i].start, k);
         }
         free(sp.v);
         break;
     }
     case TOK_NORM_PREPEND:
         if ((n ? nm->content_len : 0) + n > limit) return too_long(err, "Prepend", limit);
-        if (n) tok_buf_put(out, nm->content, nm->content_len);
-        tok_buf_put(out, s, n);
+        if (n) okv_buf_put(out, nm->content, nm->content_len);
+        okv_buf_put(out, s, n);
         break;
     case TOK_NORM_STRIP: {
         size_t a = 0, b = n;
@@ -116,7 +116,7 @@ static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const ch
             if (!tok_is_whitespace(cp)) break;
             b = k;
         }
-        tok_buf_put(out, s + a, b - a);
+        okv_buf_put(out, s + a, b - a);
         break;
     }
     }
@@ -125,7 +125,7 @@ static okv_status normalize_within(const tok_norm *nm, tok_scratch *sc, const ch
     return st;
 }
 
-okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, tok_buf *out,
+okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n, okv_buf *out,
                          okv_error *err) {
     return normalize_within(nm, sc, s, n, out, tok_expand_max(n), err);
 }
@@ -138,7 +138,7 @@ typedef struct piece {
 } piece;
 
 typedef struct pieces {
-    tok_buf text;
+    okv_buf text;
     piece *v;
     size_t n, cap;
     bool oom;
@@ -154,7 +154,7 @@ static void pieces_add(pieces *p, const char *s, size_t n, bool first) {
         p->cap = cap;
     }
     p->v[p->n++] = (piece){p->text.len, n, first};
-    tok_buf_put(&p->text, s, n);
+    okv_buf_put(&p->text, s, n);
     if (p->text.oom) p->oom = true;
 }
 
@@ -164,7 +164,7 @@ static void pieces_clear(pieces *p) {
 }
 
 static void pieces_free(pieces *p) {
-    tok_buf_free(&p->text);
+    okv_buf_free(&p->text);
     free(p->v);
     memset(p, 0, sizeof *p);
 }
@@ -255,7 +255,7 @@ typedef struct enc_ctx {
     const okv_tok *tok;
     tok_scratch sc;
     tok_spans spans;
-    tok_buf tmp;
+    okv_buf tmp;
     tok_bpe_scratch bpe;
     okv_error *err;
 } enc_ctx;
@@ -264,7 +264,7 @@ static okv_status pre_tokenize(enc_ctx *c, const tok_pre *p, pieces *in, pieces 
 
 static okv_status pre_one(enc_ctx *c, const tok_pre *p, const char *s, size_t n, bool first, pieces *out) {
     okv_status st = OKV_OK;
-    tok_buf *t = &c->tmp;
+    okv_buf *t = &c->tmp;
     switch (p->type) {
     case TOK_PRE_SEQUENCE: /* handled by pre_tokenize */
         break;
@@ -279,8 +279,8 @@ static okv_status pre_one(enc_ctx *c, const tok_pre *p, const char *s, size_t n,
         break;
     case TOK_PRE_BYTELEVEL: {
         t->len = 0;
-        if (p->add_prefix_space && (n == 0 || s[0] != ' ')) tok_buf_putc(t, ' ');
-        tok_buf_put(t, s, n);
+        if (p->add_prefix_space && (n == 0 || s[0] != ' ')) okv_buf_putc(t, ' ');
+        okv_buf_put(t, s, n);
         if (t->oom) return nomem(c->err);
         size_t tn = t->len;
         char *ts = malloc(tn + 1);
@@ -305,10 +305,10 @@ static okv_status pre_one(enc_ctx *c, const tok_pre *p, const char *s, size_t n,
         /* HF replaces ' ' first, then checks for a leading replacement */
         bool starts_rep = (n && s[0] == ' ') || (n >= rl && memcmp(s, rep, rl) == 0);
         if (!starts_rep && (p->prepend == TOK_PREPEND_ALWAYS || (p->prepend == TOK_PREPEND_FIRST && first)))
-            tok_buf_put(t, rep, rl);
+            okv_buf_put(t, rep, rl);
         for (size_t i = 0; i < n; i++) {
-            if (s[i] == ' ') tok_buf_put(t, rep, rl);
-            else tok_buf_putc(t, s[i]);
+            if (s[i] == ' ') okv_buf_put(t, rep, rl);
+            else okv_buf_putc(t, s[i]);
         }
         if (t->oom) return nomem(c->err);
         size_t tn = t->len;
@@ -486,7 +486,7 @@ static okv_status encode_text(enc_ctx *c, const char *s, size_t n, bool first, i
 /* Normalizes a raw segment, splits out normalized added tokens, encodes. */
 static okv_status encode_segment(enc_ctx *c, const char *s, size_t n, bool first, ids_vec *out) {
     const okv_tok *tok = c->tok;
-    tok_buf norm = {0};
+    okv_buf norm = {0};
     okv_status st = OKV_OK;
     const char *t = s;
     size_t tn = n;
@@ -503,7 +503,7 @@ static okv_status encode_segment(enc_ctx *c, const char *s, size_t n, bool first
         } else st = encode_text(c, t + g.v[i].start, g.v[i].end - g.v[i].start, first && g.v[i].start == 0, out);
     }
     free(g.v);
-    tok_buf_free(&norm);
+    okv_buf_free(&norm);
     return st;
 }
 
@@ -529,7 +529,7 @@ okv_status okv_tok_encode(const okv_tok *tok, const char *text, size_t len, bool
     }
     free(g.v);
     free(c.spans.v);
-    tok_buf_free(&c.tmp);
+    okv_buf_free(&c.tmp);
     tok_bpe_scratch_free(&c.bpe);
     tok_scratch_free(&c.sc);
 

@@ -1,6 +1,6 @@
 /* tok_internal.h — the in-memory form of a tokenizer.json shared by the
  * tokenizer's files: string/pair hash maps, the pipeline components (each a
- * small tagged struct, nested for Sequence), and growable buffers.
+ * small tagged struct, nested for Sequence); byte buffers are okv_buf.
  *
  * Components are plain data built once by tok_load.c and only read
  * afterwards, which is what makes an okv_tok safe to share between threads. */
@@ -19,18 +19,8 @@
 /* Largest id we accept from a file: bounds the id -> token table. */
 #define TOK_MAX_ID (1 << 22)
 
-/* ---- growable byte buffer ---------------------------------------------- */
-
-typedef struct tok_buf {
-    char *data;
-    size_t len, cap;
-    bool oom; /* sticky: an append failed */
-} tok_buf;
-
-void tok_buf_put(tok_buf *b, const void *p, size_t n);
-void tok_buf_putc(tok_buf *b, char c);
-void tok_buf_put_cp(tok_buf *b, uint32_t cp); /* UTF-8 encode */
-void tok_buf_free(tok_buf *b);
+/* Byte buffers are okv_buf (okv_common.h); this appends cp UTF-8 encoded. */
+void tok_buf_put_cp(okv_buf *b, uint32_t cp);
 
 /* ---- UTF-8 helpers ----------------------------------------------------- */
 
@@ -42,7 +32,7 @@ size_t tok_utf8_next(const char *s, size_t n, uint32_t *cp);
 size_t tok_utf8_valid_prefix(const char *s, size_t n);
 /* Appends s decoded like Rust's String::from_utf8_lossy (each maximal
  * invalid subsequence becomes U+FFFD). */
-void tok_utf8_lossy(tok_buf *out, const char *s, size_t n);
+void tok_utf8_lossy(okv_buf *out, const char *s, size_t n);
 bool tok_is_whitespace(uint32_t cp); /* Unicode White_Space */
 bool tok_is_alnum(uint32_t cp);      /* Rust char::is_alphanumeric */
 bool tok_is_numeric(uint32_t cp);    /* Rust char::is_numeric */
@@ -252,7 +242,7 @@ static inline size_t tok_expand_max(size_t n) {
 /* Appends the normalization of s[0..n) to out (at most tok_expand_max(n)
  * bytes). */
 okv_status tok_normalize(const tok_norm *nm, tok_scratch *sc, const char *s, size_t n,
-                         tok_buf *out, okv_error *err);
+                         okv_buf *out, okv_error *err);
 void tok_norm_free(tok_norm *nm);
 void tok_pre_free(tok_pre *p);
 void tok_dec_free(tok_dec *d);
@@ -262,12 +252,12 @@ void tok_dec_free(tok_dec *d);
 typedef struct tok_bpe_scratch {
     void *syms, *heap;
     size_t syms_cap, heap_cap;
-    tok_buf key;
+    okv_buf key;
     /* cache: open addressing over (key bytes -> ids), both in arenas */
     uint64_t *c_hash; /* 0 = empty */
     uint32_t *c_koff, *c_klen, *c_voff, *c_vlen;
     size_t c_cap, c_n;
-    tok_buf c_keys;
+    okv_buf c_keys;
     int32_t *c_vals;
     size_t c_nvals, c_capvals;
 } tok_bpe_scratch;

@@ -360,7 +360,7 @@ static okv_status load_vocab(loader *L, const cJSON *vocab, int32_t *max_id) {
 static okv_status load_merges(loader *L, const cJSON *merges) {
     okv_tok *tok = L->tok;
     if (!cJSON_IsArray(merges)) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: model.merges must be an array", L->what);
-    tok_buf cat = {0};
+    okv_buf cat = {0};
     int32_t rank = 0;
     const cJSON *it;
     okv_status st = OKV_OK;
@@ -399,8 +399,8 @@ static okv_status load_merges(loader *L, const cJSON *merges) {
             break;
         }
         cat.len = 0;
-        tok_buf_put(&cat, a, na);
-        tok_buf_put(&cat, b + skip, nb - skip);
+        okv_buf_put(&cat, a, na);
+        okv_buf_put(&cat, b + skip, nb - skip);
         if (cat.oom) { st = nomem(L); break; }
         int32_t id = tok_map_get(&tok->vocab, cat.data, cat.len);
         if (id < 0) {
@@ -411,7 +411,7 @@ static okv_status load_merges(loader *L, const cJSON *merges) {
         if (!tok_merges_put(&tok->merges, ia, ib, rank, id)) { st = nomem(L); break; }
         rank++;
     }
-    tok_buf_free(&cat);
+    okv_buf_free(&cat);
     return st;
 }
 
@@ -531,7 +531,7 @@ static okv_status build_tries(loader *L) {
     tok_scratch sc;
     okv_status st = tok_scratch_init(&sc, L->err);
     if (st) return st;
-    tok_buf nb = {0};
+    okv_buf nb = {0};
     for (size_t i = 0; i < tok->n_added && !st; i++) {
         tok_added *a = &tok->added[i];
         if (a->normalized && tok->norm) {
@@ -540,7 +540,7 @@ static okv_status build_tries(loader *L) {
             if (!st && nb.len && !trie_add(&tok->trie_norm, nb.data, nb.len, (int32_t)i)) st = nomem(L);
         } else if (!trie_add(&tok->trie_raw, a->content, a->len, (int32_t)i)) st = nomem(L);
     }
-    tok_buf_free(&nb);
+    okv_buf_free(&nb);
     tok_scratch_free(&sc);
     tok_trie *tries[2] = {&tok->trie_raw, &tok->trie_norm};
     for (int t = 0; t < 2; t++) {

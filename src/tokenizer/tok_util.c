@@ -1,4 +1,4 @@
-/* tok_util.c — the tokenizer's building blocks: growable buffers, UTF-8
+/* tok_util.c — the tokenizer's building blocks: UTF-8
  * decoding (strict and lossy), Unicode character classes via utf8proc, the
  * two hash maps (token string -> id, merge pair -> rank), the GPT-2 byte
  * alphabet, and patterns (literal or PCRE2 regex) scanned into spans.
@@ -12,28 +12,7 @@
 
 #include "tok_internal.h"
 
-/* ---- buffers ------------------------------------------------------------ */
-
-static bool tok_buf_reserve(tok_buf *b, size_t extra) {
-    if (b->oom) return false;
-    if (b->len + extra + 1 <= b->cap) return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->data, cap);
-    if (!p) { b->oom = true; return false; }
-    b->data = p;
-    b->cap = cap;
-    return true;
-}
-
-void tok_buf_put(tok_buf *b, const void *p, size_t n) {
-    if (!tok_buf_reserve(b, n)) return;
-    if (n) memcpy(b->data + b->len, p, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
-
-void tok_buf_putc(tok_buf *b, char c) { tok_buf_put(b, &c, 1); }
+/* ---- UTF-8 -------------------------------------------------------------- */
 
 size_t tok_utf8_encode(uint32_t cp, char u[4]) {
     if (cp < 0x80) { u[0] = (char)cp; return 1; }
@@ -48,17 +27,10 @@ size_t tok_utf8_encode(uint32_t cp, char u[4]) {
     return 4;
 }
 
-void tok_buf_put_cp(tok_buf *b, uint32_t cp) {
+void tok_buf_put_cp(okv_buf *b, uint32_t cp) {
     char u[4];
-    tok_buf_put(b, u, tok_utf8_encode(cp, u));
+    okv_buf_put(b, u, tok_utf8_encode(cp, u));
 }
-
-void tok_buf_free(tok_buf *b) {
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-/* ---- UTF-8 -------------------------------------------------------------- */
 
 size_t tok_utf8_next(const char *s, size_t n, uint32_t *cp) {
     const unsigned char *u = (const unsigned char *)s;
@@ -113,7 +85,7 @@ size_t tok_utf8_valid_prefix(const char *s, size_t n) {
     return i;
 }
 
-void tok_utf8_lossy(tok_buf *out, const char *s, size_t n) {
+void tok_utf8_lossy(okv_buf *out, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, partial;
     while (i < n) {
@@ -123,11 +95,11 @@ void tok_utf8_lossy(tok_buf *out, const char *s, size_t n) {
             if (!k) break;
             run += k;
         }
-        tok_buf_put(out, s + i, run - i);
+        okv_buf_put(out, s + i, run - i);
         i = run;
         if (i < n) {
             utf8_seq_len(u + i, n - i, &partial);
-            tok_buf_put(out, "\xEF\xBF\xBD", 3);
+            okv_buf_put(out, "\xEF\xBF\xBD", 3);
             i += partial ? partial : 1;
         }
     }
@@ -292,41 +264,41 @@ void tok_byte_alphabet_init(tok_byte_alphabet *a) {
 #define ONIG_SPACE "\\t-\\r\\x{85}\\p{Z}"
 
 /* Rewrites \s / \S (inside and outside classes) to Oniguruma's set. */
-static bool rewrite_onig(const char *p, size_t n, tok_buf *out) {
+static bool rewrite_onig(const char *p, size_t n, okv_buf *out) {
     int depth = 0; /* character-class nesting */
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
-            if (e == 's') tok_buf_put(out, depth ? ONIG_SPACE : "[" ONIG_SPACE "]",
+            if (e == 's') okv_buf_put(out, depth ? ONIG_SPACE : "[" ONIG_SPACE "]",
                                       strlen(depth ? ONIG_SPACE : "[" ONIG_SPACE "]"));
-            else if (e == 'S' && !depth) tok_buf_put(out, "[^" ONIG_SPACE "]", strlen("[^" ONIG_SPACE "]"));
-            else tok_buf_put(out, p + i, 2);
+            else if (e == 'S' && !depth) okv_buf_put(out, "[^" ONIG_SPACE "]", strlen("[^" ONIG_SPACE "]"));
+            else okv_buf_put(out, p + i, 2);
             i++;
             continue;
         }
         if (c == '[') {
             depth++;
-            tok_buf_putc(out, c);
+            okv_buf_putc(out, c);
             /* a ']' right after '[' or '[^' is a literal */
-            if (i + 1 < n && p[i + 1] == '^') { tok_buf_putc(out, '^'); i++; }
-            if (i + 1 < n && p[i + 1] == ']') { tok_buf_putc(out, ']'); i++; }
+            if (i + 1 < n && p[i + 1] == '^') { okv_buf_putc(out, '^'); i++; }
+            if (i + 1 < n && p[i + 1] == ']') { okv_buf_putc(out, ']'); i++; }
             continue;
         }
         if (c == ']' && depth) depth--;
-        tok_buf_putc(out, c);
+        okv_buf_putc(out, c);
     }
     return !out->oom;
 }
 
 okv_status tok_regex_compile(const char *pattern, size_t len, pcre2_code **out, const char *what,
                              okv_error *err) {
-    tok_buf b = {0};
-    if (!rewrite_onig(pattern, len, &b)) { tok_buf_free(&b); return okv_fail(err, OKV_ERR_NOMEM, "out of memory"); }
+    okv_buf b = {0};
+    if (!rewrite_onig(pattern, len, &b)) { okv_buf_free(&b); return okv_fail(err, OKV_ERR_NOMEM, "out of memory"); }
     int ec;
     PCRE2_SIZE eo;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)(b.data ? b.data : ""), b.len, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-    tok_buf_free(&b);
+    okv_buf_free(&b);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
