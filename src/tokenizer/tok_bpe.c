@@ -31,13 +31,9 @@ typedef struct word {
 
 static void word_add(word *w, int32_t id) {
     if (w->oom) return;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 32;
-        sym *p = realloc(w->s, cap * sizeof *p);
-        if (!p) { w->oom = true; return; }
-        w->s = p;
-        w->cap = cap;
-    }
+    sym *p = okv_grow(w->s, &w->cap, w->n + 1, sizeof *p);
+    if (!p) { w->oom = true; return; }
+    w->s = p;
     int32_t i = (int32_t)w->n++;
     w->s[i] = (sym){id, i - 1, -1, false};
     if (i > 0) w->s[i - 1].next = i;
@@ -47,13 +43,9 @@ static bool cand_less(cand a, cand b) { return a.rank != b.rank ? a.rank < b.ran
 
 static void heap_push(word *w, cand c) {
     if (w->oom) return;
-    if (w->hn == w->hcap) {
-        size_t cap = w->hcap ? w->hcap * 2 : 32;
-        cand *p = realloc(w->h, cap * sizeof *p);
-        if (!p) { w->oom = true; return; }
-        w->h = p;
-        w->hcap = cap;
-    }
+    cand *p = okv_grow(w->h, &w->hcap, w->hn + 1, sizeof *p);
+    if (!p) { w->oom = true; return; }
+    w->h = p;
     size_t i = w->hn++;
     while (i > 0 && cand_less(c, w->h[(i - 1) / 2])) {
         w->h[i] = w->h[(i - 1) / 2];
@@ -216,14 +208,9 @@ static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, c
     /* keep the table at most half full, so probing always ends */
     if (b->c_n >= CACHE_MAX_ENTRIES || ((b->c_n + 1) * 2 > b->c_cap && !cache_grow(b))) return;
     size_t slot = cache_slot(b, s, n, h);
-    if (b->c_nvals + m > b->c_capvals) {
-        size_t cap = b->c_capvals ? b->c_capvals * 2 : 4096;
-        while (cap < b->c_nvals + m) cap *= 2;
-        int32_t *v = realloc(b->c_vals, cap * sizeof *v);
-        if (!v) return;
-        b->c_vals = v;
-        b->c_capvals = cap;
-    }
+    int32_t *v = okv_grow(b->c_vals, &b->c_capvals, b->c_nvals + m, sizeof *v);
+    if (!v) return;
+    b->c_vals = v;
     size_t koff = b->c_keys.len;
     okv_buf_put(&b->c_keys, s, n);
     if (b->c_keys.oom) return;
@@ -238,13 +225,9 @@ static void cache_put(tok_bpe_scratch *b, const char *s, size_t n, uint64_t h, c
 }
 
 static bool ids_reserve(int32_t **ids, size_t *cap, size_t need) {
-    if (need <= *cap) return true;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need) nc *= 2;
-    int32_t *p = realloc(*ids, nc * sizeof *p);
+    int32_t *p = okv_grow(*ids, cap, need, sizeof *p);
     if (!p) return false;
     *ids = p;
-    *cap = nc;
     return true;
 }
 

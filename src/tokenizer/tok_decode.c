@@ -35,16 +35,14 @@ typedef struct strlist {
 
 static void sl_add(strlist *l, const char *s, size_t n) {
     if (l->oom) return;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        size_t *o = realloc(l->off, cap * sizeof *o);
-        if (!o) { l->oom = true; return; }
-        l->off = o;
-        size_t *m = realloc(l->len, cap * sizeof *m);
-        if (!m) { l->oom = true; return; }
-        l->len = m;
-        l->cap = cap;
-    }
+    size_t cap_off = l->cap, cap_len = l->cap; /* off and len grow together */
+    size_t *o = okv_grow(l->off, &cap_off, l->n + 1, sizeof *o);
+    if (!o) { l->oom = true; return; }
+    l->off = o;
+    size_t *m = okv_grow(l->len, &cap_len, l->n + 1, sizeof *m);
+    if (!m) { l->oom = true; return; }
+    l->len = m;
+    l->cap = cap_off;
     l->off[l->n] = l->text.len;
     l->len[l->n++] = n;
     okv_buf_put(&l->text, s, n);
@@ -360,13 +358,9 @@ okv_status okv_tok_stream_push(okv_tok_stream *s, int32_t id, const char **text,
     const okv_tok *tok = s->tok;
     if (id < 0 || (size_t)id >= tok->vocab_size || !tok->id_str[id]) return OKV_OK; /* decode skips it too */
     if (s->skip_special && (tok->id_flags[id] & TOK_ID_SPECIAL)) return OKV_OK;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        int32_t *p = realloc(s->ids, cap * sizeof *p);
-        if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-        s->ids = p;
-        s->cap = cap;
-    }
+    int32_t *p = okv_grow(s->ids, &s->cap, s->n + 1, sizeof *p);
+    if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    s->ids = p;
     s->ids[s->n++] = id;
 
     bool open_run = tok->has_byte_fallback_dec && byte_token(tok->id_str[id], tok->id_len[id]) >= 0;

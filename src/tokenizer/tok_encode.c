@@ -146,13 +146,9 @@ typedef struct pieces {
 
 static void pieces_add(pieces *p, const char *s, size_t n, bool first) {
     if (n == 0 || p->oom) return; /* HF drops empty splits */
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 16;
-        piece *v = realloc(p->v, cap * sizeof *v);
-        if (!v) { p->oom = true; return; }
-        p->v = v;
-        p->cap = cap;
-    }
+    piece *v = okv_grow(p->v, &p->cap, p->n + 1, sizeof *v);
+    if (!v) { p->oom = true; return; }
+    p->v = v;
     p->v[p->n++] = (piece){p->text.len, n, first};
     okv_buf_put(&p->text, s, n);
     if (p->text.oom) p->oom = true;
@@ -226,13 +222,9 @@ static bool digit_spans(const char *s, size_t n, tok_spans *sp) {
         uint32_t cp;
         size_t k = tok_utf8_next(s + i, n - i, &cp);
         if (tok_is_numeric(cp)) {
-            if (sp->n + 2 > sp->cap) {
-                size_t cap = sp->cap ? sp->cap * 2 : 16;
-                tok_span *v = realloc(sp->v, cap * sizeof *v);
-                if (!v) return false;
-                sp->v = v;
-                sp->cap = cap;
-            }
+            tok_span *v = okv_grow(sp->v, &sp->cap, sp->n + 2, sizeof *v);
+            if (!v) return false;
+            sp->v = v;
             if (last < i) sp->v[sp->n++] = (tok_span){last, i, false};
             sp->v[sp->n++] = (tok_span){i, i + k, true};
             last = i + k;
@@ -240,12 +232,9 @@ static bool digit_spans(const char *s, size_t n, tok_spans *sp) {
         i += k;
     }
     if (last < n) {
-        if (sp->n + 1 > sp->cap) {
-            tok_span *v = realloc(sp->v, (sp->cap + 1) * sizeof *v);
-            if (!v) return false;
-            sp->v = v;
-            sp->cap++;
-        }
+        tok_span *v = okv_grow(sp->v, &sp->cap, sp->n + 1, sizeof *v);
+        if (!v) return false;
+        sp->v = v;
         sp->v[sp->n++] = (tok_span){last, n, false};
     }
     return true;
@@ -365,13 +354,9 @@ typedef struct segments {
 
 static bool seg_push(segments *g, size_t a, size_t b, int32_t id) {
     if (a >= b && id < 0) return true;
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 16;
-        segment *v = realloc(g->v, cap * sizeof *v);
-        if (!v) return false;
-        g->v = v;
-        g->cap = cap;
-    }
+    segment *v = okv_grow(g->v, &g->cap, g->n + 1, sizeof *v);
+    if (!v) return false;
+    g->v = v;
     g->v[g->n++] = (segment){a, b, id};
     return true;
 }
@@ -453,13 +438,9 @@ typedef struct ids_vec {
 } ids_vec;
 
 static bool ids_push(ids_vec *o, int32_t id) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        int32_t *v = realloc(o->v, cap * sizeof *v);
-        if (!v) return false;
-        o->v = v;
-        o->cap = cap;
-    }
+    int32_t *v = okv_grow(o->v, &o->cap, o->n + 1, sizeof *v);
+    if (!v) return false;
+    o->v = v;
     o->v[o->n++] = id;
     return true;
 }

@@ -507,12 +507,9 @@ static bool trie_add(tok_trie *t, const char *s, size_t n, int32_t added) {
         int32_t k = t->nodes[node].first_child;
         while (k >= 0 && t->nodes[k].byte != c) k = t->nodes[k].next_sibling;
         if (k < 0) {
-            if (t->n == t->cap) {
-                tok_trie_node *p = realloc(t->nodes, 2 * t->cap * sizeof *p);
-                if (!p) return false;
-                t->nodes = p;
-                t->cap *= 2;
-            }
+            tok_trie_node *p = okv_grow(t->nodes, &t->cap, t->n + 1, sizeof *p);
+            if (!p) return false;
+            t->nodes = p;
             k = (int32_t)t->n++;
             t->nodes[k] = (tok_trie_node){-1, t->nodes[node].first_child, -1, c};
             t->nodes[node].first_child = k;

@@ -335,13 +335,9 @@ void tok_scratch_free(tok_scratch *s) {
 }
 
 static bool spans_push(tok_spans *o, size_t a, size_t b, bool match) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 16;
-        tok_span *v = realloc(o->v, cap * sizeof *v);
-        if (!v) return false;
-        o->v = v;
-        o->cap = cap;
-    }
+    tok_span *v = okv_grow(o->v, &o->cap, o->n + 1, sizeof *v);
+    if (!v) return false;
+    o->v = v;
     o->v[o->n++] = (tok_span){a, b, match};
     return true;
 }
