@@ -248,6 +248,18 @@ char *okv_strdup(const char *s) {
 
 /* ---- float16 / bfloat16 ------------------------------------------------ */
 
+static float f32_from_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
 float okv_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -262,24 +274,19 @@ float okv_f16_to_f32(uint16_t h) {
     } else {
         bits = sign | ((exp + 112) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return f32_from_bits(bits);
 }
 
 uint16_t okv_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) /* inf or nan */
         return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);
     if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: inf */
     if (ax < 0x38800000u) { /* below the smallest normal: subnormal or zero */
-        float a;
-        memcpy(&a, &ax, 4);
         /* scale so that one f16 subnormal ulp (2^-24) is 1, round to even */
-        float r = nearbyintf(a * 16777216.0f);
+        float r = nearbyintf(f32_from_bits(ax) * 16777216.0f);
         return sign | (uint16_t)r;
     }
     uint32_t exp = (ax >> 23) - 112, man = ax & 0x7fffff;
@@ -289,16 +296,10 @@ uint16_t okv_f32_to_f16(float f) {
     return sign | (uint16_t)h;
 }
 
-float okv_bf16_to_f32(uint16_t b) {
-    uint32_t bits = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float okv_bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
 
 uint16_t okv_f32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
     x += 0x7fff + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
