@@ -39,6 +39,10 @@ void ja_free(jarena *a);
 /* Zeroed memory; on exhaustion fails through f. */
 void *ja_alloc(jarena *a, jfail *f, size_t n);
 char *ja_strndup(jarena *a, jfail *f, const char *s, size_t n);
+/* okv_grow for arena arrays: v holds n of *cap elements; returns an array of
+ * at least need elements (v itself if it has room, else a doubled copy; the
+ * old one stays in the arena until the arena is dropped). */
+void *ja_grow(jarena *a, jfail *f, void *v, size_t n, size_t *cap, size_t need, size_t elem);
 
 /* Fills f->err and longjmps to f->jb. */
 _Noreturn void jfail_at(jfail *f, okv_status st, int line, int col, const char *fmt, ...)
@@ -169,7 +173,8 @@ typedef enum jnode_kind {
 
 typedef struct jnodes {
     struct jnode **v;
-    int n, cap;
+    int n;
+    size_t cap;
 } jnodes;
 
 typedef struct jnode {
@@ -221,5 +226,7 @@ const char *jinja_render(jarena *a, jfail *f, const jnodes *body, jdict *context
 /* Whether the renderer implements a filter / test (the parser rejects others). */
 bool jinja_filter_known(const char *name);
 bool jinja_test_known(const char *name);
+/* The builtin tables are sorted by name, as their binary search needs. */
+bool jinja_builtin_tables_sorted(void);
 
 #endif

@@ -68,13 +68,7 @@ static _Noreturn void fail_off(parser *p, size_t off, const char *fmt, const cha
 }
 
 static void push_tok(parser *p, tok_type t, size_t off, const char *s, size_t n) {
-    if (p->ntok == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 256;
-        tok *v = ja_alloc(p->a, p->f, cap * sizeof *v);
-        if (p->ntok) memcpy(v, p->toks, p->ntok * sizeof *v);
-        p->toks = v;
-        p->cap = cap;
-    }
+    p->toks = ja_grow(p->a, p->f, p->toks, p->ntok, &p->cap, p->ntok + 1, sizeof *p->toks);
     tok *k = &p->toks[p->ntok++];
     k->t = t;
     k->s = s;
@@ -383,13 +377,7 @@ static jnode *new_node(parser *p, jnode_kind k, const tok *at) {
 }
 
 static void nodes_push(parser *p, jnodes *l, jnode *x) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 4;
-        jnode **v = ja_alloc(p->a, p->f, (size_t)cap * sizeof *v);
-        if (l->n) memcpy(v, l->v, (size_t)l->n * sizeof *v);
-        l->v = v;
-        l->cap = cap;
-    }
+    l->v = ja_grow(p->a, p->f, l->v, (size_t)l->n, &l->cap, (size_t)l->n + 1, sizeof *l->v);
     l->v[l->n++] = x;
 }
 
@@ -693,7 +681,7 @@ static jnode *parse_compare(parser *p) {
     tok *start = cur(p);
     jnode *first = parse_math1(p);
     jnode *n = NULL;
-    int nops = 0, cap = 0;
+    size_t nops = 0, cap = 0;
     for (;;) {
         tok *t = cur(p);
         int op = is_op(t, "==") ? JOP_EQ : is_op(t, "!=") ? JOP_NE : is_op(t, "<") ? JOP_LT
@@ -706,12 +694,7 @@ static jnode *parse_compare(parser *p) {
             n = new_node(p, JN_COMPARE, start);
             n->a = first;
         }
-        if (nops == cap) {
-            cap = cap ? cap * 2 : 2;
-            int *ops = ja_alloc(p->a, p->f, (size_t)cap * sizeof *ops);
-            if (nops) memcpy(ops, n->ops, (size_t)nops * sizeof *ops);
-            n->ops = ops;
-        }
+        n->ops = ja_grow(p->a, p->f, n->ops, nops, &cap, nops + 1, sizeof *n->ops);
         n->ops[nops++] = op;
         nodes_push(p, &n->args, parse_math1(p));
     }
@@ -731,31 +714,23 @@ static jnode *parse_not(parser *p) {
     return parse_compare(p);
 }
 
-static jnode *parse_and(parser *p) {
-    jnode *l = parse_not(p);
-    while (is_name(cur(p), "and")) {
+/* A left-associative chain `x word y word z` (and, or). */
+static jnode *parse_chain(parser *p, const char *word, jnode_kind kind, jnode *(*operand)(parser *)) {
+    jnode *l = operand(p);
+    while (is_name(cur(p), word)) {
         tok *t = cur(p);
         p->pos++;
-        jnode *n = new_node(p, JN_AND, t);
+        jnode *n = new_node(p, kind, t);
         n->a = l;
-        n->b = parse_not(p);
+        n->b = operand(p);
         l = n;
     }
     return l;
 }
 
-static jnode *parse_or(parser *p) {
-    jnode *l = parse_and(p);
-    while (is_name(cur(p), "or")) {
-        tok *t = cur(p);
-        p->pos++;
-        jnode *n = new_node(p, JN_OR, t);
-        n->a = l;
-        n->b = parse_and(p);
-        l = n;
-    }
-    return l;
-}
+static jnode *parse_and(parser *p) { return parse_chain(p, "and", JN_AND, parse_not); }
+
+static jnode *parse_or(parser *p) { return parse_chain(p, "or", JN_OR, parse_and); }
 
 static jnode *parse_expression(parser *p) {
     enter(p);
@@ -799,7 +774,8 @@ static jnodes parse_body(parser *p, const char *const *ends, const tok *opener, 
 
 static const char **parse_targets(parser *p, int *n, bool allow_attr, const char **attr) {
     const char **v = NULL;
-    int cnt = 0, cap = 0;
+    int cnt = 0;
+    size_t cap = 0;
     bool paren = is_op(cur(p), "(");
     if (paren) p->pos++;
     for (;;) {
@@ -812,12 +788,7 @@ static const char **parse_targets(parser *p, int *n, bool allow_attr, const char
             *attr = expect_name(p);
             p->pos++;
         }
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 2;
-            const char **nv = ja_alloc(p->a, p->f, (size_t)cap * sizeof *nv);
-            if (cnt) memcpy(nv, v, (size_t)cnt * sizeof *nv);
-            v = nv;
-        }
+        v = ja_grow(p->a, p->f, v, (size_t)cnt, &cap, (size_t)cnt + 1, sizeof *v);
         v[cnt++] = name;
         if (!is_op(cur(p), ",")) break;
         p->pos++;
@@ -905,18 +876,14 @@ static jnode *parse_macro(parser *p, const tok *t) {
     n->name = expect_name(p);
     p->pos++;
     expect_op(p, "(");
-    int cnt = 0, cap = 0;
+    int cnt = 0;
+    size_t cap = 0;
     while (!is_op(cur(p), ")")) {
         if (cnt) expect_op(p, ",");
         if (is_op(cur(p), ")")) break;
         const char *name = expect_name(p);
         p->pos++;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 4;
-            const char **nv = ja_alloc(p->a, p->f, (size_t)cap * sizeof *nv);
-            if (cnt) memcpy(nv, n->knames, (size_t)cnt * sizeof *nv);
-            n->knames = nv;
-        }
+        n->knames = ja_grow(p->a, p->f, n->knames, (size_t)cnt, &cap, (size_t)cnt + 1, sizeof *n->knames);
         n->knames[cnt++] = name;
         jnode *dflt = NULL;
         if (is_op(cur(p), "=")) { p->pos++; dflt = parse_expression(p); }

@@ -91,17 +91,26 @@ void jfail_at(jfail *f, okv_status st, int line, int col, const char *fmt, ...) 
     longjmp(f->jb, 1);
 }
 
+void *ja_grow(jarena *a, jfail *f, void *v, size_t n, size_t *cap, size_t need, size_t elem) {
+    if (v && need <= *cap) return v;
+    size_t c = *cap ? *cap : (elem < 16 ? 64 / elem : 4), bytes; /* first: about 64 bytes */
+    while (c < need) {
+        if (c > SIZE_MAX / 2) jfail_at(f, OKV_ERR_NOMEM, 0, 0, "template memory limit (%zu bytes) exceeded", a->limit);
+        c *= 2;
+    }
+    if (__builtin_mul_overflow(c, elem, &bytes))
+        jfail_at(f, OKV_ERR_NOMEM, 0, 0, "template memory limit (%zu bytes) exceeded", a->limit);
+    void *p = ja_alloc(a, f, bytes);
+    if (n) memcpy(p, v, n * elem);
+    *cap = c;
+    return p;
+}
+
 /* ---- byte strings ----------------------------------------------------- */
 
 void jb_put(jarena *a, jfail *f, jbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = ja_alloc(a, f, cap);
-        if (b->n) memcpy(p, b->p, b->n);
-        b->p = p;
-        b->cap = cap;
-    }
+    if (n > SIZE_MAX - b->n - 1) jfail_at(f, OKV_ERR_NOMEM, 0, 0, "template memory limit (%zu bytes) exceeded", a->limit);
+    b->p = ja_grow(a, f, b->p, b->n, &b->cap, b->n + n + 1, 1);
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -115,13 +124,7 @@ void jb_putc(jarena *a, jfail *f, jbuf *b, char c) { jb_put(a, f, b, &c, 1); }
 jlist *jlist_new(jarena *a, jfail *f) { return ja_alloc(a, f, sizeof(jlist)); }
 
 void jlist_push(jarena *a, jfail *f, jlist *l, jv x) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4;
-        jv *v = ja_alloc(a, f, cap * sizeof *v);
-        if (l->n) memcpy(v, l->v, l->n * sizeof *v);
-        l->v = v;
-        l->cap = cap;
-    }
+    l->v = ja_grow(a, f, l->v, l->n, &l->cap, l->n + 1, sizeof *l->v);
     l->v[l->n++] = x;
 }
 
@@ -136,17 +139,10 @@ static long jdict_find(const jdict *d, jv key) {
 void jdict_set(jarena *a, jfail *f, jdict *d, jv key, jv val) {
     long i = jdict_find(d, key);
     if (i >= 0) { d->v[i] = val; return; }
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
-        jv *k = ja_alloc(a, f, cap * sizeof *k);
-        jv *v = ja_alloc(a, f, cap * sizeof *v);
-        if (d->n) {
-            memcpy(k, d->k, d->n * sizeof *k);
-            memcpy(v, d->v, d->n * sizeof *v);
-        }
-        d->k = k;
-        d->v = v;
-        d->cap = cap;
+    if (d->n == d->cap) { /* keys and values grow together */
+        size_t cap_v = d->cap;
+        d->k = ja_grow(a, f, d->k, d->n, &d->cap, d->n + 1, sizeof *d->k);
+        d->v = ja_grow(a, f, d->v, d->n, &cap_v, d->n + 1, sizeof *d->v);
     }
     d->k[d->n] = key;
     d->v[d->n] = val;
@@ -526,12 +522,7 @@ static json_nums scan_numbers(jarena *a, jfail *f, const char *t) {
             if (*p == '.' || *p == 'e' || *p == 'E') is_float = true;
             p++;
         }
-        if (r.n == cap) {
-            cap = cap ? cap * 2 : 16;
-            json_num *v = ja_alloc(a, f, cap * sizeof *v);
-            if (r.n) memcpy(v, r.v, r.n * sizeof *v);
-            r.v = v;
-        }
+        r.v = ja_grow(a, f, r.v, r.n, &cap, r.n + 1, sizeof *r.v);
         json_num *num = &r.v[r.n++];
         num->is_float = is_float;
         num->fits = false;
