@@ -39,12 +39,19 @@ def check(cond, what):
         print("FAIL:", what, file=sys.stderr)
 
 
-def make_program(tmp, name, arch, vocab, bos, eos, tokdir):
+def make_program(tmp, name, arch, vocab, bos, eos, tokdir, template_suffix=None):
+    """A random-weight checkpoint with a fixture tokenizer, exported; template_suffix
+    (if given) is appended to the chat template's generation prompt."""
     ck = os.path.join(tmp, name)
     subprocess.run([MKCKPT, "--out", ck, "--arch", arch, "--vocab", str(vocab), "--bos", str(bos), "--eos", str(eos),
                     "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(TOK, tokdir, f), os.path.join(ck, f))
+    if template_suffix:
+        path = os.path.join(ck, "tokenizer_config.json")
+        cfg = json.load(open(path))
+        cfg["chat_template"] += "{%- if add_generation_prompt %}" + template_suffix + "{%- endif %}"
+        json.dump(cfg, open(path, "w"))
     out = os.path.join(tmp, name + ".okv")
     subprocess.run([OFFKV, "export", ck, "-o", out, "--dtype", "fp32", "--max-ctx-len", "512", "--prefill-chunk-size", "16"],
                    check=True, stderr=subprocess.DEVNULL)
@@ -271,6 +278,24 @@ def test_prefill_interleaves(s):
     check(len(during) >= 10, "A got %d tokens while B's prompt was prefilled" % len(during))
 
 
+def test_reasoning_opened_by_template(program):
+    """A template whose generation prompt opens <think> (as thinking-only Qwen3 releases do): the
+    reply up to </think> is reasoning_content, the same streamed and not; the content stays empty
+    here because the random model never closes the block."""
+    s = Server(OFFKV, program, "--parallel", "1")
+    try:
+        body = chat("2+2?", max_tokens=12)
+        r = s.post("/v1/chat/completions", body)[1]
+        msg = r["choices"][0]["message"]
+        events, done = s.stream("/v1/chat/completions", {**body, "stream": True})
+        content, reasoning, _ = chat_text(events)
+        check(msg.get("reasoning_content") and "<think>" not in msg["reasoning_content"], "reasoning_content: %s" % msg)
+        check(done and reasoning == msg["reasoning_content"] and content == msg["content"],
+              "streamed reasoning %r / content %r vs %r / %r" % (reasoning, content, msg.get("reasoning_content"), msg["content"]))
+    finally:
+        check(s.stop() == 0, "reasoning server exits 0")
+
+
 def test_openai_client(s):
     try:
         import openai
@@ -305,6 +330,7 @@ def main():
     try:
         llama = make_program(tmp, "llama", "llama", 128256, 128000, 128009, "llama3_1")
         qwen = make_program(tmp, "qwen3", "qwen3", 151669, 151643, 151645, "qwen3")
+        thinker = make_program(tmp, "thinker", "qwen3", 151669, 151643, 151645, "qwen3", template_suffix="<think>\n")
         s = Server(OFFKV, llama, "--parallel", "4", "--ctx-per-seq", "256", "--api-key", KEY, "--max-queue", "8",
                    "--prefill-chunk", "8")
         s.default_headers = AUTH
@@ -324,6 +350,7 @@ def main():
         check(rc == 0, "SIGTERM exits 0 (got %s): %s" % (rc, "".join(s.log)[-800:]))
         test_queue_full(llama)
         test_thinking_kwargs(qwen)
+        test_reasoning_opened_by_template(thinker)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if failures:
