@@ -47,7 +47,7 @@ static void result_free(result *r) {
 
 static bool starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
 
-static const char *const COMMANDS[] = {"export", "inspect", "logits", "generate", "perplexity", "run",
+static const char *const COMMANDS[] = {"export", "inspect", "logits", "generate", "perplexity", "run", "serve",
                                        "tokenize", "detokenize", "chat-render"};
 
 static void test_help(void) {
