@@ -166,13 +166,9 @@ static void finish(okv_gen_seq *g, okv_stop_reason why) {
 }
 
 static okv_status record_id(okv_gen_seq *g, int32_t id, okv_error *err) {
-    if (g->n_gen == g->cap_gen) {
-        size_t cap = g->cap_gen ? g->cap_gen * 2 : 64;
-        int32_t *p = realloc(g->gen, cap * sizeof *p);
-        if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-        g->gen = p;
-        g->cap_gen = cap;
-    }
+    int32_t *p = okv_grow(g->gen, &g->cap_gen, g->n_gen + 1, sizeof *p);
+    if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    g->gen = p;
     g->gen[g->n_gen++] = id;
     g->stats.generated_tokens++;
     return OKV_OK;

@@ -97,7 +97,7 @@ static void release_events(void *cls) {
 /* ---- requests ------------------------------------------------------------------ */
 
 typedef struct conn_state {
-    srv_str body;
+    okv_buf body;
     bool too_large;
 } conn_state;
 
@@ -209,7 +209,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size) {
         if (cs->body.len + *upload_size > s->o.max_body_bytes) cs->too_large = true;
-        if (!cs->too_large) srv_str_put(&cs->body, upload, *upload_size);
+        if (!cs->too_large) okv_buf_put(&cs->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -220,7 +220,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     conn_state *cs = *con_cls;
     if (!cs) return;
-    srv_str_free(&cs->body);
+    okv_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
 }

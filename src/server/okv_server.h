@@ -1,7 +1,8 @@
 /* okv_server.h — the server's internal types, shared by the HTTP layer
  * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
  * the scheduler (okv_server_sched.c) and the reasoning splitter
- * (okv_think.c). Only public offkv headers are used below this one. */
+ * (okv_think.c). Below this one only public offkv headers and the common
+ * okv_buf are used. */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
 
@@ -13,21 +14,10 @@
 #include <cjson/cJSON.h>
 
 #include "offkv_gen.h"
+#include "okv_buf.h"
 #include "offkv_serve.h"
 
 #define SRV_MAX_STOPS 16
-
-/* A growable byte string (out of memory is sticky: later appends do nothing
- * and oom stays set). */
-typedef struct srv_str {
-    char *data;
-    size_t len, cap;
-    bool oom;
-} srv_str;
-
-void srv_str_put(srv_str *s, const char *text, size_t len);
-void srv_str_puts(srv_str *s, const char *text);
-void srv_str_free(srv_str *s);
 
 /* ---- reasoning: <think>...</think> split out of the streamed text ---------- */
 
@@ -73,9 +63,9 @@ typedef struct srv_request {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int refs;
-    srv_str out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
+    okv_buf out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
     size_t out_sent;
-    srv_str content, reasoning;   /* non-streamed: the reply so far */
+    okv_buf content, reasoning;   /* non-streamed: the reply so far */
     srv_think splitter;
     bool role_sent;
     bool done, cancelled;

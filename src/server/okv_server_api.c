@@ -14,30 +14,6 @@
 
 #include "okv_server.h"
 
-/* ---- strings ------------------------------------------------------------------ */
-
-void srv_str_put(srv_str *s, const char *text, size_t len) {
-    if (s->oom) return;
-    if (s->len + len + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->len + len + 1) cap *= 2;
-        char *p = realloc(s->data, cap);
-        if (!p) { s->oom = true; return; }
-        s->data = p;
-        s->cap = cap;
-    }
-    memcpy(s->data + s->len, text, len);
-    s->len += len;
-    s->data[s->len] = 0;
-}
-
-void srv_str_puts(srv_str *s, const char *text) { srv_str_put(s, text, strlen(text)); }
-
-void srv_str_free(srv_str *s) {
-    free(s->data);
-    memset(s, 0, sizeof *s);
-}
-
 char *srv_error_json(const char *message, const char *type, const char *param) {
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", message);
@@ -175,15 +151,14 @@ static char *content_text(const cJSON *content) {
     if (cJSON_IsString(content)) return strdup(content->valuestring);
     if (cJSON_IsNull(content)) return strdup("");
     if (!cJSON_IsArray(content)) return NULL;
-    srv_str o = {0};
-    srv_str_puts(&o, "");
+    okv_buf o = {0};
     const cJSON *part;
     cJSON_ArrayForEach(part, content) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t)) { srv_str_free(&o); return NULL; }
-        srv_str_puts(&o, t->valuestring);
+        if (!cJSON_IsString(t)) { okv_buf_free(&o); return NULL; }
+        okv_buf_puts(&o, t->valuestring);
     }
-    return o.oom ? NULL : o.data;
+    return okv_buf_detach(&o, NULL);
 }
 
 /* messages -> a clean [{role, content}] array for the template. */
@@ -323,9 +298,9 @@ static void put_event(srv_request *r, cJSON *o) {
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) { r->out.oom = true; return; }
-    srv_str_puts(&r->out, "data: ");
-    srv_str_puts(&r->out, text);
-    srv_str_puts(&r->out, "\n\n");
+    okv_buf_puts(&r->out, "data: ");
+    okv_buf_puts(&r->out, text);
+    okv_buf_puts(&r->out, "\n\n");
     free(text);
 }
 
@@ -352,7 +327,7 @@ static void put_chunk(srv_request *r, srv_part part, const char *text, size_t le
 static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
     srv_request *r = ctx;
     if (r->stream) put_chunk(r, part, text, len, NULL);
-    else srv_str_put(part == SRV_REASONING ? &r->reasoning : &r->content, text, len);
+    else okv_buf_put(part == SRV_REASONING ? &r->reasoning : &r->content, text, len);
 }
 
 void srv_emit_text(srv_request *r, const char *text, size_t len) {
@@ -382,7 +357,7 @@ static void put_body(srv_request *r) {
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (text) srv_str_puts(&r->out, text);
+    if (text) okv_buf_puts(&r->out, text);
     else r->out.oom = true;
     free(text);
 }
@@ -396,9 +371,9 @@ void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
     if (r->stream) {
         if (error) {
             char *e = srv_error_json(error, "server_error", NULL);
-            srv_str_puts(&r->out, "data: ");
-            srv_str_puts(&r->out, e ? e : "{}");
-            srv_str_puts(&r->out, "\n\n");
+            okv_buf_puts(&r->out, "data: ");
+            okv_buf_puts(&r->out, e ? e : "{}");
+            okv_buf_puts(&r->out, "\n\n");
             free(e);
         } else put_chunk(r, SRV_CONTENT, NULL, 0, r->finish_reason);
         if (r->include_usage) {
@@ -407,7 +382,7 @@ void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
             cJSON_AddItemToObject(o, "usage", usage_json(r));
             put_event(r, o);
         }
-        srv_str_puts(&r->out, "data: [DONE]\n\n");
+        okv_buf_puts(&r->out, "data: [DONE]\n\n");
     } else if (!error) put_body(r);
     r->done = true;
 }

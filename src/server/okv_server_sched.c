@@ -42,9 +42,9 @@ void srv_request_unref(srv_request *r) {
     if (left) return;
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->prompt);
-    srv_str_free(&r->out);
-    srv_str_free(&r->content);
-    srv_str_free(&r->reasoning);
+    okv_buf_free(&r->out);
+    okv_buf_free(&r->content);
+    okv_buf_free(&r->reasoning);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -150,12 +150,9 @@ static void remember_cached(srv_slot *sl) {
     int len = 0;
     sl->n_cached = 0;
     if (okv_cache_length(sl->key, &len, &err) || len <= 0) return;
-    if ((size_t)len > sl->cap_cached) {
-        int32_t *p = realloc(sl->cached, (size_t)len * sizeof *p);
-        if (!p) return;
-        sl->cached = p;
-        sl->cap_cached = (size_t)len;
-    }
+    int32_t *p = okv_grow(sl->cached, &sl->cap_cached, (size_t)len, sizeof *p);
+    if (!p) return;
+    sl->cached = p;
     size_t n_gen = 0;
     const int32_t *gen = sl->seq ? okv_gen_seq_ids(sl->seq, &n_gen) : NULL;
     const srv_request *r = sl->req;
@@ -307,10 +304,10 @@ int srv_sched_active(okv_server *s) {
 
 /* ---- metrics ------------------------------------------------------------------ */
 
-static void metric(srv_str *o, const char *name, const char *type, const char *help, double v) {
+static void metric(okv_buf *o, const char *name, const char *type, const char *help, double v) {
     char line[512];
     snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
-    srv_str_puts(o, line);
+    okv_buf_puts(o, line);
 }
 
 char *srv_metrics_text(okv_server *s) {
@@ -327,7 +324,7 @@ char *srv_metrics_text(okv_server *s) {
         int len = 0;
         if (!okv_cache_length(s->slots[i].key, &len, &err)) cached += (size_t)len;
     }
-    srv_str o = {0};
+    okv_buf o = {0};
     metric(&o, "offkv_requests_total", "counter", "Requests admitted to the queue.", (double)m.requests);
     metric(&o, "offkv_requests_finished_total", "counter", "Requests that finished normally.", (double)m.requests_ok);
     metric(&o, "offkv_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", (double)m.requests_cancelled);
@@ -345,6 +342,5 @@ char *srv_metrics_text(okv_server *s) {
     metric(&o, "offkv_slots_total", "gauge", "Slots (cache keys).", s->n_slots);
     metric(&o, "offkv_cache_tokens", "gauge", "Positions held by all slots' caches (running and kept prefixes).", (double)cached);
     metric(&o, "offkv_cache_bytes", "gauge", "Bytes held by all slots' K/V pools.", (double)bytes);
-    if (o.oom) { free(o.data); return NULL; }
-    return o.data;
+    return okv_buf_detach(&o, NULL);
 }
