@@ -35,10 +35,12 @@ static okv_status check_utf8(loader *L, const char *s, size_t n, const char *whe
 }
 
 /* The "type" of a component object, or an error naming `kind`. */
-static okv_status component_type(loader *L, const cJSON *j, const char *kind, const char **type) {
+/* The "type" of a pipeline component at nesting depth (bounded). */
+static okv_status component_type(loader *L, const cJSON *j, const char *kind, int depth, const char **type) {
     if (!cJSON_IsObject(j)) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: %s must be an object or null", L->what, kind);
     *type = okv_json_str(j, "type");
     if (!*type) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: %s has no string \"type\"", L->what, kind);
+    if (depth > MAX_DEPTH) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: %s nesting too deep", L->what, kind);
     return OKV_OK;
 }
 
@@ -133,13 +135,25 @@ static okv_status load_prepend_scheme(loader *L, const cJSON *j, tok_prepend_sch
         }                                                                                           \
     } while (0)
 
+/* A required string field that must be UTF-8 (`where` names it in that
+ * error), copied out with its length. */
+static okv_status load_text(loader *L, const cJSON *j, const char *key, const char *kind, const char *where, char **out,
+                            size_t *len) {
+    const char *c;
+    okv_status st = req_string(L, j, key, &c, kind);
+    if (st) return st;
+    *len = strlen(c);
+    if ((st = check_utf8(L, c, *len, where))) return st;
+    if (!(*out = dup_bytes(c, *len))) return nomem(L);
+    return OKV_OK;
+}
+
 /* ---- normalizer ----------------------------------------------------------- */
 
 static okv_status load_norm(loader *L, const cJSON *j, tok_norm *nm, int depth) {
     const char *type;
-    okv_status st = component_type(L, j, "normalizer", &type);
+    okv_status st = component_type(L, j, "normalizer", depth, &type);
     if (st) return st;
-    if (depth > MAX_DEPTH) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: normalizer nesting too deep", L->what);
     if (!strcmp(type, "Sequence")) {
         nm->type = TOK_NORM_SEQUENCE;
         LOAD_KIDS(tok_norm, load_norm, j, "normalizers", &nm->kids, &nm->n_kids, "Sequence normalizer", depth);
@@ -148,20 +162,12 @@ static okv_status load_norm(loader *L, const cJSON *j, tok_norm *nm, int depth) 
     else if (!strcmp(type, "NFD")) nm->type = TOK_NORM_NFD;
     else if (!strcmp(type, "NFKD")) nm->type = TOK_NORM_NFKD;
     else if (!strcmp(type, "Replace")) {
-        const char *c;
         nm->type = TOK_NORM_REPLACE;
         if ((st = load_pattern(L, j, &nm->pat, "Replace normalizer"))) return st;
-        if ((st = req_string(L, j, "content", &c, "Replace normalizer"))) return st;
-        nm->content_len = strlen(c);
-        if ((st = check_utf8(L, c, nm->content_len, "normalizer content"))) return st;
-        if (!(nm->content = dup_bytes(c, nm->content_len))) return nomem(L);
+        return load_text(L, j, "content", "Replace normalizer", "normalizer content", &nm->content, &nm->content_len);
     } else if (!strcmp(type, "Prepend")) {
-        const char *c;
         nm->type = TOK_NORM_PREPEND;
-        if ((st = req_string(L, j, "prepend", &c, "Prepend normalizer"))) return st;
-        nm->content_len = strlen(c);
-        if ((st = check_utf8(L, c, nm->content_len, "normalizer content"))) return st;
-        if (!(nm->content = dup_bytes(c, nm->content_len))) return nomem(L);
+        return load_text(L, j, "prepend", "Prepend normalizer", "normalizer content", &nm->content, &nm->content_len);
     } else if (!strcmp(type, "Strip")) {
         nm->type = TOK_NORM_STRIP;
         if ((st = opt_bool(L, j, "strip_left", true, &nm->left, "Strip normalizer"))) return st;
@@ -177,9 +183,8 @@ static const char GPT2_REGEX[] =
 
 static okv_status load_pre(loader *L, const cJSON *j, tok_pre *p, int depth) {
     const char *type;
-    okv_status st = component_type(L, j, "pre_tokenizer", &type);
+    okv_status st = component_type(L, j, "pre_tokenizer", depth, &type);
     if (st) return st;
-    if (depth > MAX_DEPTH) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: pre_tokenizer nesting too deep", L->what);
     if (!strcmp(type, "Sequence")) {
         p->type = TOK_PRE_SEQUENCE;
         LOAD_KIDS(tok_pre, load_pre, j, "pretokenizers", &p->kids, &p->n_kids, "Sequence pre_tokenizer", depth);
@@ -217,9 +222,8 @@ static okv_status load_pre(loader *L, const cJSON *j, tok_pre *p, int depth) {
 
 static okv_status load_dec(loader *L, const cJSON *j, tok_dec *d, int depth) {
     const char *type;
-    okv_status st = component_type(L, j, "decoder", &type);
+    okv_status st = component_type(L, j, "decoder", depth, &type);
     if (st) return st;
-    if (depth > MAX_DEPTH) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: decoder nesting too deep", L->what);
     if (!strcmp(type, "Sequence")) {
         d->type = TOK_DEC_SEQUENCE;
         LOAD_KIDS(tok_dec, load_dec, j, "decoders", &d->kids, &d->n_kids, "Sequence decoder", depth);
@@ -234,13 +238,9 @@ static okv_status load_dec(loader *L, const cJSON *j, tok_dec *d, int depth) {
         if ((st = opt_count(L, j, "start", 0, &d->start, "Strip decoder"))) return st;
         if ((st = opt_count(L, j, "stop", 0, &d->stop, "Strip decoder"))) return st;
     } else if (!strcmp(type, "Replace")) {
-        const char *c;
         d->type = TOK_DEC_REPLACE;
         if ((st = load_pattern(L, j, &d->pat, "Replace decoder"))) return st;
-        if ((st = req_string(L, j, "content", &c, "Replace decoder"))) return st;
-        d->content_len = strlen(c);
-        if ((st = check_utf8(L, c, d->content_len, "Replace decoder content"))) return st;
-        if (!(d->content = dup_bytes(c, d->content_len))) return nomem(L);
+        return load_text(L, j, "content", "Replace decoder", "Replace decoder content", &d->content, &d->content_len);
     } else if (!strcmp(type, "Metaspace")) {
         d->type = TOK_DEC_METASPACE;
         if ((st = req_char(L, j, "replacement", &d->ch, "Metaspace decoder"))) return st;
@@ -299,9 +299,8 @@ static okv_status load_template(loader *L, const cJSON *j) {
 
 static okv_status load_post(loader *L, const cJSON *j, int depth) {
     const char *type;
-    okv_status st = component_type(L, j, "post_processor", &type);
+    okv_status st = component_type(L, j, "post_processor", depth, &type);
     if (st) return st;
-    if (depth > MAX_DEPTH) return okv_fail(L->err, OKV_ERR_FORMAT, "%s: post_processor nesting too deep", L->what);
     if (!strcmp(type, "ByteLevel")) return OKV_OK; /* only moves offsets */
     if (!strcmp(type, "TemplateProcessing")) return load_template(L, j);
     if (!strcmp(type, "Sequence")) {
