@@ -193,11 +193,8 @@ okv_status okv_chat_config_parse(const char *tokenizer_config_json, okv_chat_con
 
 void okv_chat_config_free(okv_chat_config *cfg) {
     if (!cfg) return;
-    free(cfg->chat_template);
-    free(cfg->bos_token);
-    free(cfg->eos_token);
-    free(cfg->unk_token);
-    free(cfg->pad_token);
+    char *owned[] = {cfg->chat_template, cfg->bos_token, cfg->eos_token, cfg->unk_token, cfg->pad_token};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     memset(cfg, 0, sizeof *cfg);
 }
 

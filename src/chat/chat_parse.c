@@ -438,6 +438,22 @@ static jnode *parse_tuple(parser *p, bool with_condexpr) {
     return t;
 }
 
+
+/* The comma-separated items of a list or dict literal (key: value pairs,
+ * keys in args and values in kvals), a trailing comma allowed, through the
+ * closing bracket. */
+static void parse_literal_items(parser *p, jnode *n, const char *close, bool dict) {
+    while (!is_op(cur(p), close)) {
+        if (n->args.n) expect_op(p, ",");
+        if (is_op(cur(p), close)) break;
+        nodes_push(p, &n->args, parse_expression(p));
+        if (dict) {
+            expect_op(p, ":");
+            nodes_push(p, &n->kvals, parse_expression(p));
+        }
+    }
+    p->pos++;
+}
 static jnode *parse_primary(parser *p) {
     tok *t = cur(p);
     enter(p);
@@ -471,23 +487,11 @@ static jnode *parse_primary(parser *p) {
     } else if (is_op(t, "[")) {
         p->pos++;
         n = new_node(p, JN_LIST_LIT, t);
-        while (!is_op(cur(p), "]")) {
-            if (n->args.n) expect_op(p, ",");
-            if (is_op(cur(p), "]")) break;
-            nodes_push(p, &n->args, parse_expression(p));
-        }
-        p->pos++;
+        parse_literal_items(p, n, "]", false);
     } else if (is_op(t, "{")) {
         p->pos++;
         n = new_node(p, JN_DICT_LIT, t);
-        while (!is_op(cur(p), "}")) {
-            if (n->args.n) expect_op(p, ",");
-            if (is_op(cur(p), "}")) break;
-            nodes_push(p, &n->args, parse_expression(p));
-            expect_op(p, ":");
-            nodes_push(p, &n->kvals, parse_expression(p));
-        }
-        p->pos++;
+        parse_literal_items(p, n, "}", true);
     } else {
         fail_tok(p, t, "unexpected %s in expression", tok_desc(p, t));
     }
@@ -799,6 +803,18 @@ static const char **parse_targets(parser *p, int *n, bool allow_attr, const char
     return v;
 }
 
+/* The optional `{% else %}` body of a for/if opened at t, then its end tag
+ * (end_only[0]), consumed. */
+static void parse_else_and_end(parser *p, jnode *n, const tok *t, const char *opener, const char *const *end_only) {
+    if (is_name(cur(p), "else")) {
+        p->pos++;
+        expect_block_end(p, "else");
+        n->else_body = parse_body(p, end_only, t, opener);
+    }
+    p->pos++; /* the end tag */
+    expect_block_end(p, end_only[0]);
+}
+
 static jnode *parse_for(parser *p, const tok *t) {
     jnode *n = new_node(p, JN_FOR, t);
     n->targets = parse_targets(p, &n->ntargets, false, NULL);
@@ -812,14 +828,8 @@ static jnode *parse_for(parser *p, const tok *t) {
     p->loop_depth++;
     n->body = parse_body(p, ends, t, "for");
     p->loop_depth--;
-    if (is_name(cur(p), "else")) {
-        p->pos++;
-        expect_block_end(p, "else");
-        static const char *const ends2[] = {"endfor", NULL};
-        n->else_body = parse_body(p, ends2, t, "for");
-    }
-    p->pos++; /* endfor */
-    expect_block_end(p, "endfor");
+    static const char *const end_only[] = {"endfor", NULL};
+    parse_else_and_end(p, n, t, "for", end_only);
     return n;
 }
 
@@ -838,14 +848,8 @@ static jnode *parse_if(parser *p, const tok *t) {
         nodes_push(p, &n->else_body, sub);
         return n;
     }
-    if (is_name(e, "else")) {
-        p->pos++;
-        expect_block_end(p, "else");
-        static const char *const ends2[] = {"endif", NULL};
-        n->else_body = parse_body(p, ends2, t, "if");
-    }
-    p->pos++; /* endif */
-    expect_block_end(p, "endif");
+    static const char *const end_only[] = {"endif", NULL};
+    parse_else_and_end(p, n, t, "if", end_only);
     return n;
 }
 

@@ -130,29 +130,10 @@ static void scope_set(rctx *c, const char *name, jv v) {
     jdict_set(c->a, c->f, c->scope->vars, jv_str(name, strlen(name)), v);
 }
 
-static jv lookup(rctx *c, const char *name) {
-    for (jscope *s = c->scope; s; s = s->parent) {
-        jv v;
-        if (jdict_get_str(s->vars, name, &v)) return v;
-    }
-    const char *global = jinja_global_name(name);
-    if (global) {
-        jfunc *fn = ja_alloc(c->a, c->f, sizeof *fn);
-        fn->kind = JF_GLOBAL;
-        fn->name = global;
-        jv v;
-        v.t = JV_FUNC;
-        v.u.fn = fn;
-        return v;
-    }
-    return undef_name(c, name);
-}
-
-/* ---- attribute / item access ------------------------------------------ */
-
-static jv bound_method(rctx *c, jv self, const char *name) {
+/* A callable value: a global function, or a method bound to self. */
+static jv func_value(rctx *c, jfunc_kind kind, const char *name, jv self) {
     jfunc *fn = ja_alloc(c->a, c->f, sizeof *fn);
-    fn->kind = JF_METHOD;
+    fn->kind = kind;
     fn->name = name;
     fn->self = self;
     jv v;
@@ -160,6 +141,19 @@ static jv bound_method(rctx *c, jv self, const char *name) {
     v.u.fn = fn;
     return v;
 }
+
+static jv lookup(rctx *c, const char *name) {
+    for (jscope *s = c->scope; s; s = s->parent) {
+        jv v;
+        if (jdict_get_str(s->vars, name, &v)) return v;
+    }
+    const char *global = jinja_global_name(name);
+    return global ? func_value(c, JF_GLOBAL, global, jv_none()) : undef_name(c, name);
+}
+
+/* ---- attribute / item access ------------------------------------------ */
+
+static jv bound_method(rctx *c, jv self, const char *name) { return func_value(c, JF_METHOD, name, self); }
 
 /* Python getattr(obj, name); missing -> undefined (an error only if used). */
 bool jr_py_getattr(rctx *c, jv obj, const char *name, jv *out) {
