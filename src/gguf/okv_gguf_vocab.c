@@ -393,12 +393,9 @@ static okv_status put_spm_merges(synth *S, okv_buf *b) {
             chars_l++;
             int32_t l = tokmap_get(&S->map, s, cut), r = l >= 0 ? tokmap_get(&S->map, s + cut, len - cut) : -1;
             if (r < 0) continue;
-            if (n == cap) {
-                spm_merge *q = realloc(m, 2 * cap * sizeof *m);
-                if (!q) { free(m); return nomem(S); }
-                m = q;
-                cap *= 2;
-            }
+            spm_merge *q = okv_grow(m, &cap, n + 1, sizeof *m);
+            if (!q) { free(m); return nomem(S); }
+            m = q;
             m[n++] = (spm_merge){spm_score(S, p), (uint32_t)chars_l, (uint32_t)(total - chars_l), (int32_t)p, l, r};
         }
     }
