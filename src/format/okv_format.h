@@ -166,8 +166,9 @@ struct cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *of
 int okv_format_find_tensor(const okv_program_file *pf, const char *name);
 /* Checks the graph against tensors and layout (ids in range, widths agree,
  * unnamed parameter slots 0) and the cache map: one update_and_attend node
- * per layer whose cache is the layout's layer_to_cache entry, one writer per
- * cache, every attend-only node after its cache's writer. */
+ * per layer (as many as the metadata's n_layers) whose cache is the layout's
+ * layer_to_cache entry, one writer per cache, every attend-only node after
+ * its cache's writer. */
 okv_status okv_graph_validate(const okv_program_file *pf, okv_error *err);
 /* Checks the metadata (sizes in range, bos/eos ids inside the vocabulary). */
 okv_status okv_meta_validate(const okv_meta *m, okv_error *err);

@@ -232,8 +232,9 @@ static okv_status check_floats(graph_check *c) {
 /* The cache map, over the attention nodes in step order. The k-th
  * update_and_attend node is layer k and must address layer_to_cache[k]: the
  * runtime runs from the node, while the caches are built from the layout
- * (and `inspect` shows it). Each cache has exactly one writer node; sets
- * writer[c] to its node index (-1 = none). */
+ * (and `inspect` shows it), and the layer count is the metadata's. Each
+ * cache has exactly one writer node; sets writer[c] to its node index
+ * (-1 = none). */
 static okv_status check_layers_and_writers(const okv_program_file *pf, int *writer, okv_error *err) {
     const okv_graph *g = &pf->graph;
     const okv_layout *l = &pf->layout;
@@ -263,6 +264,9 @@ static okv_status check_layers_and_writers(const okv_program_file *pf, int *writ
     if (layer != l->n_layers)
         return okv_fail(err, OKV_ERR_FORMAT, "graph: %d update_and_attend node(s) for the layout's %d layers (layer_to_cache)",
                         layer, l->n_layers);
+    if (l->n_layers != pf->meta.n_layers)
+        return okv_fail(err, OKV_ERR_FORMAT, "layout has %d layers (layer_to_cache) but the program meta says n_layers %d",
+                        l->n_layers, pf->meta.n_layers);
     return OKV_OK;
 }
 

@@ -247,7 +247,8 @@ static void test_cache_map(void) {
     }
 }
 
-/* The layout's layer count and the graph's attention nodes must agree. */
+/* The layout's layer count, the graph's attention nodes and the metadata's
+ * n_layers must agree. */
 static void test_layer_count(void) {
     okv_program_file pf;
     okv_tensor t[5];
@@ -272,6 +273,10 @@ static void test_layer_count(void) {
     CHECKF(st == OKV_ERR_FORMAT && load_error_is(&err, "graph node 5 (update_and_attend): attention of layer 1, but the "
                                                         "layout has 1 layers (layer_to_cache)"), "status %d: %s", st, err.message);
     pf.layout.n_layers = 2;
+    pf.meta.n_layers = 3;   /* the graph and layout agree, the metadata does not */
+    st = write_and_open(&pf, &err);
+    CHECKF(st == OKV_ERR_FORMAT && load_error_is(&err, "layout has 2 layers (layer_to_cache) but the program meta says "
+                                                        "n_layers 3"), "status %d: %s", st, err.message);
     okv_layout_free(&pf.layout);
 }
 
