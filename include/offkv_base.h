@@ -43,6 +43,11 @@ const char *okv_dtype_name(okv_dtype d);
 int okv_dtype_parse(const char *s, okv_dtype *out);
 size_t okv_dtype_size(okv_dtype d);
 
+/* Reads a whole regular file into a NUL-terminated heap buffer (free() it);
+ * *len (may be NULL) gets its size. Directories, FIFOs and devices are
+ * refused by name. */
+okv_status okv_read_file(const char *path, char **data, size_t *len, okv_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,7 +10,6 @@
 #include "cmd_tok.h"
 #include "offkv_eval.h"
 #include "offkv_tok.h"
-#include "okv_common.h"
 
 /* On a terminal one line is redrawn per window; into a file or pipe only
  * the last one is written, so logs do not collect carriage returns. */

@@ -46,8 +46,7 @@ okv_status okv_out_file_commit(okv_out_file *o, okv_error *err);
 /* Drops the data (no-op after commit). */
 void okv_out_file_abort(okv_out_file *o);
 
-/* Reads a whole file into a NUL-terminated heap buffer (free() it). */
-okv_status okv_read_file(const char *path, char **data, size_t *len, okv_error *err);
+/* okv_read_file (a whole file into a heap buffer) is public: offkv_base.h. */
 bool okv_file_exists(const char *path);
 /* Joins dir and name into a heap string (free() it). */
 char *okv_path_join(const char *dir, const char *name);

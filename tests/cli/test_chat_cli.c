@@ -1,14 +1,14 @@
-/* test_chat_cli.c — `offkv chat-render` (src/cli/cmd_chat.c, compiled into
- * this test directly since the CLI links the whole program): every output
- * line must match the fixture's `rendered` / `error`, --template must
- * override the config's template while keeping its tokens, and bad options
- * must be usage errors. */
+/* test_chat_cli.c — `offkv chat-render` (src/cli/cmd_chat.c, called through
+ * the okv_cli library): every output line must match the fixture's
+ * `rendered` / `error`, --template must override the config's template
+ * while keeping its tokens, and bad options must be usage errors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 
-#include "../../src/cli/cmd_chat.c"
+#include "cmd_chat.h"
 #include "okv_test.h"
 
 #define FIX "../shared/fixtures/"

@@ -1,14 +1,16 @@
 /* test_tok_cli.c — `offkv tokenize` / `offkv detokenize` (src/cli/cmd_tok.c,
- * compiled into this test directly since the offkv binary links the whole
- * program): --jsonl output must match the llama3_1 fixtures line by line,
+ * called through the okv_cli library, in process so the tokenizer source
+ * helper can be checked too): --jsonl output must match the llama3_1 fixtures line by line,
  * --text/--ids/--json/--no-special/--skip-special must print what the
  * fixtures say, and every bad invocation must exit 1. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 
-#include "../../src/cli/cmd_tok.c"
+#include "cmd_tok.h"
 #include "okv_test.h"
 
 #define FIX "../shared/fixtures/tokenizers/llama3_1/"
