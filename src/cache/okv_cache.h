@@ -51,7 +51,6 @@ typedef struct okv_policy {
 } okv_policy;
 
 okv_policy okv_policy_flat(int32_t capacity);
-okv_policy okv_policy_ring(int32_t window, int32_t max_write);
 /* The ring a cache of `capacity` positions gets: min(window + max_write - 1,
  * capacity) slots. A ring never needs more slots than the sequence can have
  * positions (with S = capacity no slot is ever overwritten), so a window of
@@ -59,12 +58,6 @@ okv_policy okv_policy_ring(int32_t window, int32_t max_write);
 okv_policy okv_policy_ring_capped(int32_t window, int32_t max_write, int32_t capacity);
 /* Plans a step of T tokens starting at pos (callers validated pos/T). */
 void okv_policy_plan(const okv_policy *p, int32_t pos, int32_t T, okv_step_plan *out);
-/* Whether, after a sequence of length cur_len written straight through (no
- * earlier rewind), this cache can still serve a next step starting at
- * new_len (<= cur_len). Flat: always. Ring: iff new_len == 0 (the next step
- * needs no history) or max(0, new_len - window + 1) >= max(0, cur_len - slots).
- * Equivalent to okv_policy_can_serve(p, max(0, cur_len - slots), new_len). */
-bool okv_policy_can_rewind(const okv_policy *p, int32_t cur_len, int32_t new_len);
 /* The exact rule behind rewinds: a ring whose slots still hold positions
  * [oldest_held, length) can serve a next step at new_len iff the keys that
  * step needs from before it, [max(0, new_len - window + 1), new_len), are all
@@ -84,7 +77,6 @@ typedef struct okv_seq {
     int32_t max_write;  /* largest T per step */
 } okv_seq;
 
-bool okv_seq_can_extend(const okv_seq *s, int32_t T);
 /* OK iff positions are exactly length..length+T-1, 1 <= T <= max_write and
  * length + T <= capacity; the error says which rule failed. */
 okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err);

@@ -24,10 +24,6 @@ okv_policy okv_policy_flat(int32_t capacity) {
     return p;
 }
 
-okv_policy okv_policy_ring(int32_t window, int32_t max_write) {
-    return okv_policy_ring_capped(window, max_write, INT32_MAX);
-}
-
 okv_policy okv_policy_ring_capped(int32_t window, int32_t max_write, int32_t capacity) {
     int64_t slots = (int64_t)window + max_write - 1;   /* may exceed int32 for a huge window */
     okv_policy p = { OKV_POLICY_RING, window, max_write, slots < capacity ? (int32_t)slots : capacity };
@@ -72,11 +68,6 @@ bool okv_policy_can_serve(const okv_policy *p, int32_t oldest_held, int32_t new_
     return need >= oldest_held;
 }
 
-bool okv_policy_can_rewind(const okv_policy *p, int32_t cur_len, int32_t new_len) {
-    int32_t oldest = cur_len - p->slots;
-    return okv_policy_can_serve(p, oldest > 0 ? oldest : 0, new_len);
-}
-
 int32_t okv_policy_oldest_after_write(const okv_policy *p, int32_t oldest_held, int32_t pos, int32_t T) {
     if (p->kind == OKV_POLICY_FLAT) return oldest_held;
     int64_t gone = (int64_t)pos + T - p->slots;   /* positions below this were overwritten */
@@ -84,10 +75,6 @@ int32_t okv_policy_oldest_after_write(const okv_policy *p, int32_t oldest_held, 
 }
 
 /* ---- sequence controller ------------------------------------------------- */
-
-bool okv_seq_can_extend(const okv_seq *s, int32_t T) {
-    return T >= 1 && T <= s->max_write && (int64_t)s->length + T <= s->capacity;
-}
 
 okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err) {
     if (T < 1 || T > s->max_write)

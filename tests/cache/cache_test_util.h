@@ -9,6 +9,23 @@
 #include "okv_cache.h"
 #include "okv_common.h"
 
+/* An uncapped ring policy: window + max_write - 1 slots. */
+static inline okv_policy ring_policy(int32_t window, int32_t max_write) {
+    return okv_policy_ring_capped(window, max_write, INT32_MAX);
+}
+
+/* The rewind rule judged by lengths alone: whether, after a sequence of
+ * length cur_len written straight through (no earlier rewind), cache policy p
+ * can still serve a next step at new_len (<= cur_len). Flat: always. Ring:
+ * iff new_len == 0 or max(0, new_len - window + 1) >= max(0, cur_len - slots).
+ * The library tracks the oldest held position instead (okv_cache.oldest),
+ * which differs after a rewind; the tests use this model to show both the
+ * rule's boundaries and where length alone would be wrong. */
+static inline bool can_rewind_by_length(const okv_policy *p, int32_t cur_len, int32_t new_len) {
+    int32_t oldest = cur_len - p->slots;
+    return okv_policy_can_serve(p, oldest > 0 ? oldest : 0, new_len);
+}
+
 /* A layout with one layer per cache (layer i -> cache i). */
 static inline void make_layout(okv_layout *l, int n, const int *windows, int heads, int dim, int chunk, int max_ctx) {
     okv_error err;

@@ -273,7 +273,7 @@ static void test_rewind_messages(void) {
     CHECK(kv->seq.length == 18);
     /* The ring still holds only 11..17: a second rewind to 17 needs 10, gone.
      * (Judging by the new length alone, 17 - 7 = 10 >= 18 - 9 = 9, would accept.) */
-    CHECK(okv_policy_can_rewind(&kv->caches[1].policy, 18, 17));
+    CHECK(can_rewind_by_length(&kv->caches[1].policy, 18, 17));
     CHECK(okv_kv_rewind(kv, 17, &err) == OKV_ERR_INVALID && kv->seq.length == 18);
     CHECK_OK(okv_kv_rewind(kv, 0, &err), &err);   /* empty history needs nothing */
     CHECK(kv->seq.length == 0 && kv->caches[1].oldest == 0);

@@ -57,7 +57,7 @@ static void test_ring_plans_exhaustive(void) {
     int bad = 0, cases = 0;
     for (int W = 1; W <= 16; W++) {
         for (int mw = 1; mw <= 9; mw++) {
-            okv_policy p = okv_policy_ring(W, mw);
+            okv_policy p = ring_policy(W, mw);
             CHECK(p.slots == W + mw - 1);
             for (int pos = 0; pos <= 3 * p.slots + 2; pos++)
                 for (int T = 1; T <= mw; T++) { bad += check_policy(&p, W, pos, T); cases++; }
@@ -72,7 +72,7 @@ static void test_ring_plans_large(void) {
     int bad = 0;
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         int W = sizes[k][0], mw = sizes[k][1];
-        okv_policy p = okv_policy_ring(W, mw);
+        okv_policy p = ring_policy(W, mw);
         int32_t S = p.slots;
         int32_t poss[] = { 0, 1, W - 1, W, S - 1, S, S + 1, 2 * S - 1, 2 * S, 5 * S - mw / 2, 40 * S + 17 };
         for (size_t i = 0; i < sizeof poss / sizeof poss[0]; i++) {
@@ -100,7 +100,7 @@ static void test_flat_plans(void) {
 static void test_ring_plan_spelled_out(void) {
     /* W=8, mw=4: S=11. Step at pos 20, T=4 writes positions 20..23 = slots 9,10,0,1;
      * reads positions 13..23 = slots 2..10 then 0..1. */
-    okv_policy p = okv_policy_ring(8, 4);
+    okv_policy p = ring_policy(8, 4);
     okv_step_plan plan;
     okv_policy_plan(&p, 20, 4, &plan);
     CHECK(plan.n_write == 2);
@@ -119,30 +119,30 @@ static void test_can_rewind(void) {
      * n needs keys from n-7: n=18 needs 11 (held), n=17 needs 10 (overwritten
      * by position 19). Accepting down to L - W + 1 = 13 (or L - W) would read
      * overwritten slots. */
-    okv_policy p = okv_policy_ring(8, 2);
+    okv_policy p = ring_policy(8, 2);
     CHECK(p.slots == 9);
-    CHECK(!okv_policy_can_rewind(&p, 20, 13));
-    CHECK(!okv_policy_can_rewind(&p, 20, 12));
-    CHECK(!okv_policy_can_rewind(&p, 20, 17));
-    CHECK(okv_policy_can_rewind(&p, 20, 18));
-    CHECK(okv_policy_can_rewind(&p, 20, 19));
-    CHECK(okv_policy_can_rewind(&p, 20, 20));
-    CHECK(okv_policy_can_rewind(&p, 20, 0));     /* nothing needed */
-    CHECK(okv_policy_can_rewind(&p, 9, 1));      /* L <= S: everything held */
-    CHECK(okv_policy_can_rewind(&p, 10, 8));     /* holds 1..9, step at 8 needs 1.. */
-    CHECK(!okv_policy_can_rewind(&p, 10, 7));    /* needs 0 */
+    CHECK(!can_rewind_by_length(&p, 20, 13));
+    CHECK(!can_rewind_by_length(&p, 20, 12));
+    CHECK(!can_rewind_by_length(&p, 20, 17));
+    CHECK(can_rewind_by_length(&p, 20, 18));
+    CHECK(can_rewind_by_length(&p, 20, 19));
+    CHECK(can_rewind_by_length(&p, 20, 20));
+    CHECK(can_rewind_by_length(&p, 20, 0));     /* nothing needed */
+    CHECK(can_rewind_by_length(&p, 9, 1));      /* L <= S: everything held */
+    CHECK(can_rewind_by_length(&p, 10, 8));     /* holds 1..9, step at 8 needs 1.. */
+    CHECK(!can_rewind_by_length(&p, 10, 7));    /* needs 0 */
     /* the general rule: for L > S the smallest accepted target >= 1 is L - max_write */
     for (int W = 1; W <= 12; W++)
         for (int mw = 1; mw <= W; mw++) {
-            okv_policy q = okv_policy_ring(W, mw);
+            okv_policy q = ring_policy(W, mw);
             int L = q.slots + 5;
             int smallest = -1;
             for (int n = 1; n <= L && smallest < 0; n++)
-                if (okv_policy_can_rewind(&q, L, n)) smallest = n;
+                if (can_rewind_by_length(&q, L, n)) smallest = n;
             CHECKF(smallest == L - mw, "W %d mw %d L %d: smallest %d", W, mw, L, smallest);
         }
     okv_policy f = okv_policy_flat(100);
-    CHECK(okv_policy_can_rewind(&f, 90, 1) && okv_policy_can_serve(&f, 0, 1));
+    CHECK(can_rewind_by_length(&f, 90, 1) && okv_policy_can_serve(&f, 0, 1));
     CHECK(okv_policy_can_serve(&p, 11, 18) && !okv_policy_can_serve(&p, 11, 17));
     CHECK(okv_policy_oldest_after_write(&p, 0, 18, 2) == 11);
     CHECK(okv_policy_oldest_after_write(&p, 11, 18, 1) == 11);   /* 19 - 9 = 10 < 11 */
@@ -154,7 +154,6 @@ static void test_seq(void) {
     okv_error err;
     int32_t pos[8] = { 10, 11, 12, 13, 14 };
     CHECK_OK(okv_seq_check_step(&s, pos, 4, &err), &err);
-    CHECK(okv_seq_can_extend(&s, 4) && !okv_seq_can_extend(&s, 5) && !okv_seq_can_extend(&s, 0));
     CHECK(okv_seq_check_step(&s, pos, 5, &err) == OKV_ERR_INVALID && strstr(err.message, "[1, 4]"));
     CHECK(okv_seq_check_step(&s, pos, 0, &err) == OKV_ERR_INVALID);
     CHECK(okv_seq_check_step(&s, pos, -1, &err) == OKV_ERR_INVALID);
@@ -169,7 +168,6 @@ static void test_seq(void) {
     int32_t over[] = { 14, 15, 16 };
     CHECK(okv_seq_check_step(&s, over, 3, &err) == OKV_ERR_CAPACITY && strstr(err.message, "capacity 16"));
     CHECK_OK(okv_seq_check_step(&s, over, 2, &err), &err);
-    CHECK(okv_seq_can_extend(&s, 2) && !okv_seq_can_extend(&s, 3));
 }
 
 static void test_layout_validate(void) {
