@@ -1,19 +1,17 @@
 /* fuzz_gguf.c — libFuzzer target: a GGUF file parsed in memory
  * (okv_gguf_open_memory), then read the way export reads it: every key
  * through the typed getters and the first/last array elements, every tensor
- * found by name and its first blocks dequantized to f32, and (once the
- * reader of tokenizer.* keys exists) the synthesised tokenizer.json loaded
- * and used to encode a string. A file the reader accepts must describe only
+ * found by name and its first blocks dequantized to f32, and the
+ * tokenizer.json synthesised from its tokenizer.* keys loaded and used to
+ * encode a string. A file the reader accepts must describe only
  * bytes inside the input. */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "fuzz_util.h"
 #include "okv_gguf.h"
-#ifdef OKV_FUZZ_GGUF_VOCAB
 #include "offkv_tok.h"
 #include "okv_gguf_vocab.h"
-#endif
 
 #define MAX_DEQUANT 4096 /* elements dequantized per tensor */
 
@@ -68,7 +66,6 @@ static void read_tensor(const okv_gguf *g, const okv_gguf_tensor *t) {
     free(dst);
 }
 
-#ifdef OKV_FUZZ_GGUF_VOCAB
 static void read_tokenizer(const okv_gguf *g) {
     okv_gguf_vocab_texts tx;
     okv_error err = {0};
@@ -87,7 +84,6 @@ static void read_tokenizer(const okv_gguf *g) {
     okv_tok_free(tok);
     okv_gguf_vocab_texts_free(&tx);
 }
-#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     okv_gguf *g = NULL;
@@ -98,9 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int i = 0; i < okv_gguf_kv_count(g); i++) read_kv(g, okv_gguf_kv_at(g, i));
     for (int i = 0; i < okv_gguf_tensor_count(g); i++) read_tensor(g, okv_gguf_tensor_at(g, i));
-#ifdef OKV_FUZZ_GGUF_VOCAB
     read_tokenizer(g);
-#endif
     okv_gguf_close(g);
     return 0;
 }

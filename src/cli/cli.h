@@ -48,11 +48,7 @@ int okv_cli_serve(int argc, char **argv);
 /* `offkv perplexity` (cmd_eval.c). */
 int okv_cli_perplexity(int argc, char **argv);
 
-/* Text commands, compiled in when their layers exist. */
-#ifdef OKV_HAVE_TEXT
+/* Text commands (tokenizer, chat, generation): their command-table rows. */
 #include "cmd_text.h"
-#else
-#define OKV_CLI_TEXT_COMMANDS
-#endif
 
 #endif

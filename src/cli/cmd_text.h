@@ -4,21 +4,14 @@
 #define OKV_CMD_TEXT_H
 
 #include "cmd_chat.h"
+#include "cmd_tok.h"
 
 int okv_cli_run(int argc, char **argv);
 
-#ifdef OKV_HAVE_CMD_TOK
-#include "cmd_tok.h"
-#define OKV_CLI_TOK_COMMANDS                                                                                        \
-    {"tokenize", okv_cli_tokenize, "PROGRAM.okv | --tokenizer FILE  --text TEXT [--json] | --jsonl IN.jsonl"},      \
-    {"detokenize", okv_cli_detokenize, "PROGRAM.okv | --tokenizer FILE  --ids \"ids\" | --jsonl IN.jsonl"},
-#else
-#define OKV_CLI_TOK_COMMANDS
-#endif
-
 #define OKV_CLI_TEXT_COMMANDS                                                                                       \
     {"run", okv_cli_run, "PROGRAM.okv --prompt TEXT [--system T] [--chat auto|none] [--temperature F] ..."},         \
-    OKV_CLI_TOK_COMMANDS                                                                                            \
+    {"tokenize", okv_cli_tokenize, "PROGRAM.okv | --tokenizer FILE  --text TEXT [--json] | --jsonl IN.jsonl"},      \
+    {"detokenize", okv_cli_detokenize, "PROGRAM.okv | --tokenizer FILE  --ids \"ids\" | --jsonl IN.jsonl"},       \
     {"chat-render", okv_cli_chat_render, "--tokenizer-config FILE [--template FILE] --jsonl IN.jsonl"},
 
 #endif

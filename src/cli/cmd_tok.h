@@ -10,15 +10,15 @@
 int okv_cli_tokenize(int argc, char **argv);
 int okv_cli_detokenize(int argc, char **argv);
 
-/* Where the tokenizer comes from: --tokenizer tokenizer.json, or (later) the
+/* Where the tokenizer comes from: --tokenizer tokenizer.json, or the
  * tokenizer bundled in a program file given as the positional argument. */
 typedef struct okv_cli_tok_source {
     const char *tokenizer_json; /* --tokenizer FILE */
     const char *program;        /* positional model.okv */
 } okv_cli_tok_source;
 
-/* Loads the tokenizer named by src. The one place to extend when program
- * files carry their tokenizer. */
+/* Loads the tokenizer named by src: the tokenizer.json file when given,
+ * else the one bundled in the program. */
 okv_status okv_cli_open_tokenizer(const okv_cli_tok_source *src, okv_tok **out, okv_error *err);
 /* The tokenizer bundled in an open program (name is used in messages). */
 okv_status okv_cli_tokenizer_from_program(const okv_program *p, const char *name, okv_tok **out, okv_error *err);

@@ -1,6 +1,6 @@
 /* okv_gen_stats.c — the one-line end-of-run report (token counts, times,
- * rates and why generation stopped), kept here so the CLI and a later server
- * print the same thing. Pure formatting: the caller measures the times. */
+ * rates and why generation stopped), kept in the library so every front end
+ * (the CLI, a server) prints the same thing. Pure formatting: the caller measures the times. */
 #include <stdio.h>
 
 #include "offkv_sample.h"
