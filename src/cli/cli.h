@@ -27,6 +27,10 @@ typedef struct okv_cli_session {
 } okv_cli_session;
 
 int okv_cli_die(const okv_error *err);
+/* Prints "offkv: KIND: MESSAGE" and, when the message speaks of a value a flag
+ * sets, that flag in parentheses (cmd_help.c keeps the table). */
+void okv_cli_report(const char *kind, const char *message);
+const char *okv_cli_flag_hint(const char *message);
 int okv_cli_usage_error(const char *fmt, const char *arg);
 bool okv_cli_parse_int(const char *s, int lo, int hi, int *out);
 void okv_cli_run_opts_init(okv_cli_run_opts *o);

@@ -191,3 +191,38 @@ bool okv_cli_wants_help(int argc, char **argv) {
     }
     return false;
 }
+
+/* Library errors say what is wrong in the library's words ("prefill chunk
+ * size 0 is outside [1, 8]"); they cannot know which flag set the value. This
+ * table is where the CLI knows it: each entry is a phrase the library's
+ * messages use and the flag that sets that value. tests/cli checks that the
+ * flag reaches the user for each such error. */
+typedef struct flag_hint {
+    const char *phrase;
+    const char *flag;
+} flag_hint;
+
+static const flag_hint FLAG_HINTS[] = {
+    {"prefill chunk size", "--prefill-chunk-size"},
+    {"linear-weight group size", "--qlinear-group-size"},
+    {"embedding group size", "--qembedding-group-size"},
+    {"linear-weight quantization", "--qlinear"},
+    {"embedding quantization", "--qembedding"},
+    {"eval: a window of", "--ctx"},
+    {"fewer than one window", "--ctx"},
+    {"no chat template", "--chat none"},
+    {"drop the oldest turns", "--drop-old-turns"},
+    {"tokenizer.json given separately", "--tokenizer"},
+};
+
+const char *okv_cli_flag_hint(const char *message) {
+    for (size_t i = 0; i < sizeof FLAG_HINTS / sizeof FLAG_HINTS[0]; i++)
+        if (strstr(message, FLAG_HINTS[i].phrase)) return FLAG_HINTS[i].flag;
+    return NULL;
+}
+
+void okv_cli_report(const char *kind, const char *message) {
+    const char *flag = okv_cli_flag_hint(message);
+    if (flag) fprintf(stderr, "offkv: %s: %s (%s)\n", kind, message, flag);
+    else fprintf(stderr, "offkv: %s: %s\n", kind, message);
+}

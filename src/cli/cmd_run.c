@@ -245,7 +245,7 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
         if (!st) print_stats(&stats, reused);
         else if (st != OKV_ERR_NOMEM) { /* the turn was refused or failed; the session goes on without it */
             fflush(stdout);
-            fprintf(stderr, "offkv: error: %s\n", err->message);
+            okv_cli_report("error", err->message);
             st = OKV_OK;
         }
     }

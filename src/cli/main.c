@@ -22,10 +22,10 @@
 #include "offkv.h"
 #include "offkv_gen.h"
 
-static void notice_to_stderr(void *ctx, const char *msg) { fprintf(stderr, "offkv: note: %s\n", msg); }
+static void notice_to_stderr(void *ctx, const char *msg) { okv_cli_report("note", msg); }
 
 int okv_cli_die(const okv_error *err) {
-    fprintf(stderr, "offkv: error: %s\n", err->message);
+    okv_cli_report("error", err->message);
     return 1;
 }
 

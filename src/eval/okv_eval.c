@@ -123,12 +123,12 @@ static okv_status eval_window(eval_side *sides, int n_sides, const int32_t *win,
 
 static okv_status check_args(const okv_program_info *pi, const okv_program_info *bi, int n, const okv_eval_options *o,
                              okv_error *err) {
-    if (o->ctx < 4) return okv_fail(err, OKV_ERR_INVALID, "eval: --ctx %d is too small (at least 4)", o->ctx);
+    if (o->ctx < 4) return okv_fail(err, OKV_ERR_INVALID, "eval: a window of %d tokens is too small (at least 4)", o->ctx);
     if (o->ctx > pi->max_ctx_len || (bi && o->ctx > bi->max_ctx_len))
-        return okv_fail(err, OKV_ERR_INVALID, "eval: --ctx %d is above the program's max_ctx_len %d", o->ctx,
+        return okv_fail(err, OKV_ERR_INVALID, "eval: a window of %d tokens is above the program's max_ctx_len %d", o->ctx,
                         o->ctx > pi->max_ctx_len ? pi->max_ctx_len : bi->max_ctx_len);
     if (n < o->ctx)
-        return okv_fail(err, OKV_ERR_INVALID, "eval: the text has %d tokens, fewer than one window of --ctx %d", n, o->ctx);
+        return okv_fail(err, OKV_ERR_INVALID, "eval: the text has %d tokens, fewer than one window of %d tokens", n, o->ctx);
     if (bi && bi->vocab_size != pi->vocab_size)
         return okv_fail(err, OKV_ERR_INVALID, "eval: the base program's vocabulary (%d) differs from the program's (%d)",
                         bi->vocab_size, pi->vocab_size);

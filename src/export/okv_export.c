@@ -292,7 +292,7 @@ static okv_status plan_quant(export_job *j, okv_error *err) {
         if (ts->shape[1] % q.group)
             return okv_fail(err, OKV_ERR_INVALID,
                             "tensor '%s': input dimension %lld is not a multiple of the %s group size %d", ts->name,
-                            (long long)ts->shape[1], emb ? "--qembedding" : "--qlinear", q.group);
+                            (long long)ts->shape[1], emb ? "embedding" : "linear-weight", q.group);
         okv_error qerr = {0};
         if (okv_qscheme_check(&q, ts->shape[0], ts->shape[1], ts->name, &qerr))
             return okv_fail(err, OKV_ERR_INVALID, "%s", qerr.message);
@@ -304,13 +304,13 @@ static okv_status plan_quant(export_job *j, okv_error *err) {
 }
 
 static okv_status check_quant_options(const okv_export_options *o, okv_error *err) {
-    const struct { const char *flag; int bits; int group; } q[2] = {
-        {"--qlinear", o->qlinear, o->qlinear_group}, {"--qembedding", o->qembedding, o->qembedding_group}};
+    const struct { const char *what; int bits; int group; } q[2] = {
+        {"linear-weight", o->qlinear, o->qlinear_group}, {"embedding", o->qembedding, o->qembedding_group}};
     for (int i = 0; i < 2; i++) {
         if (q[i].bits != 0 && q[i].bits != 4 && q[i].bits != 8)
-            return okv_fail(err, OKV_ERR_INVALID, "%s: %d bits is not supported (4 or 8)", q[i].flag, q[i].bits);
+            return okv_fail(err, OKV_ERR_INVALID, "%s quantization: %d bits is not supported (4 or 8)", q[i].what, q[i].bits);
         if (q[i].group != 0 && q[i].group != 32 && q[i].group != 64 && q[i].group != 128 && q[i].group != 256)
-            return okv_fail(err, OKV_ERR_INVALID, "%s group size %d is not supported (32, 64, 128 or 256)", q[i].flag, q[i].group);
+            return okv_fail(err, OKV_ERR_INVALID, "%s group size %d is not supported (32, 64, 128 or 256)", q[i].what, q[i].group);
     }
     return OKV_OK;
 }
@@ -468,7 +468,7 @@ static okv_status collect_text_files(export_job *j, const char *dir, okv_error *
     if (!st) st = add_blob_file(j, dir, "chat_template.jinja", err);
     if (!st) st = add_blob_file(j, dir, "generation_config.json", err);
     if (!st && !have_tokenizer)
-        notice(j, "%s has no tokenizer.json: the program is exported without a tokenizer; text commands will need --tokenizer",
+        notice(j, "%s has no tokenizer.json: the program is exported without a tokenizer; text commands will need a tokenizer.json given separately",
                dir);
     return st;
 }
@@ -604,7 +604,7 @@ static okv_status gguf_text_files(export_job *j, okv_error *err) {
     const okv_gguf *g = j->gguf;
     if (!okv_gguf_find(g, "tokenizer.ggml.model")) {
         notice(j, "%s has no tokenizer.ggml.model: the program is exported without a tokenizer; text commands will "
-               "need --tokenizer", okv_gguf_path(g));
+               "need a tokenizer.json given separately", okv_gguf_path(g));
         return OKV_OK;
     }
     okv_gguf_vocab_texts t = {0};

@@ -154,7 +154,7 @@ static okv_status fitting_prompt(okv_chat_session *s, const char *user, const ok
     okv_fail(err, OKV_ERR_CAPACITY,
              "the conversation (%zu tokens: %zu of earlier turns + %zu for this one) does not fit the context "
              "(%d positions); turn refused (/reset starts over%s)", *n, earlier, *n - earlier, o->context_limit,
-             o->drop_oldest_turns ? "" : ", or drop the oldest turns automatically with --drop-old-turns");
+             o->drop_oldest_turns ? "" : ", or let the session drop the oldest turns automatically");
     free(*ids);
     *ids = NULL;
     return OKV_ERR_CAPACITY;

@@ -44,7 +44,7 @@ static okv_status render_chat(const okv_gen_prompt_args *a, char **out, okv_erro
     if (!src) {
         okv_chat_config_free(&cfg);
         if (a->mode == OKV_CHAT_TEMPLATE)
-            return okv_fail(err, OKV_ERR_NOT_FOUND, "the program has no chat template (use --chat none)");
+            return okv_fail(err, OKV_ERR_NOT_FOUND, "the program has no chat template (the prompt can be given without one)");
         return OKV_OK;
     }
     okv_chat_template *tmpl = NULL;

@@ -54,9 +54,9 @@ okv_status okv_hf_build_layout(const okv_hf_model *m, int prefill_chunk, int max
     if (prefill_chunk == 0) prefill_chunk = bound < 512 ? bound : 512;
     if (prefill_chunk < 1 || prefill_chunk > bound) {
         if (minw > 0 && minw < max_ctx)
-            return okv_fail(err, OKV_ERR_INVALID, "--prefill-chunk-size %d is outside [1, %d]: a step may not exceed the "
+            return okv_fail(err, OKV_ERR_INVALID, "prefill chunk size %d is outside [1, %d]: a step may not exceed the "
                             "smallest sliding window (%d)", prefill_chunk, bound, minw);
-        return okv_fail(err, OKV_ERR_INVALID, "--prefill-chunk-size %d is outside [1, %d] (the max context length)",
+        return okv_fail(err, OKV_ERR_INVALID, "prefill chunk size %d is outside [1, %d] (the max context length)",
                         prefill_chunk, bound);
     }
     okv_status st = okv_layout_alloc(out, n_caches, m->n_layers, err);

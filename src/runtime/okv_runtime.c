@@ -148,7 +148,7 @@ static okv_status arena_too_large(const okv_runner *r, int v, int rows, okv_erro
     const okv_value *val = &r->p->pf->graph.values[v];
     return okv_fail(err, OKV_ERR_NOMEM,
                     "activations too large: value %d is [%d rows x %d] floats (rows = %s %d), and the arena for all "
-                    "values live at once would exceed %zu bytes; export with a smaller --prefill-chunk-size",
+                    "values live at once would exceed %zu bytes; export with a smaller prefill chunk size",
                     v, rows, val->width, val->logit_rows ? "max logit rows" : "prefill_chunk_size", rows, ARENA_MAX_BYTES);
 }
 

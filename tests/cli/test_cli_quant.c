@@ -94,7 +94,7 @@ static void test_export_inspect(void) {
     snprintf(args, sizeof args, "export %s -o %s/x.okv --qlinear 4w --qlinear-group-size 48", FIX, dir);
     expect(args, 2, "48");
     snprintf(args, sizeof args, "export %s -o %s/x.okv --qlinear 4w --qlinear-group-size 128", FIX, dir);
-    expect(args, 1, "is not a multiple of the --qlinear group size 128");
+    expect(args, 1, "is not a multiple of the linear-weight group size 128 (--qlinear-group-size)");
 }
 
 static void test_perplexity(void) {
@@ -119,7 +119,7 @@ static void test_perplexity(void) {
     snprintf(args, sizeof args, "perplexity %s/f.okv --file %s --tokenizer %s --ctx 1", dir, path, tok);
     expect(args, 2, "--ctx");
     snprintf(args, sizeof args, "perplexity %s/f.okv --file %s --tokenizer %s --ctx 1024", dir, path, tok);
-    expect(args, 1, "fewer than one window");
+    expect(args, 1, "fewer than one window of 1024 tokens (--ctx)");
     snprintf(args, sizeof args, "perplexity %s/f.okv --file %s", dir, path);
     expect(args, 1, "no bundled tokenizer");
     snprintf(args, sizeof args, "perplexity %s/f.okv", dir);

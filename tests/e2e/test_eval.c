@@ -124,7 +124,7 @@ static void test_errors(okv_program *p, okv_program *other_vocab) {
     okv_eval_result r;
     okv_error err = {0};
     o.ctx = 2;
-    CHECK(okv_eval_perplexity(p, NULL, ids, 64, &o, &r, &err) == OKV_ERR_INVALID && strstr(err.message, "--ctx 2"));
+    CHECK(okv_eval_perplexity(p, NULL, ids, 64, &o, &r, &err) == OKV_ERR_INVALID && strstr(err.message, "window of 2 tokens"));
     o.ctx = 128;
     CHECK(okv_eval_perplexity(p, NULL, ids, 64, &o, &r, &err) == OKV_ERR_INVALID && strstr(err.message, "64 tokens"));
     o.ctx = 1 << 20;
