@@ -7,39 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "okv_common.h"
-#include "okv_hf.h"
+#include "hf_config_edit.h"
 #include "okv_test.h"
 
 #define FIX "../shared/fixtures/models/"
 
-/* The object a family's fields live in (text_config for nested configs). */
-static cJSON *text_obj(cJSON *root) {
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    return cJSON_IsObject(t) ? t : root;
-}
-
-/* Loads fixture `model`'s config, sets text_obj()[key] = value (JSON text;
- * NULL value: delete the key), parses it. */
+/* Fixture `model`'s config.json with one field edited (hf_config_edit.h). */
 static okv_status parse_edited(const char *model, const char *key, const char *value, okv_hf_model *m, okv_error *err) {
     char path[256];
     snprintf(path, sizeof path, FIX "%s/config.json", model);
-    cJSON *root;
-    if (okv_json_load(path, &root, err)) { fprintf(stderr, "%s\n", err->message); exit(1); }
-    if (key) {
-        cJSON *t = text_obj(root);
-        cJSON_DeleteItemFromObjectCaseSensitive(t, key);
-        if (value) {
-            cJSON *v = cJSON_Parse(value);
-            if (!v) { fprintf(stderr, "bad test JSON %s\n", value); exit(1); }
-            cJSON_AddItemToObject(t, key, v);
-        }
-    }
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    okv_status st = okv_hf_parse_config(text, strlen(text), "config.json", m, err);
-    free(text);
-    return st;
+    return hf_parse_edited(path, key, value, m, err);
 }
 
 typedef struct bad_case {
