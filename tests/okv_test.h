@@ -42,6 +42,16 @@ static inline void okv_test_rm_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* Writes n bytes of data to path (created or truncated); a test cannot go on
+ * without its input, so failure exits. */
+static inline void okv_test_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+}
+
 static inline int okv_test_finish(void) {
     printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);
     return okv_t_fail ? 1 : 0;

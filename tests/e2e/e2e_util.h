@@ -93,17 +93,43 @@ static inline void e2e_opts_default(e2e_run_opts *o) {
     o->runner.n_threads = 2;
 }
 
+/* Installs caches for p under key and opens a runner on them (NULL options:
+ * the defaults); NULL on failure, reported, with the key removed again. */
+static inline okv_runner *e2e_runner_open(const okv_program *p, const char *key, const okv_cache_options *co,
+                                          const okv_runner_options *ro) {
+    okv_error err = {0};
+    okv_runner *r = NULL;
+    okv_status st = okv_cache_install(key, p, co, &err);
+    if (!st) st = okv_runner_create(p, key, ro, &r, &err);
+    CHECKF(st == OKV_OK, "runner on '%s': %s", key, err.message);
+    if (st) okv_cache_remove(key, &err);
+    return r;
+}
+
+/* Frees r and removes its key. */
+static inline void e2e_runner_close(okv_runner *r, const char *key) {
+    okv_error err = {0};
+    okv_runner_free(r);
+    CHECK_OK(okv_cache_remove(key, &err), &err);
+}
+
+/* The key's sequence length (-1 if the key is unknown). */
+static inline int e2e_cache_length(const char *key) {
+    int len = -1;
+    okv_error err = {0};
+    okv_cache_length(key, &len, &err);
+    return len;
+}
+
 /* Runs ids through program p with fresh caches; returns [n, vocab] logits. */
 static inline float *e2e_run(const okv_program *p, const int32_t *ids, int n, const e2e_run_opts *o) {
     okv_program_info info;
     okv_program_get_info(p, &info);
     okv_error err = {0};
     const char *key = "e2e";
-    okv_runner *r = NULL;
-    okv_status st = okv_cache_install(key, p, &o->cache, &err);
-    if (!st) st = okv_runner_create(p, key, &o->runner, &r, &err);
-    CHECKF(st == OKV_OK, "setup: %s", err.message);
-    if (st) { okv_cache_remove(key, &err); return NULL; }
+    okv_runner *r = e2e_runner_open(p, key, &o->cache, &o->runner);
+    if (!r) return NULL;
+    okv_status st = OKV_OK;
     float *logits = calloc((size_t)n * (size_t)info.vocab_size, sizeof(float));
     int chunk = o->chunk > 0 ? o->chunk : info.prefill_chunk_size;
     for (int t = 0; t < n && !st; t += chunk) {
@@ -113,8 +139,7 @@ static inline float *e2e_run(const okv_program *p, const int32_t *ids, int n, co
         st = okv_runner_step(r, ids + t, pos, T, OKV_LOGITS_ALL, logits + (size_t)t * info.vocab_size, &err);
         CHECKF(st == OKV_OK, "step at %d: %s", t, err.message);
     }
-    okv_runner_free(r);
-    okv_cache_remove(key, &err);
+    e2e_runner_close(r, key);
     if (st) { free(logits); return NULL; }
     return logits;
 }

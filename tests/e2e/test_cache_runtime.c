@@ -37,31 +37,10 @@ static void step_and_check(okv_runner *r, const model *m, int from, int to, int 
     free(logits);
 }
 
-static okv_runner *open_runner(okv_program *p, const char *key, const okv_cache_options *co) {
-    okv_error err = {0};
-    okv_runner *r = NULL;
-    CHECK_OK(okv_cache_install(key, p, co, &err), &err);
-    CHECK_OK(okv_runner_create(p, key, NULL, &r, &err), &err);
-    return r;
-}
-
-static void close_runner(okv_runner *r, const char *key) {
-    okv_error err;
-    okv_runner_free(r);
-    CHECK_OK(okv_cache_remove(key, &err), &err);
-}
-
-static int length_of(const char *key) {
-    int len = -1;
-    okv_error err;
-    okv_cache_length(key, &len, &err);
-    return len;
-}
-
 /* Bad steps return errors and change nothing; the sequence then continues
  * exactly as if they had never been tried. */
 static void test_transactional(okv_program *p, const model *m) {
-    okv_runner *r = open_runner(p, "tx", NULL);
+    okv_runner *r = e2e_runner_open(p, "tx", NULL, NULL);
     okv_error err = {0};
     step_and_check(r, m, 0, 20, 8, "tx prefix");
     float logits[512 * 8];
@@ -75,22 +54,22 @@ static void test_transactional(okv_program *p, const model *m) {
     CHECK(strstr(err.message, "100000") != NULL);
     pos[0] = 19;
     CHECK(okv_runner_step(r, m->ids + 19, pos, 1, OKV_LOGITS_ALL, logits, &err) != OKV_OK); /* replays a position */
-    CHECK(length_of("tx") == 20);
+    CHECK(e2e_cache_length("tx") == 20);
     step_and_check(r, m, 20, 40, 8, "tx after refused steps");
-    close_runner(r, "tx");
+    e2e_runner_close(r, "tx");
 
     /* overflow: capacity 24, a step past it is refused before anything is written */
     okv_cache_options co;
     okv_cache_options_default(&co);
     co.max_capacity = 24;
-    r = open_runner(p, "cap", &co);
+    r = e2e_runner_open(p, "cap", &co, NULL);
     step_and_check(r, m, 0, 24, 8, "cap");
     for (int k = 0; k < 2; k++) pos[k] = 24 + k;
     CHECK(okv_runner_step(r, m->ids + 24, pos, 2, OKV_LOGITS_ALL, logits, &err) == OKV_ERR_CAPACITY);
-    CHECK(length_of("cap") == 24);
+    CHECK(e2e_cache_length("cap") == 24);
     CHECK_OK(okv_cache_rewind("cap", 22, &err), &err);
     step_and_check(r, m, 22, 24, 2, "cap after rewind");
-    close_runner(r, "cap");
+    e2e_runner_close(r, "cap");
 }
 
 /* A ring of S = window + chunk - 1 slots after length L keeps [L - S, L): a
@@ -102,7 +81,7 @@ static void test_rewind_ring(const model *m, int chunk) {
     okv_program *p;
     okv_error err = {0};
     if (!path || okv_program_open(path, &p, &err)) { free(path); CHECK(0); return; }
-    okv_runner *r = open_runner(p, "ring", NULL);
+    okv_runner *r = e2e_runner_open(p, "ring", NULL, NULL);
     int L = 20;
     step_and_check(r, m, 0, L, chunk, "ring prefix");
     /* L - window + 1 is what a looser rule would accept: it reads overwritten slots */
@@ -111,26 +90,26 @@ static void test_rewind_ring(const model *m, int chunk) {
         CHECKF(strstr(err.message, "cache") != NULL, "message names the cache: %s", err.message);
     }
     CHECK(okv_cache_rewind("ring", L - chunk - 1, &err) != OKV_OK);
-    CHECK(length_of("ring") == L);
+    CHECK(e2e_cache_length("ring") == L);
     CHECK_OK(okv_cache_rewind("ring", L - chunk, &err), &err);
-    CHECK(length_of("ring") == L - chunk);
+    CHECK(e2e_cache_length("ring") == L - chunk);
     step_and_check(r, m, L - chunk, 40, chunk, "ring after rewind");
     CHECK_OK(okv_cache_clear("ring", &err), &err);
-    CHECK(length_of("ring") == 0);
+    CHECK(e2e_cache_length("ring") == 0);
     step_and_check(r, m, 0, 40, chunk, "ring after clear");
-    close_runner(r, "ring");
+    e2e_runner_close(r, "ring");
     okv_program_free(p);
     free(path);
 }
 
 static void test_rewind_flat(okv_program *p, const model *m) {
-    okv_runner *r = open_runner(p, "flat", NULL);
+    okv_runner *r = e2e_runner_open(p, "flat", NULL, NULL);
     okv_error err;
     step_and_check(r, m, 0, 40, 5, "flat");
     CHECK(okv_cache_rewind("flat", 41, &err) != OKV_OK);
     CHECK_OK(okv_cache_rewind("flat", 3, &err), &err);
     step_and_check(r, m, 3, 40, 7, "flat after rewind to 3");
-    close_runner(r, "flat");
+    e2e_runner_close(r, "flat");
 }
 
 /* Overrides change which keys a query sees: rows before the window are
@@ -164,7 +143,7 @@ static void test_ring_bytes(okv_program *p, const model *m) {
     okv_cache_options co;
     okv_cache_options_default(&co);
     co.initial_capacity = 16;
-    okv_runner *r = open_runner(p, "bytes", &co);
+    okv_runner *r = e2e_runner_open(p, "bytes", &co, NULL);
     okv_program_info info;
     okv_program_get_info(p, &info);
     size_t slot = 2 * 32 * sizeof(float) * 2; /* kv_heads * head_dim * f32, K and V */
@@ -186,19 +165,19 @@ static void test_ring_bytes(okv_program *p, const model *m) {
     char line[256];
     CHECK_OK(okv_cache_describe("bytes", line, sizeof line, &err), &err);
     CHECKF(strstr(line, "1 flat + 5 ring(window 8)") != NULL, "describe: %s", line);
-    close_runner(r, "bytes");
+    e2e_runner_close(r, "bytes");
 }
 
 /* Two keys, two runners, interleaved steps: caches are independent. */
 static void test_two_sequences(okv_program *p, const model *m) {
-    okv_runner *a = open_runner(p, "seq-a", NULL), *b = open_runner(p, "seq-b", NULL);
+    okv_runner *a = e2e_runner_open(p, "seq-a", NULL, NULL), *b = e2e_runner_open(p, "seq-b", NULL, NULL);
     for (int t = 0; t < 40; t += 4) {
         step_and_check(a, m, t, t + 4, 4, "seq a");
         if (t % 8 == 0) step_and_check(b, m, t / 2, t / 2 + 4, 4, "seq b");
     }
     step_and_check(b, m, 20, 40, 3, "seq b tail");
-    close_runner(a, "seq-a");
-    close_runner(b, "seq-b");
+    e2e_runner_close(a, "seq-a");
+    e2e_runner_close(b, "seq-b");
 }
 
 /* A runner made for one logit row serves generation (LAST/NONE) with the
@@ -223,7 +202,7 @@ static void test_max_logit_rows(okv_program *p, const model *m) {
     for (int k = 0; k < 8; k++) pos[k] = 8 + k;
     CHECK_OK(okv_runner_step(r, m->ids + 8, pos, 8, OKV_LOGITS_LAST, logits, &err), &err);
     CHECK(e2e_max_diff(logits, m->ref + (size_t)15 * m->V, (size_t)m->V) <= 1e-4);
-    close_runner(r, "rows");
+    e2e_runner_close(r, "rows");
 }
 
 int main(void) {

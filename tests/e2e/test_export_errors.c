@@ -21,56 +21,54 @@ static void expect_export_error(const char *dir, int chunk, okv_status want, con
     free(out);
 }
 
-static void test_config_refusals(void) {
-    char *d;
-    d = edited_checkpoint("llama32-tiny", "yarn", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "rope_type \"yarn\"");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "gelu", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu2\"");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "hidden_act \"relu2\"");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "arch", "LlamaForCausalLM", "MambaForCausalLM");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "MambaForCausalLM");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "shape", "\"intermediate_size\": 128", "\"intermediate_size\": 96");
-    expect_export_error(d, 0, OKV_ERR_FORMAT, "mlp.gate_proj.weight");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "untied", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
-    expect_export_error(d, 0, OKV_ERR_FORMAT, "lm_head.weight");
-    free(d);
-    d = edited_checkpoint("gemma3-tiny", "layertype", "\"sliding_window_pattern\": 6",
-                          "\"sliding_window_pattern\": 6, \"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
-                          "\"chunked_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"]");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "layer_types[2] = \"chunked_attention\"");
-    free(d);
-    d = edited_checkpoint("gemma4-tiny", "moe", "\"enable_moe_block\": false", "\"enable_moe_block\": true");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "enable_moe_block");
-    free(d);
-    d = edited_checkpoint("gemma3-tiny", "bidi", "\"use_cache\": true", "\"use_cache\": true, \"use_bidirectional_attention\": true");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "use_bidirectional_attention");
+/* One config.json edit (the first `from` replaced by `to`) that export must
+ * refuse with status `want` and a message containing `needle`. */
+typedef struct config_case {
+    const char *fixture, *name, *from, *to;
+    okv_status want;
+    const char *needle;
+} config_case;
+
+static void expect_edit_refused(const config_case *c) {
+    char *d = edited_checkpoint(c->fixture, c->name, c->from, c->to);
+    expect_export_error(d, 0, c->want, c->needle);
     free(d);
 }
 
-/* Values main exported into programs its own loader then refused (issue 8):
- * export applies the loader's rules and names the field. */
-static void test_unloadable_values(void) {
-    char *d;
-    d = edited_checkpoint("llama32-tiny", "bos-neg", "\"bos_token_id\": 256", "\"bos_token_id\": -5");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "bos_token_id = -5");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "bos-huge", "\"bos_token_id\": 256", "\"bos_token_id\": 1e20");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "bos_token_id = 1e+20");
-    free(d);
-    d = edited_checkpoint("llama32-tiny", "eps-huge", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e300");
-    expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "rms_norm_eps = 1e+300");
-    free(d);
+static void test_config_refusals(void) {
+    static const config_case cases[] = {
+        {"llama32-tiny", "yarn", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"", OKV_ERR_UNSUPPORTED,
+         "rope_type \"yarn\""},
+        {"llama32-tiny", "gelu", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu2\"", OKV_ERR_UNSUPPORTED,
+         "hidden_act \"relu2\""},
+        {"llama32-tiny", "arch", "LlamaForCausalLM", "MambaForCausalLM", OKV_ERR_UNSUPPORTED, "MambaForCausalLM"},
+        {"llama32-tiny", "shape", "\"intermediate_size\": 128", "\"intermediate_size\": 96", OKV_ERR_FORMAT,
+         "mlp.gate_proj.weight"},
+        {"llama32-tiny", "untied", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", OKV_ERR_FORMAT,
+         "lm_head.weight"},
+        {"gemma3-tiny", "layertype", "\"sliding_window_pattern\": 6",
+         "\"sliding_window_pattern\": 6, \"layer_types\": [\"sliding_attention\", \"sliding_attention\", "
+         "\"chunked_attention\", \"sliding_attention\", \"sliding_attention\", \"full_attention\"]",
+         OKV_ERR_UNSUPPORTED, "layer_types[2] = \"chunked_attention\""},
+        {"gemma4-tiny", "moe", "\"enable_moe_block\": false", "\"enable_moe_block\": true", OKV_ERR_UNSUPPORTED,
+         "enable_moe_block"},
+        {"gemma3-tiny", "bidi", "\"use_cache\": true", "\"use_cache\": true, \"use_bidirectional_attention\": true",
+         OKV_ERR_UNSUPPORTED, "use_bidirectional_attention"},
+        /* values main exported into programs its own loader then refused (issue 8):
+         * export applies the loader's rules and names the field */
+        {"llama32-tiny", "bos-neg", "\"bos_token_id\": 256", "\"bos_token_id\": -5", OKV_ERR_UNSUPPORTED,
+         "bos_token_id = -5"},
+        {"llama32-tiny", "bos-huge", "\"bos_token_id\": 256", "\"bos_token_id\": 1e20", OKV_ERR_UNSUPPORTED,
+         "bos_token_id = 1e+20"},
+        {"llama32-tiny", "eps-huge", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": 1e300", OKV_ERR_UNSUPPORTED,
+         "rms_norm_eps = 1e+300"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_edit_refused(&cases[i]);
     /* generation_config.json's EOS list: more than a program holds is refused, naming that file */
-    d = edited_checkpoint("llama32-tiny", "eos-many", "{", "{");
-    char path[640];
+    char *d = edited_checkpoint("llama32-tiny", "eos-many", "{", "{"), path[640];
     snprintf(path, sizeof path, "%s/generation_config.json", d);
-    FILE *f = fopen(path, "wb");
-    fputs("{\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", f);
-    fclose(f);
+    static const char eos[] = "{\"eos_token_id\": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}";
+    okv_test_write_file(path, eos, sizeof eos - 1);
     expect_export_error(d, 0, OKV_ERR_UNSUPPORTED, "generation_config.json: eos_token_id lists 17 ids");
     free(d);
 }
@@ -84,15 +82,11 @@ static char *truncated_checkpoint(const char *name, size_t keep) {
     okv_error err;
     if (okv_read_file(FIXTURES "llama32-tiny/model.safetensors", &data, &len, &err)) exit(1);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, keep < len ? keep : len, f);
-    fclose(f);
+    okv_test_write_file(path, data, keep < len ? keep : len);
     free(data);
     if (okv_read_file(FIXTURES "llama32-tiny/config.json", &data, &len, &err)) exit(1);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    f = fopen(path, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
+    okv_test_write_file(path, data, len);
     free(data);
     return dir;
 }
@@ -128,9 +122,7 @@ static void test_corrupt_program(void) {
     char *bad = e2e_path("bad.okv");
     size_t cuts[] = {0, 7, 47, 48, 100, len / 2, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-        FILE *f = fopen(bad, "wb");
-        fwrite(data, 1, cuts[i], f);
-        fclose(f);
+        okv_test_write_file(bad, data, cuts[i]);
         okv_program *p = NULL;
         okv_status st = okv_program_open(bad, &p, &err);
         CHECKF(st == OKV_ERR_FORMAT, "truncated at %zu: status %d (%s)", cuts[i], st, err.message);
@@ -140,9 +132,7 @@ static void test_corrupt_program(void) {
     /* flip one byte in the JSON header: the checksum catches it */
     for (size_t off = 60; off < 2000; off += 97) {
         data[off] ^= 0x20;
-        FILE *f = fopen(bad, "wb");
-        fwrite(data, 1, len, f);
-        fclose(f);
+        okv_test_write_file(bad, data, len);
         data[off] ^= 0x20;
         okv_program *p = NULL;
         okv_status st = okv_program_open(bad, &p, &err);
@@ -151,9 +141,7 @@ static void test_corrupt_program(void) {
     }
     /* bad magic */
     data[0] = 'X';
-    FILE *f = fopen(bad, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
+    okv_test_write_file(bad, data, len);
     okv_program *p = NULL;
     CHECK(okv_program_open(bad, &p, &err) == OKV_ERR_FORMAT && strstr(err.message, "magic"));
     free(data);
@@ -261,7 +249,6 @@ int main(void) {
     test_skipped_tensors("gemma4-tiny-nested", "self_attn.k_", "layers.7.self_attn.k_proj");
     test_bind_mismatch();
     test_config_refusals();
-    test_unloadable_values();
     test_bad_safetensors();
     test_chunk_bounds();
     test_corrupt_program();

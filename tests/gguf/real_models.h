@@ -39,6 +39,54 @@ static inline double real_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* A real-model test's start: the model's path, or NULL after saying why the
+ * test skips (the model is not cached, or `reduced_skip` names a run the
+ * sanitizer pass leaves out). */
+static inline char *real_model_or_skip(const char *file, const char *reduced_skip) {
+    if (reduced_skip && real_reduced()) {
+        fprintf(stderr, "SKIP: %s (OKV_REAL_MODEL_TESTS=reduced)\n", reduced_skip);
+        return NULL;
+    }
+    return real_model_path(file);
+}
+
+/* Exports src (timed, printed with label) and opens the program; NULL on
+ * failure (reported). *path gets the program's path (caller frees). */
+static inline okv_program *real_export_open(const char *src, const char *name, okv_dtype dtype, int chunk,
+                                            const char *label, char **path) {
+    double t0 = real_now();
+    *path = e2e_export(src, name, dtype, chunk);
+    printf("%s export: %.2f s\n", label, real_now() - t0);
+    okv_program *p = NULL;
+    okv_error err = {0};
+    if (*path) CHECK_OK(okv_program_open(*path, &p, &err), &err);
+    return p;
+}
+
+/* The oracle check: ids[0..n) through p (e2e_run's default chunking) against
+ * the logits.f32 beside `model`'s reference: max abs <= tol and the same
+ * argmax at every position. */
+static inline void real_check_oracle(const okv_program *p, const int32_t *ids, int n, const char *model, int V,
+                                     double tol, const char *label) {
+    char dir[256];
+    snprintf(dir, sizeof dir, REAL_FIXTURES "%s", model);
+    float *want = e2e_ref_logits(dir, (size_t)n * V);
+    e2e_run_opts o;
+    e2e_opts_default(&o);
+    double t0 = real_now();
+    float *got = e2e_run(p, ids, n, &o);
+    if (got) {
+        double d = e2e_max_diff(got, want, (size_t)n * V);
+        int bad = e2e_argmax_mismatches(got, want, n, V);
+        printf("%s logits (%d tokens): max abs diff %.3g, argmax mismatches %d (%.2f s)\n", label, n, d, bad,
+               real_now() - t0);
+        CHECKF(d <= tol, "max abs diff %g", d);
+        CHECK(bad == 0);
+    }
+    free(got);
+    free(want);
+}
+
 static inline cJSON *real_reference(const char *model) {
     char path[512];
     snprintf(path, sizeof path, REAL_FIXTURES "%s/reference.json", model);
@@ -63,16 +111,12 @@ static inline int real_greedy(const okv_program *p, const int32_t *prompt, int n
                               int32_t *out) {
     okv_program_info info;
     okv_program_get_info(p, &info);
-    okv_cache_options co;
-    okv_cache_options_default(&co);
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = 2;
     okv_error err = {0};
-    okv_runner *r = NULL;
-    okv_status st = okv_cache_install("greedy", p, &co, &err);
-    if (!st) st = okv_runner_create(p, "greedy", &ro, &r, &err);
-    CHECKF(st == OKV_OK, "greedy setup: %s", err.message);
+    okv_runner *r = e2e_runner_open(p, "greedy", NULL, &ro);
+    okv_status st = r ? OKV_OK : OKV_ERR_INVALID;
     float *logits = malloc(sizeof(float) * (size_t)info.vocab_size);
     int32_t pos[1024];
     int len = 0, produced = 0;
@@ -91,8 +135,7 @@ static inline int real_greedy(const okv_program *p, const int32_t *prompt, int n
     }
     CHECKF(st == OKV_OK, "greedy: %s", err.message);
     free(logits);
-    okv_runner_free(r);
-    okv_cache_remove("greedy", &err);
+    if (r) e2e_runner_close(r, "greedy");
     return produced;
 }
 

@@ -18,21 +18,7 @@
 static void check_logits(const okv_program *p) {
     int32_t *ids;
     int n = e2e_ref_tokens(REAL_FIXTURES MODEL, &ids);
-    float *want = e2e_ref_logits(REAL_FIXTURES MODEL, (size_t)n * V);
-    e2e_run_opts o;
-    e2e_opts_default(&o);
-    double t0 = real_now();
-    float *got = e2e_run(p, ids, n, &o);
-    if (got) {
-        double d = e2e_max_diff(got, want, (size_t)n * V);
-        int bad = e2e_argmax_mismatches(got, want, n, V);
-        printf("gemma3 fp32 logits (%d tokens): max abs diff %.3g, argmax mismatches %d (%.2f s)\n", n, d, bad,
-               real_now() - t0);
-        CHECKF(d <= 1e-3, "max abs diff %g", d);
-        CHECK(bad == 0);
-    }
-    free(got);
-    free(want);
+    real_check_oracle(p, ids, n, MODEL, V, 1e-3, "gemma3 fp32");
     free(ids);
 }
 
@@ -69,14 +55,9 @@ static void check_continuation(const okv_program *p) {
 }
 
 int main(void) {
-    char *gguf = real_model_path("gemma-3-270m-q4_k_m.gguf");
+    char *gguf = real_model_or_skip("gemma-3-270m-q4_k_m.gguf", NULL), *prog = NULL;
     if (!gguf) return SKIP_RC;
-    double t0 = real_now();
-    char *prog = e2e_export(gguf, "gemma-f32.okv", OKV_F32, 0);
-    printf("gemma3 fp32 export: %.2f s\n", real_now() - t0);
-    okv_program *p = NULL;
-    okv_error err = {0};
-    if (prog) CHECK_OK(okv_program_open(prog, &p, &err), &err);
+    okv_program *p = real_export_open(gguf, "gemma-f32.okv", OKV_F32, 0, "gemma3 fp32", &prog);
     if (p) {
         check_logits(p);
         if (!real_reduced()) check_continuation(p);

@@ -21,17 +21,10 @@
 
 static okv_runner *runner_on(const okv_program *p, const char *key) {
     setenv("OKV_KERNELS", "avx2", 1); /* f32 activations: see the head comment */
-    okv_cache_options co;
-    okv_cache_options_default(&co);
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = 2;
-    okv_error err = {0};
-    okv_runner *r = NULL;
-    okv_status st = okv_cache_install(key, p, &co, &err);
-    if (!st) st = okv_runner_create(p, key, &ro, &r, &err);
-    CHECKF(st == OKV_OK, "%s: %s", key, err.message);
-    return r;
+    return e2e_runner_open(p, key, NULL, &ro);
 }
 
 /* Steps r over ids[from, to) in chunks of `chunk`, comparing each row with
@@ -78,18 +71,10 @@ static void check_rings(const char *key, int window, int chunk) {
 }
 
 int main(void) {
-    if (real_reduced()) {
-        fprintf(stderr, "SKIP: 704-token chunking run (OKV_REAL_MODEL_TESTS=reduced)\n");
-        return SKIP_RC;
-    }
-    char *gguf = real_model_path("gemma-3-270m-q4_k_m.gguf");
+    char *gguf = real_model_or_skip("gemma-3-270m-q4_k_m.gguf", "704-token chunking run"), *prog = NULL;
     if (!gguf) return SKIP_RC;
-    double t0 = real_now();
-    char *prog = e2e_export(gguf, "gemma-bf16.okv", OKV_BF16, 512);
-    printf("gemma3 bf16 export: %.2f s\n", real_now() - t0);
-    okv_program *p = NULL;
+    okv_program *p = real_export_open(gguf, "gemma-bf16.okv", OKV_BF16, 512, "gemma3 bf16", &prog);
     okv_error err = {0};
-    if (prog) CHECK_OK(okv_program_open(prog, &p, &err), &err);
     if (!p) { free(prog); free(gguf); e2e_cleanup(); return okv_test_finish(); }
     okv_program_info info;
     okv_program_get_info(p, &info);
@@ -124,12 +109,9 @@ int main(void) {
     CHECKF(d64 <= 1e-3 && d1 <= 1e-3, "chunkings disagree: %g, %g", d64, d1);
     CHECK(bad64 == 0 && bad1 == 0);
     check_rings("c1", 512, 512);
-    okv_runner_free(r512);
-    okv_runner_free(r64);
-    okv_runner_free(r1);
-    okv_cache_remove("c512", &err);
-    okv_cache_remove("c64", &err);
-    okv_cache_remove("c1", &err);
+    if (r512) e2e_runner_close(r512, "c512");
+    if (r64) e2e_runner_close(r64, "c64");
+    if (r1) e2e_runner_close(r1, "c1");
     free(block);
     free(buf);
     free(ref);

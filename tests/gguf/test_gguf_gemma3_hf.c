@@ -117,11 +117,7 @@ static float *logits_of(const char *prog, const int32_t *ids, int n) {
 }
 
 int main(void) {
-    if (real_reduced()) {
-        fprintf(stderr, "SKIP: GGUF vs HF-directory comparison (OKV_REAL_MODEL_TESTS=reduced)\n");
-        return SKIP_RC;
-    }
-    char *gguf = real_model_path("gemma-3-270m-q4_k_m.gguf");
+    char *gguf = real_model_or_skip("gemma-3-270m-q4_k_m.gguf", "GGUF vs HF-directory comparison");
     if (!gguf) return SKIP_RC;
     char *dir = e2e_path("gemma-hf");
     mkdir(dir, 0755);

@@ -33,11 +33,7 @@ static char *export_q(const char *gguf, const char *name, int group) {
 }
 
 int main(void) {
-    if (real_reduced()) {
-        fprintf(stderr, "SKIP: quantized GGUF export (OKV_REAL_MODEL_TESTS=reduced)\n");
-        return SKIP_RC;
-    }
-    char *gguf = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    char *gguf = real_model_or_skip("SmolLM2-135M-Instruct.Q4_1.gguf", "quantized GGUF export");
     if (!gguf) return SKIP_RC;
     char *prog = export_q(gguf, "smol-q.okv", 32);
     CHECKF(strstr(notices, "211 quantized tensors keep the GGUF's own blocks exactly, 0 are"), "notices: %s", notices);

@@ -18,21 +18,7 @@ static void check_logits(const okv_program *p, const cJSON *ref) {
     okv_program_info info;
     okv_program_get_info(p, &info);
     CHECK(info.vocab_size == 49152);
-    float *want = e2e_ref_logits(REAL_FIXTURES MODEL, (size_t)n * 49152);
-    e2e_run_opts o;
-    e2e_opts_default(&o);
-    double t0 = real_now();
-    float *got = e2e_run(p, ids, n, &o);
-    if (got) {
-        double d = e2e_max_diff(got, want, (size_t)n * 49152);
-        int bad = e2e_argmax_mismatches(got, want, n, 49152);
-        printf("smollm2 fp32 logits (%d tokens): max abs diff %.3g, argmax mismatches %d (%.2f s)\n", n, d, bad,
-               real_now() - t0);
-        CHECKF(d <= 1e-3, "max abs diff %g", d);
-        CHECK(bad == 0);
-    }
-    free(got);
-    free(want);
+    real_check_oracle(p, ids, n, MODEL, 49152, 1e-3, "smollm2 fp32");
     free(ids);
 }
 
@@ -84,15 +70,10 @@ static void check_chat_prompt(const okv_program *p, const cJSON *gen) {
 }
 
 int main(void) {
-    char *gguf = real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+    char *gguf = real_model_or_skip("SmolLM2-135M-Instruct.Q4_1.gguf", NULL), *prog = NULL;
     if (!gguf) return SKIP_RC;
     cJSON *ref = real_reference(MODEL);
-    double t0 = real_now();
-    char *prog = e2e_export(gguf, "smol-f32.okv", OKV_F32, 0);
-    printf("smollm2 fp32 export: %.2f s\n", real_now() - t0);
-    okv_program *p = NULL;
-    okv_error err = {0};
-    if (prog) CHECK_OK(okv_program_open(prog, &p, &err), &err);
+    okv_program *p = real_export_open(gguf, "smol-f32.okv", OKV_F32, 0, "smollm2 fp32", &prog);
     if (p) {
         check_logits(p, ref);
         const cJSON *gens = cJSON_GetObjectItemCaseSensitive(ref, "generations"), *g;
