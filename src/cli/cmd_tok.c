@@ -168,22 +168,31 @@ static int for_each_jsonl(const char *cmd, const char *path, int (*fn)(void *, c
     return rc;
 }
 
-/* ---- tokenize ------------------------------------------------------------- */
-
-typedef struct tokenize_ctx {
+/* What each JSONL line of tokenize and detokenize is handled with. */
+typedef struct jsonl_ctx {
     const okv_tok *tok;
     const tok_cli_opts *o;
     FILE *out;
-} tokenize_ctx;
+} jsonl_ctx;
+
+/* A line's optional boolean field: *out = the field, or dflt when it is
+ * absent or null; false when it is something else. */
+static bool line_flag(const cJSON *j, const char *key, bool dflt, bool *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v)) return false;
+    *out = cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+    return true;
+}
+
+/* ---- tokenize ------------------------------------------------------------- */
 
 static int tokenize_line(void *vctx, const cJSON *j, const char *path, long lineno) {
-    tokenize_ctx *c = vctx;
+    jsonl_ctx *c = vctx;
     const cJSON *text = cJSON_GetObjectItemCaseSensitive(j, "text");
-    const cJSON *add = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
+    bool add_special;
     if (!cJSON_IsString(text)) return tok_cli_error("tokenize", "%s:%ld: field \"text\" must be a string", path, lineno);
-    if (add && !cJSON_IsBool(add) && !cJSON_IsNull(add))
+    if (!line_flag(j, "add_special_tokens", !c->o->no_special, &add_special))
         return tok_cli_error("tokenize", "%s:%ld: field \"add_special_tokens\" must be true or false", path, lineno);
-    bool add_special = cJSON_IsBool(add) ? cJSON_IsTrue(add) : !c->o->no_special;
     int32_t *ids;
     size_t n;
     okv_error err = {0};
@@ -219,7 +228,7 @@ int okv_cli_tokenize(int argc, char **argv) {
     okv_error err = {0};
     if ((rc = open_tokenizer_and_out(argv[0], &o, &tok, &out))) return rc;
     if (o.jsonl) {
-        tokenize_ctx c = {tok, &o, out};
+        jsonl_ctx c = {tok, &o, out};
         rc = for_each_jsonl(argv[0], o.jsonl, tokenize_line, &c);
     } else {
         int32_t *ids;
@@ -281,20 +290,14 @@ static int parse_id_list(const char *s, int32_t **ids, size_t *n) {
     return 0;
 }
 
-typedef struct detok_ctx {
-    const okv_tok *tok;
-    const tok_cli_opts *o;
-    FILE *out;
-} detok_ctx;
-
 static int detokenize_line(void *vctx, const cJSON *j, const char *path, long lineno) {
-    detok_ctx *c = vctx;
+    jsonl_ctx *c = vctx;
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "ids");
-    const cJSON *skip = cJSON_GetObjectItemCaseSensitive(j, "skip_special_tokens");
+    bool skip_special;
     char where[512];
     snprintf(where, sizeof where, "%s:%ld: ", path, lineno);
     if (!cJSON_IsArray(arr)) return tok_cli_error("detokenize", "%sfield \"ids\" must be an array", where);
-    if (skip && !cJSON_IsBool(skip) && !cJSON_IsNull(skip))
+    if (!line_flag(j, "skip_special_tokens", c->o->skip_special, &skip_special))
         return tok_cli_error("detokenize", "%sfield \"skip_special_tokens\" must be true or false", where);
     size_t n = (size_t)cJSON_GetArraySize(arr), k = 0;
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
@@ -311,7 +314,6 @@ static int detokenize_line(void *vctx, const cJSON *j, const char *path, long li
     char *text = NULL;
     size_t len = 0;
     okv_error err = {0};
-    bool skip_special = cJSON_IsBool(skip) ? cJSON_IsTrue(skip) : c->o->skip_special;
     if (!rc && okv_tok_decode(c->tok, ids, n, skip_special, &text, &len, &err))
         rc = tok_cli_error("detokenize", "%s%s", where, err.message);
     if (!rc) {
@@ -336,7 +338,7 @@ int okv_cli_detokenize(int argc, char **argv) {
     okv_error err = {0};
     if ((rc = open_tokenizer_and_out(argv[0], &o, &tok, &out))) return rc;
     if (o.jsonl) {
-        detok_ctx c = {tok, &o, out};
+        jsonl_ctx c = {tok, &o, out};
         rc = for_each_jsonl(argv[0], o.jsonl, detokenize_line, &c);
     } else {
         int32_t *ids = NULL;
