@@ -303,140 +303,124 @@ static int mk_max_window_layers(const okv_mkckpt_spec *s) {
     return s->window > 0 ? s->layers / 2 : s->layers;
 }
 
-/* Keys in the order and spelling of llama32-tiny/config.json. */
-static cJSON *mk_config_llama(const okv_mkckpt_spec *s) {
+/* Orders an object's keys by strcmp, as HF's to_json_string(sort_keys=True)
+ * does, so the builders below can add keys in any order. */
+static int mk_key_cmp(const void *a, const void *b) {
+    return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
+}
+
+static cJSON *mk_sorted(cJSON *c) {
+    int n = cJSON_GetArraySize(c);
+    cJSON **items = malloc(sizeof *items * (size_t)(n ? n : 1));
+    if (!items) return c; /* unsorted, still a valid config */
+    for (int i = 0; i < n; i++) items[i] = cJSON_DetachItemViaPointer(c, c->child);
+    qsort(items, (size_t)n, sizeof *items, mk_key_cmp);
+    for (int i = 0; i < n; i++) cJSON_AddItemToObject(c, items[i]->string, items[i]);
+    free(items);
+    return c;
+}
+
+/* What a family's fixture config spells differently. */
+typedef struct mk_family {
+    const char *cls, *model_type, *transformers_version;
+    int max_position_embeddings;
+    double rms_norm_eps;
+} mk_family;
+
+/* Keys every fixture config has: class, shapes, special ids, dtype. */
+static cJSON *mk_config_common(const okv_mkckpt_spec *s, const mk_family *f) {
     cJSON *c = cJSON_CreateObject();
-    mk_add_architectures(c, "LlamaForCausalLM");
-    cJSON_AddFalseToObject(c, "attention_bias");
+    mk_add_architectures(c, f->cls);
     mk_add_float(c, "attention_dropout", 0.0);
     mk_add_int(c, "bos_token_id", s->bos_id);
     mk_add_int(c, "eos_token_id", s->eos_id);
-    mk_add_int(c, "head_dim", s->head_dim);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
     mk_add_int(c, "hidden_size", s->hidden);
     mk_add_float(c, "initializer_range", 0.02);
     mk_add_int(c, "intermediate_size", s->intermediate);
-    mk_add_int(c, "max_position_embeddings", 131072);
-    cJSON_AddFalseToObject(c, "mlp_bias");
-    cJSON_AddStringToObject(c, "model_type", "llama");
+    mk_add_int(c, "max_position_embeddings", f->max_position_embeddings);
+    cJSON_AddStringToObject(c, "model_type", f->model_type);
     mk_add_int(c, "num_attention_heads", s->heads);
     mk_add_int(c, "num_hidden_layers", s->layers);
     mk_add_int(c, "num_key_value_heads", s->kv_heads);
-    mk_add_int(c, "pretraining_tp", 1);
-    mk_add_float(c, "rms_norm_eps", 1e-5);
-    cJSON_AddItemToObject(c, "rope_scaling", mk_rope_scaling(s));
-    mk_add_float(c, "rope_theta", s->rope_theta);
+    mk_add_float(c, "rms_norm_eps", f->rms_norm_eps);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", s->tied);
     cJSON_AddStringToObject(c, "torch_dtype", mk_torch_dtype(s->dtype));
-    cJSON_AddStringToObject(c, "transformers_version", "4.52.0.dev0");
+    cJSON_AddStringToObject(c, "transformers_version", f->transformers_version);
     cJSON_AddTrueToObject(c, "use_cache");
     mk_add_int(c, "vocab_size", s->vocab);
     return c;
 }
 
-/* Keys of qwen3-tiny/config.json. */
-static cJSON *mk_config_qwen3(const okv_mkckpt_spec *s) {
-    cJSON *c = cJSON_CreateObject();
-    mk_add_architectures(c, "Qwen3ForCausalLM");
+/* The keys of llama32-tiny/config.json. */
+static cJSON *mk_config_llama(const okv_mkckpt_spec *s) {
+    static const mk_family f = {"LlamaForCausalLM", "llama", "4.52.0.dev0", 131072, 1e-5};
+    cJSON *c = mk_config_common(s, &f);
     cJSON_AddFalseToObject(c, "attention_bias");
-    mk_add_float(c, "attention_dropout", 0.0);
-    mk_add_int(c, "bos_token_id", s->bos_id);
-    mk_add_int(c, "eos_token_id", s->eos_id);
     mk_add_int(c, "head_dim", s->head_dim);
     cJSON_AddStringToObject(c, "hidden_act", "silu");
-    mk_add_int(c, "hidden_size", s->hidden);
-    mk_add_float(c, "initializer_range", 0.02);
-    mk_add_int(c, "intermediate_size", s->intermediate);
-    mk_add_int(c, "max_position_embeddings", 40960);
+    cJSON_AddFalseToObject(c, "mlp_bias");
+    mk_add_int(c, "pretraining_tp", 1);
+    cJSON_AddItemToObject(c, "rope_scaling", mk_rope_scaling(s));
+    mk_add_float(c, "rope_theta", s->rope_theta);
+    return c;
+}
+
+/* Qwen's sliding-window keys (use_sliding_window, max_window_layers). */
+static void mk_add_qwen_window(cJSON *c, const okv_mkckpt_spec *s) {
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
     mk_add_int(c, "max_window_layers", mk_max_window_layers(s));
-    cJSON_AddStringToObject(c, "model_type", "qwen3");
-    mk_add_int(c, "num_attention_heads", s->heads);
-    mk_add_int(c, "num_hidden_layers", s->layers);
-    mk_add_int(c, "num_key_value_heads", s->kv_heads);
-    mk_add_float(c, "rms_norm_eps", 1e-6);
+    cJSON_AddBoolToObject(c, "use_sliding_window", s->window > 0);
+}
+
+/* The keys of qwen3-tiny/config.json. */
+static cJSON *mk_config_qwen3(const okv_mkckpt_spec *s) {
+    static const mk_family f = {"Qwen3ForCausalLM", "qwen3", "4.51.0", 40960, 1e-6};
+    cJSON *c = mk_config_common(s, &f);
+    mk_add_qwen_window(c, s);
+    cJSON_AddFalseToObject(c, "attention_bias");
+    mk_add_int(c, "head_dim", s->head_dim);
     cJSON_AddItemToObject(c, "rope_scaling", mk_rope_scaling(s));
     mk_add_int(c, "rope_theta", s->rope_theta);
     if (s->window > 0) mk_add_int(c, "sliding_window", s->window);
     else cJSON_AddNullToObject(c, "sliding_window");
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", s->tied);
-    cJSON_AddStringToObject(c, "torch_dtype", mk_torch_dtype(s->dtype));
-    cJSON_AddStringToObject(c, "transformers_version", "4.51.0");
-    cJSON_AddTrueToObject(c, "use_cache");
-    cJSON_AddBoolToObject(c, "use_sliding_window", s->window > 0);
-    mk_add_int(c, "vocab_size", s->vocab);
     return c;
 }
 
-/* Keys of qwen2-tiny/config.json (no head_dim, no attention_bias: the
+/* The keys of qwen2-tiny/config.json (no head_dim, no attention_bias: the
  * q/k/v biases are unconditional in Qwen2). */
 static cJSON *mk_config_qwen2(const okv_mkckpt_spec *s) {
-    cJSON *c = cJSON_CreateObject();
-    mk_add_architectures(c, "Qwen2ForCausalLM");
-    mk_add_float(c, "attention_dropout", 0.0);
-    mk_add_int(c, "bos_token_id", s->bos_id);
-    mk_add_int(c, "eos_token_id", s->eos_id);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
-    mk_add_int(c, "hidden_size", s->hidden);
-    mk_add_float(c, "initializer_range", 0.02);
-    mk_add_int(c, "intermediate_size", s->intermediate);
-    mk_add_int(c, "max_position_embeddings", 32768);
-    mk_add_int(c, "max_window_layers", mk_max_window_layers(s));
-    cJSON_AddStringToObject(c, "model_type", "qwen2");
-    mk_add_int(c, "num_attention_heads", s->heads);
-    mk_add_int(c, "num_hidden_layers", s->layers);
-    mk_add_int(c, "num_key_value_heads", s->kv_heads);
-    mk_add_float(c, "rms_norm_eps", 1e-6);
+    static const mk_family f = {"Qwen2ForCausalLM", "qwen2", "4.43.1", 32768, 1e-6};
+    cJSON *c = mk_config_common(s, &f);
+    mk_add_qwen_window(c, s);
     if (s->rope_scaling != OKV_MK_ROPE_NONE) cJSON_AddItemToObject(c, "rope_scaling", mk_rope_scaling(s));
     mk_add_float(c, "rope_theta", s->rope_theta);
     mk_add_int(c, "sliding_window", s->window > 0 ? s->window : 32768);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", s->tied);
-    cJSON_AddStringToObject(c, "torch_dtype", mk_torch_dtype(s->dtype));
-    cJSON_AddStringToObject(c, "transformers_version", "4.43.1");
-    cJSON_AddTrueToObject(c, "use_cache");
-    cJSON_AddBoolToObject(c, "use_sliding_window", s->window > 0);
-    mk_add_int(c, "vocab_size", s->vocab);
     return c;
 }
 
-/* Keys of gemma3-tiny/config.json plus an explicit layer_types that agrees
- * with sliding_window_pattern (newer HF reads the former, 4.50 the latter). */
+/* The keys of gemma3-tiny/config.json plus an explicit layer_types that
+ * agrees with sliding_window_pattern (newer HF reads the former, 4.50 the
+ * latter). */
 static cJSON *mk_config_gemma3(const okv_mkckpt_spec *s) {
-    cJSON *c = cJSON_CreateObject();
-    mk_add_architectures(c, "Gemma3ForCausalLM");
+    static const mk_family f = {"Gemma3ForCausalLM", "gemma3_text", "4.50.0.dev0", 32768, 1e-6};
+    cJSON *c = mk_config_common(s, &f);
     cJSON_AddFalseToObject(c, "attention_bias");
-    mk_add_float(c, "attention_dropout", 0.0);
     cJSON_AddNullToObject(c, "attn_logit_softcapping");
-    mk_add_int(c, "bos_token_id", s->bos_id);
     cJSON_AddStringToObject(c, "cache_implementation", "hybrid");
-    mk_add_int(c, "eos_token_id", s->eos_id);
     cJSON_AddNullToObject(c, "final_logit_softcapping");
     mk_add_int(c, "head_dim", s->head_dim);
     cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
-    mk_add_int(c, "hidden_size", s->hidden);
-    mk_add_float(c, "initializer_range", 0.02);
-    mk_add_int(c, "intermediate_size", s->intermediate);
     cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
     for (int i = 0; i < s->layers; i++)
         cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % s->sliding_pattern ? "sliding_attention"
                                                                                    : "full_attention"));
-    mk_add_int(c, "max_position_embeddings", 32768);
-    cJSON_AddStringToObject(c, "model_type", "gemma3_text");
-    mk_add_int(c, "num_attention_heads", s->heads);
-    mk_add_int(c, "num_hidden_layers", s->layers);
-    mk_add_int(c, "num_key_value_heads", s->kv_heads);
     mk_add_int(c, "pad_token_id", 0);
     mk_add_int(c, "query_pre_attn_scalar", s->query_pre_attn_scalar);
-    mk_add_float(c, "rms_norm_eps", 1e-6);
     mk_add_int(c, "rope_local_base_freq", 10000);
     cJSON_AddItemToObject(c, "rope_scaling", mk_rope_scaling(s));
     mk_add_int(c, "rope_theta", s->rope_theta);
     mk_add_int(c, "sliding_window", s->window);
     mk_add_int(c, "sliding_window_pattern", s->sliding_pattern);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", s->tied);
-    cJSON_AddStringToObject(c, "torch_dtype", mk_torch_dtype(s->dtype));
-    cJSON_AddStringToObject(c, "transformers_version", "4.50.0.dev0");
-    cJSON_AddTrueToObject(c, "use_cache");
-    mk_add_int(c, "vocab_size", s->vocab);
     return c;
 }
 
@@ -578,7 +562,7 @@ okv_status okv_mkckpt_write(const okv_mkckpt_spec *s, const char *dir, okv_error
     case OKV_MK_GEMMA3: config = mk_config_gemma3(s); break;
     }
     cJSON *gen = mk_generation_config(s);
-    st = mk_write_json(dir, "config.json", config, err);
+    st = mk_write_json(dir, "config.json", mk_sorted(config), err);
     if (!st) st = mk_write_json(dir, "generation_config.json", gen, err);
     if (!st) st = mk_write_weights(s, &plan, dir, err);
     cJSON_Delete(config);
