@@ -8,6 +8,7 @@
 
 #include "okv_cache.h"
 #include "okv_common.h"
+#include "okv_test.h"
 
 /* An uncapped ring policy: window + max_write - 1 slots. */
 static inline okv_policy ring_policy(int32_t window, int32_t max_write) {
@@ -24,6 +25,14 @@ static inline okv_policy ring_policy(int32_t window, int32_t max_write) {
 static inline bool can_rewind_by_length(const okv_policy *p, int32_t cur_len, int32_t new_len) {
     int32_t oldest = cur_len - p->slots;
     return okv_policy_can_serve(p, oldest > 0 ? oldest : 0, new_len);
+}
+
+/* okv_kv_create that must succeed (NULL after a reported failure). */
+static inline okv_kv *kv_create_ok(const okv_layout *l, const okv_kv_options *o) {
+    okv_kv *kv = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_kv_create(l, o, &kv, &err), &err);
+    return kv;
 }
 
 /* A layout with one layer per cache (layer i -> cache i). */

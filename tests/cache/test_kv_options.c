@@ -16,9 +16,8 @@ static void test_override_all_flat(void) {
     o.n_windows_override = 1;
     o.max_capacity = 4096;
     o.storage_dtype = OKV_BF16;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
     bool all_flat = true;
     for (int c = 0; c < 26; c++)
@@ -47,9 +46,7 @@ static void test_gemma_describe(void) {
     okv_kv_options_default(&o);
     o.max_capacity = 4096;
     o.storage_dtype = OKV_BF16;
-    okv_kv *kv;
-    okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
     CHECK(kv->caches[0].policy.kind == OKV_POLICY_RING && kv->caches[0].slots_alloc == 1023);
     CHECK(kv->caches[5].policy.kind == OKV_POLICY_FLAT && kv->caches[5].slots_alloc == 256);
@@ -77,9 +74,8 @@ static void test_override_alternating(void) {
     int32_t ov[] = { 512, 256 };
     o.windows_override = ov;
     o.n_windows_override = 2;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
     bool ok = true;
     for (int c = 0; c < 6; c++) {
@@ -161,9 +157,8 @@ static void test_ring_capped_by_capacity(void) {
     okv_kv_options o;
     okv_kv_options_default(&o);
     o.max_capacity = 64;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) { okv_layout_free(&l); return; }
     CHECK(kv->caches[0].policy.kind == OKV_POLICY_RING && kv->caches[0].policy.slots == 64 &&
           kv->caches[0].policy.window == 100000);

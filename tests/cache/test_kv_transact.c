@@ -82,9 +82,8 @@ static void test_refused_steps_change_nothing(void) {
     okv_kv_options_default(&o);
     o.initial_capacity = 8;
     o.max_capacity = 30;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     for (int i = 0; i < 7; i++) CHECK_OK(step(kv, 4, &err), &err);   /* length 28, flat pool 30 */
     CHECK(kv->seq.length == 28 && kv->caches[0].slots_alloc == 30 && kv->caches[1].slots_alloc == 11);
     snapshot s;
@@ -137,9 +136,8 @@ static void test_failed_growth_changes_nothing(void) {
     size_t row = 8 * 4;
     /* start: 2 flat x 4 slots + ring 9 slots; allow growth to 8 but not 16 */
     o.max_pool_bytes = 2 * row * (2 * 8 + 9);
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     CHECK(okv_kv_bytes(kv) == 2 * row * (2 * 4 + 9));
     CHECK_OK(step(kv, 4, &err), &err);
     CHECK_OK(step(kv, 3, &err), &err);   /* grows to 8 */
@@ -179,9 +177,8 @@ static void check_growth(okv_dtype dt, int32_t capacity, int32_t initial, const 
     o.storage_dtype = dt;
     o.max_capacity = capacity;
     o.initial_capacity = initial;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
     size_t es = dt == OKV_F32 ? 4 : 2;
     CHECK(okv_dtype_size(dt) == es);
@@ -244,9 +241,8 @@ static void test_growth_in_one_step(void) {
     okv_kv_options o;
     okv_kv_options_default(&o);
     o.initial_capacity = 4;
-    okv_kv *kv;
     okv_error err;
-    CHECK_OK(okv_kv_create(&l, &o, &kv, &err), &err);
+    okv_kv *kv = kv_create_ok(&l, &o);
     CHECK_OK(step(kv, 3, &err), &err);
     CHECK(kv->caches[0].slots_alloc == 4);
     CHECK_OK(step(kv, 40, &err), &err);   /* needs 43 -> 4*2*2*2*2 = 64 */
