@@ -42,6 +42,25 @@ static inline void okv_test_rm_tree(const char *dir) {
     rmdir(dir);
 }
 
+/* Makes a fresh directory /tmp/okv-<tag>-XXXXXX, its path in buf[n]; a test
+ * cannot go on without it, so failure exits. */
+static inline void okv_test_mkdtemp(char *buf, size_t n, const char *tag) {
+    snprintf(buf, n, "/tmp/okv-%s-XXXXXX", tag);
+    if (!mkdtemp(buf)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+}
+
+/* dir/name in one of 8 rotating buffers (a call may take several at once). */
+static inline char *okv_test_path(const char *dir, const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+    return p;
+}
+
 /* Writes n bytes of data to path (created or truncated); a test cannot go on
  * without its input, so failure exits. */
 static inline void okv_test_write_file(const char *path, const void *data, size_t n) {

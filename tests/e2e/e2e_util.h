@@ -22,8 +22,7 @@ static char e2e_tmpdir[256];
 
 static inline const char *e2e_tmp(void) {
     if (!e2e_tmpdir[0]) {
-        snprintf(e2e_tmpdir, sizeof e2e_tmpdir, "/tmp/okv-e2e-XXXXXX");
-        if (!mkdtemp(e2e_tmpdir)) { perror("mkdtemp"); exit(1); }
+        okv_test_mkdtemp(e2e_tmpdir, sizeof e2e_tmpdir, "e2e");
     }
     return e2e_tmpdir;
 }
@@ -106,8 +105,11 @@ static inline okv_runner *e2e_runner_open(const okv_program *p, const char *key,
     return r;
 }
 
-/* Frees r and removes its key. */
-static inline void e2e_runner_close(okv_runner *r, const char *key) {
+/* Frees r (NULL: nothing) and removes the key it was bound to. */
+static inline void e2e_runner_close(okv_runner *r) {
+    if (!r) return;
+    char key[256];
+    snprintf(key, sizeof key, "%s", okv_runner_cache_key(r));
     okv_error err = {0};
     okv_runner_free(r);
     CHECK_OK(okv_cache_remove(key, &err), &err);
@@ -139,7 +141,7 @@ static inline float *e2e_run(const okv_program *p, const int32_t *ids, int n, co
         st = okv_runner_step(r, ids + t, pos, T, OKV_LOGITS_ALL, logits + (size_t)t * info.vocab_size, &err);
         CHECKF(st == OKV_OK, "step at %d: %s", t, err.message);
     }
-    e2e_runner_close(r, key);
+    e2e_runner_close(r);
     if (st) { free(logits); return NULL; }
     return logits;
 }

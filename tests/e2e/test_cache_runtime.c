@@ -56,7 +56,7 @@ static void test_transactional(okv_program *p, const model *m) {
     CHECK(okv_runner_step(r, m->ids + 19, pos, 1, OKV_LOGITS_ALL, logits, &err) != OKV_OK); /* replays a position */
     CHECK(e2e_cache_length("tx") == 20);
     step_and_check(r, m, 20, 40, 8, "tx after refused steps");
-    e2e_runner_close(r, "tx");
+    e2e_runner_close(r);
 
     /* overflow: capacity 24, a step past it is refused before anything is written */
     okv_cache_options co;
@@ -69,7 +69,7 @@ static void test_transactional(okv_program *p, const model *m) {
     CHECK(e2e_cache_length("cap") == 24);
     CHECK_OK(okv_cache_rewind("cap", 22, &err), &err);
     step_and_check(r, m, 22, 24, 2, "cap after rewind");
-    e2e_runner_close(r, "cap");
+    e2e_runner_close(r);
 }
 
 /* A ring of S = window + chunk - 1 slots after length L keeps [L - S, L): a
@@ -97,7 +97,7 @@ static void test_rewind_ring(const model *m, int chunk) {
     CHECK_OK(okv_cache_clear("ring", &err), &err);
     CHECK(e2e_cache_length("ring") == 0);
     step_and_check(r, m, 0, 40, chunk, "ring after clear");
-    e2e_runner_close(r, "ring");
+    e2e_runner_close(r);
     okv_program_free(p);
     free(path);
 }
@@ -109,7 +109,7 @@ static void test_rewind_flat(okv_program *p, const model *m) {
     CHECK(okv_cache_rewind("flat", 41, &err) != OKV_OK);
     CHECK_OK(okv_cache_rewind("flat", 3, &err), &err);
     step_and_check(r, m, 3, 40, 7, "flat after rewind to 3");
-    e2e_runner_close(r, "flat");
+    e2e_runner_close(r);
 }
 
 /* Overrides change which keys a query sees: rows before the window are
@@ -165,7 +165,7 @@ static void test_ring_bytes(okv_program *p, const model *m) {
     char line[256];
     CHECK_OK(okv_cache_describe("bytes", line, sizeof line, &err), &err);
     CHECKF(strstr(line, "1 flat + 5 ring(window 8)") != NULL, "describe: %s", line);
-    e2e_runner_close(r, "bytes");
+    e2e_runner_close(r);
 }
 
 /* Two keys, two runners, interleaved steps: caches are independent. */
@@ -176,8 +176,8 @@ static void test_two_sequences(okv_program *p, const model *m) {
         if (t % 8 == 0) step_and_check(b, m, t / 2, t / 2 + 4, 4, "seq b");
     }
     step_and_check(b, m, 20, 40, 3, "seq b tail");
-    e2e_runner_close(a, "seq-a");
-    e2e_runner_close(b, "seq-b");
+    e2e_runner_close(a);
+    e2e_runner_close(b);
 }
 
 /* A runner made for one logit row serves generation (LAST/NONE) with the
@@ -202,7 +202,7 @@ static void test_max_logit_rows(okv_program *p, const model *m) {
     for (int k = 0; k < 8; k++) pos[k] = 8 + k;
     CHECK_OK(okv_runner_step(r, m->ids + 8, pos, 8, OKV_LOGITS_LAST, logits, &err), &err);
     CHECK(e2e_max_diff(logits, m->ref + (size_t)15 * m->V, (size_t)m->V) <= 1e-4);
-    e2e_runner_close(r, "rows");
+    e2e_runner_close(r);
 }
 
 int main(void) {

@@ -20,15 +20,9 @@
 #include "okv_format.h"
 #include "okv_test.h"
 
-static char tmpdir[] = "/tmp/okv-hostile-XXXXXX";
+static char tmpdir[64];
 
-static char *tpath(const char *name) {
-    static char buf[8][400];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 400, "%s/%s", tmpdir, name);
-    return p;
-}
+static char *tpath(const char *name) { return okv_test_path(tmpdir, name); }
 
 static bool same_file(const char *a, const char *b) {
     char *x = NULL, *y = NULL;
@@ -259,7 +253,7 @@ static void test_output_targets(void) {
 
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
-    if (!mkdtemp(tmpdir)) return 1;
+    okv_test_mkdtemp(tmpdir, sizeof tmpdir, "hostile");
     test_misaligned_safetensors();
     test_no_temp_after_death();
     test_not_regular_inputs();

@@ -500,8 +500,7 @@ static void test_fuzz_index(void) {
 }
 
 int main(void) {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/okv_st_test_XXXXXX");
-    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 2; }
+    okv_test_mkdtemp(g_tmp, sizeof g_tmp, "st");
     test_fixture_single();
     test_fixture_sharded();
     test_roundtrip();

@@ -342,27 +342,22 @@ static void test_invalid_specs(void) {
     okv_mkckpt_spec s;
     okv_error err;
     char *dir = okv_path_join(g_tmp, "never");
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.kv_heads = 3;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "--kv-heads"));
-    okv_mkckpt_default_spec(&s, OKV_MK_QWEN2);
-    s.head_dim = 32;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "--head-dim"));
-    okv_mkckpt_default_spec(&s, OKV_MK_GEMMA3);
-    s.rope_scaling = OKV_MK_ROPE_LLAMA3;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "llama3"));
-    okv_mkckpt_default_spec(&s, OKV_MK_GEMMA3);
-    s.window = 0;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "--window"));
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.head_dim = 15;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "even"));
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.eos_id = s.vocab;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "--eos"));
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.shards = 1000;
-    CHECK(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, "--shards"));
+    /* each case: an architecture's default spec with one field made inconsistent */
+#define EXPECT_BAD_SPEC(arch, edit, needle)                                                       \
+    do {                                                                                          \
+        okv_mkckpt_default_spec(&s, arch);                                                        \
+        edit;                                                                                     \
+        CHECKF(okv_mkckpt_write(&s, dir, &err) == OKV_ERR_INVALID && strstr(err.message, needle), \
+               "%s: %s", #edit, err.message);                                                     \
+    } while (0)
+    EXPECT_BAD_SPEC(OKV_MK_LLAMA, s.kv_heads = 3, "--kv-heads");
+    EXPECT_BAD_SPEC(OKV_MK_QWEN2, s.head_dim = 32, "--head-dim");
+    EXPECT_BAD_SPEC(OKV_MK_GEMMA3, s.rope_scaling = OKV_MK_ROPE_LLAMA3, "llama3");
+    EXPECT_BAD_SPEC(OKV_MK_GEMMA3, s.window = 0, "--window");
+    EXPECT_BAD_SPEC(OKV_MK_LLAMA, s.head_dim = 15, "even");
+    EXPECT_BAD_SPEC(OKV_MK_LLAMA, s.eos_id = s.vocab, "--eos");
+    EXPECT_BAD_SPEC(OKV_MK_LLAMA, s.shards = 1000, "--shards");
+#undef EXPECT_BAD_SPEC
     CHECK(!okv_file_exists(dir)); /* nothing written on a bad spec */
     free(dir);
     okv_mkckpt_arch a;
@@ -374,8 +369,7 @@ static void test_invalid_specs(void) {
 }
 
 int main(void) {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/okv_mkckpt_test_XXXXXX");
-    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 2; }
+    okv_test_mkdtemp(g_tmp, sizeof g_tmp, "mkckpt");
     test_archs();
     test_seeding();
     test_regenerate();
