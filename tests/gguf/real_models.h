@@ -135,7 +135,7 @@ static inline int real_greedy(const okv_program *p, const int32_t *prompt, int n
     }
     CHECKF(st == OKV_OK, "greedy: %s", err.message);
     free(logits);
-    if (r) e2e_runner_close(r, "greedy");
+    e2e_runner_close(r);
     return produced;
 }
 

@@ -109,9 +109,9 @@ int main(void) {
     CHECKF(d64 <= 1e-3 && d1 <= 1e-3, "chunkings disagree: %g, %g", d64, d1);
     CHECK(bad64 == 0 && bad1 == 0);
     check_rings("c1", 512, 512);
-    if (r512) e2e_runner_close(r512, "c512");
-    if (r64) e2e_runner_close(r64, "c64");
-    if (r1) e2e_runner_close(r1, "c1");
+    e2e_runner_close(r512);
+    e2e_runner_close(r64);
+    e2e_runner_close(r1);
     free(block);
     free(buf);
     free(ref);

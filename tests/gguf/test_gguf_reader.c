@@ -258,15 +258,28 @@ static void test_value_errors(void) {
     }
 }
 
-/* One tensor of type/dims/offset in a file whose data section holds
- * data_bytes bytes. */
-static gb one_tensor(const char *name, int nd, const int64_t *ne, uint32_t type, uint64_t offset, size_t data_bytes) {
+/* n tensors (names[i] at offsets[i], all of type/dims) in a file whose data
+ * section holds data_bytes bytes. */
+static gb tensors_file(int n, const char *const *names, const uint64_t *offsets, int nd, const int64_t *ne, uint32_t type,
+                       size_t data_bytes) {
     gb b = {0};
-    gb_header(&b, 3, 1, 0);
-    gb_tensor(&b, name, nd, ne, type, offset);
+    gb_header(&b, 3, (uint64_t)n, 0);
+    for (int i = 0; i < n; i++) gb_tensor(&b, names[i], nd, ne, type, offsets[i]);
     gb_pad(&b, 32);
     for (size_t i = 0; i < data_bytes; i++) gb_u8(&b, 0);
     return b;
+}
+
+static gb one_tensor(const char *name, int nd, const int64_t *ne, uint32_t type, uint64_t offset, size_t data_bytes) {
+    return tensors_file(1, &name, &offset, nd, ne, type, data_bytes);
+}
+
+/* Two f32[8] tensors: "a" at offset 0, then `second` at `offset`. */
+static gb two_f32_tensors(const char *second, uint64_t offset) {
+    const char *names[2] = {"a", second};
+    const uint64_t offsets[2] = {0, offset};
+    const int64_t n8[1] = {8};
+    return tensors_file(2, names, offsets, 1, n8, OKV_GGML_F32, 64);
 }
 
 static void test_tensor_errors(void) {
@@ -308,21 +321,10 @@ static void test_tensor_errors(void) {
     FAIL(b, OKV_ERR_FORMAT, "t.big");
     free(b.p);
     {   /* overlap and duplicate names */
-        gb c = {0};
-        int64_t n8[1] = {8};
-        gb_header(&c, 3, 2, 0);
-        gb_tensor(&c, "a", 1, n8, OKV_GGML_F32, 0);
-        gb_tensor(&c, "b", 1, n8, OKV_GGML_F32, 0);
-        gb_pad(&c, 32);
-        for (int i = 0; i < 64; i++) gb_u8(&c, 0);
+        gb c = two_f32_tensors("b", 0);
         FAIL(c, OKV_ERR_FORMAT, "overlap");
         free(c.p);
-        gb d = {0};
-        gb_header(&d, 3, 2, 0);
-        gb_tensor(&d, "a", 1, n8, OKV_GGML_F32, 0);
-        gb_tensor(&d, "a", 1, n8, OKV_GGML_F32, 32);
-        gb_pad(&d, 32);
-        for (int i = 0; i < 64; i++) gb_u8(&d, 0);
+        gb d = two_f32_tensors("a", 32);
         FAIL(d, OKV_ERR_FORMAT, "appears twice");
         free(d.p);
     }

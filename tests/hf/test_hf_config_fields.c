@@ -137,34 +137,49 @@ static void test_defaults(void) {
 }
 
 /* Missing or ill-typed fields: exactly one line naming the file and the field. */
+typedef struct message_case {
+    const char *path, *key, *value;   /* value NULL: the key deleted */
+    okv_status want;
+    const char *message;
+} message_case;
+
 static void test_messages(void) {
-    expect_message(LLAMA, "architectures", NULL, OKV_ERR_FORMAT, "config.json: missing \"architectures\" list");
-    expect_message(LLAMA, "architectures", "[]", OKV_ERR_FORMAT, "config.json: missing \"architectures\" list");
-    expect_message(LLAMA, "architectures", "[\"GPT2LMHeadModel\"]", OKV_ERR_UNSUPPORTED,
-                   "config.json: architectures[0] = \"GPT2LMHeadModel\" is not supported (Llama, Qwen2, Qwen3, Gemma3, Gemma4)");
-    expect_message(LLAMA, "hidden_size", "\"2048\"", OKV_ERR_FORMAT, "config.json: field 'hidden_size' must be a number");
-    expect_message(LLAMA, "hidden_size", "2048.5", OKV_ERR_FORMAT,
-                   "config.json: field 'hidden_size' must be an integer (got 2048.5)");
-    expect_message(LLAMA, "num_hidden_layers", "0", OKV_ERR_UNSUPPORTED,
-                   "config.json: num_hidden_layers = 0 is out of the supported range [1, 512]");
-    expect_message(LLAMA, "num_key_value_heads", "5", OKV_ERR_UNSUPPORTED,
-                   "config.json: num_attention_heads 32 is not a multiple of num_key_value_heads 5");
-    expect_message(LLAMA, "head_dim", "63", OKV_ERR_UNSUPPORTED, "config.json: head_dim 63 must be even");
-    expect_message(LLAMA, "tie_word_embeddings", "\"yes\"", OKV_ERR_FORMAT,
-                   "config.json: field 'tie_word_embeddings' must be true or false");
-    expect_message(LLAMA, "hidden_act", "\"relu\"", OKV_ERR_UNSUPPORTED,
-                   "config.json: hidden_act \"relu\" is not supported (silu, gelu_pytorch_tanh)");
-    expect_message(LLAMA, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", OKV_ERR_UNSUPPORTED,
-                   "config.json: rope_scaling rope_type \"yarn\" is not supported (default, linear, llama3)");
-    expect_message(LLAMA, "rope_scaling", "7", OKV_ERR_FORMAT, "config.json: rope_scaling must be an object or null");
-    expect_message(QWEN2, "use_sliding_window", "1", OKV_ERR_FORMAT,
-                   "config.json: field 'use_sliding_window' must be true or false");
-    expect_message(GEMMA3, "layer_types", "[\"full_attention\"]", OKV_ERR_FORMAT,
-                   "config.json: layer_types must list num_hidden_layers (26) entries");
-    expect_message(GEMMA4, "enable_moe_block", "true", OKV_ERR_UNSUPPORTED,
-                   "config.json: enable_moe_block is set; mixture-of-experts blocks are not supported yet");
-    expect_message(GEMMA3, "use_bidirectional_attention", "true", OKV_ERR_UNSUPPORTED,
-                   "config.json: use_bidirectional_attention is set; bidirectional attention is not supported");
+    static const message_case cases[] = {
+        {LLAMA, "architectures", NULL, OKV_ERR_FORMAT,
+         "config.json: missing \"architectures\" list"},
+        {LLAMA, "architectures", "[]", OKV_ERR_FORMAT,
+         "config.json: missing \"architectures\" list"},
+        {LLAMA, "architectures", "[\"GPT2LMHeadModel\"]", OKV_ERR_UNSUPPORTED,
+         "config.json: architectures[0] = \"GPT2LMHeadModel\" is not supported (Llama, Qwen2, Qwen3, Gemma3, Gemma4)"},
+        {LLAMA, "hidden_size", "\"2048\"", OKV_ERR_FORMAT,
+         "config.json: field 'hidden_size' must be a number"},
+        {LLAMA, "hidden_size", "2048.5", OKV_ERR_FORMAT,
+         "config.json: field 'hidden_size' must be an integer (got 2048.5)"},
+        {LLAMA, "num_hidden_layers", "0", OKV_ERR_UNSUPPORTED,
+         "config.json: num_hidden_layers = 0 is out of the supported range [1, 512]"},
+        {LLAMA, "num_key_value_heads", "5", OKV_ERR_UNSUPPORTED,
+         "config.json: num_attention_heads 32 is not a multiple of num_key_value_heads 5"},
+        {LLAMA, "head_dim", "63", OKV_ERR_UNSUPPORTED,
+         "config.json: head_dim 63 must be even"},
+        {LLAMA, "tie_word_embeddings", "\"yes\"", OKV_ERR_FORMAT,
+         "config.json: field 'tie_word_embeddings' must be true or false"},
+        {LLAMA, "hidden_act", "\"relu\"", OKV_ERR_UNSUPPORTED,
+         "config.json: hidden_act \"relu\" is not supported (silu, gelu_pytorch_tanh)"},
+        {LLAMA, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4}", OKV_ERR_UNSUPPORTED,
+         "config.json: rope_scaling rope_type \"yarn\" is not supported (default, linear, llama3)"},
+        {LLAMA, "rope_scaling", "7", OKV_ERR_FORMAT,
+         "config.json: rope_scaling must be an object or null"},
+        {QWEN2, "use_sliding_window", "1", OKV_ERR_FORMAT,
+         "config.json: field 'use_sliding_window' must be true or false"},
+        {GEMMA3, "layer_types", "[\"full_attention\"]", OKV_ERR_FORMAT,
+         "config.json: layer_types must list num_hidden_layers (26) entries"},
+        {GEMMA4, "enable_moe_block", "true", OKV_ERR_UNSUPPORTED,
+         "config.json: enable_moe_block is set; mixture-of-experts blocks are not supported yet"},
+        {GEMMA3, "use_bidirectional_attention", "true", OKV_ERR_UNSUPPORTED,
+         "config.json: use_bidirectional_attention is set; bidirectional attention is not supported"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_message(cases[i].path, cases[i].key, cases[i].value, cases[i].want, cases[i].message);
     okv_hf_model m;
     okv_error err = {0};
     CHECK(okv_hf_parse_config("{\"architectures\": [", 19, "cfg.json", &m, &err) == OKV_ERR_FORMAT);

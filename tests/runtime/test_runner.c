@@ -25,6 +25,8 @@
 
 static int V;                      /* smallest vocabulary of the generated models */
 static int32_t ids[N_TOK];
+/* logits of two runs that must agree, [N_TOK, V] each, and a step's rows */
+static float want[N_TOK * MAX_V], got[N_TOK * MAX_V], step_rows[CHUNK * MAX_V];
 
 /* Writes a generated checkpoint of arch into the test's temporary directory
  * and exports it (f32, chunk, max_ctx 64); returns the opened program or NULL (reported). */
@@ -103,17 +105,14 @@ static void test_positions(okv_program *p) {
     CHECK(e2e_cache_length("pos") == 3);
     CHECK_OK(step_at(r, 3, 2, OKV_LOGITS_LAST, logits, &err), &err);
     CHECK(e2e_cache_length("pos") == 5);
-    e2e_runner_close(r, "pos");
+    e2e_runner_close(r);
 }
 
 /* Refused steps in the middle of a sequence on a ring cache (window 6, 9
  * slots) change nothing: the logits after them equal, bit for bit, those of
  * a sequence that never tried them. */
-static void test_transactional(okv_program *p) {
-    float *want = calloc((size_t)N_TOK * V, sizeof(float)), *got = calloc((size_t)N_TOK * V, sizeof(float));
-    float *scratch = malloc(sizeof(float) * (size_t)CHUNK * V);
-    okv_runner *clean = open_runner(p, "clean", 0, 0), *r = open_runner(p, "tx", 0, 1);
-    if (!clean || !r || !want || !got || !scratch) goto out;
+static void transactional_run(okv_runner *clean, okv_runner *r) {
+    float *scratch = step_rows;
     run_last(clean, 0, N_TOK, CHUNK, want);
     okv_error err = {0};
     for (int t = 0; t < N_TOK; t += CHUNK) {
@@ -137,13 +136,15 @@ static void test_transactional(okv_program *p) {
     CHECK_OK(okv_cache_bytes("clean", &b1, &err), &err);
     CHECK_OK(okv_cache_bytes("tx", &b2, &err), &err);
     CHECK(b1 == b2);
-out:
-    if (clean) e2e_runner_close(clean, "clean");
-    if (r) e2e_runner_close(r, "tx");
-    free(want);
-    free(got);
-    free(scratch);
 }
+
+static void test_transactional(okv_program *p) {
+    okv_runner *clean = open_runner(p, "clean", 0, 0), *r = open_runner(p, "tx", 0, 1);
+    if (clean && r) transactional_run(clean, r);
+    e2e_runner_close(clean);
+    e2e_runner_close(r);
+}
+
 
 /* A step past the capacity is refused before anything is written; a rewind
  * and the same tokens then reproduce the first run's logits. */
@@ -160,21 +161,17 @@ static void test_capacity(okv_program *p) {
     CHECK(step_at(r, 8, 3, OKV_LOGITS_LAST, scratch, &err) == OKV_ERR_CAPACITY && e2e_cache_length("cap") == 8);
     CHECK_OK(step_at(r, 8, 2, OKV_LOGITS_LAST, b, &err), &err);
     CHECK(memcmp(a, b, sizeof(float) * (size_t)V) == 0);
-    e2e_runner_close(r, "cap");
+    e2e_runner_close(r);
 }
 
 /* ALL, LAST and NONE are three views of one computation. */
-static void test_rows_agree(okv_program *p) {
-    okv_runner *all = open_runner(p, "all", 0, 0), *last = open_runner(p, "last", 0, 0);
-    okv_runner *none = open_runner(p, "none", 0, 0);
-    float *rows = malloc(sizeof(float) * (size_t)CHUNK * V), *one = malloc(sizeof(float) * (size_t)V);
-    float *after = malloc(sizeof(float) * (size_t)V);
+static void rows_agree_run(okv_runner *all, okv_runner *last, okv_runner *none) {
+    float *one = want, *after = got;
     okv_error err = {0};
-    if (!all || !last || !none || !rows || !one || !after) goto out;
     for (int t = 0; t + CHUNK < N_TOK; t += CHUNK) {
-        CHECK_OK(step_at(all, t, CHUNK, OKV_LOGITS_ALL, rows, &err), &err);
+        CHECK_OK(step_at(all, t, CHUNK, OKV_LOGITS_ALL, step_rows, &err), &err);
         CHECK_OK(step_at(last, t, CHUNK, OKV_LOGITS_LAST, one, &err), &err);
-        double d = e2e_max_diff(rows + (size_t)(CHUNK - 1) * V, one, (size_t)V);
+        double d = e2e_max_diff(step_rows + (size_t)(CHUNK - 1) * V, one, (size_t)V);
         CHECKF(d <= ROW_TOL, "step at %d: ALL's last row and LAST differ by %.3g", t, d);
         CHECK_OK(step_at(none, t, CHUNK, OKV_LOGITS_NONE, NULL, &err), &err);
     }
@@ -184,20 +181,23 @@ static void test_rows_agree(okv_program *p) {
     CHECK_OK(step_at(all, t, 1, OKV_LOGITS_ALL, one, &err), &err);
     CHECK(memcmp(after, one, sizeof(float) * (size_t)V) == 0);
     CHECK(e2e_cache_length("all") == t + 1 && e2e_cache_length("none") == t + 1);
-out:
-    if (all) e2e_runner_close(all, "all");
-    if (last) e2e_runner_close(last, "last");
-    if (none) e2e_runner_close(none, "none");
-    free(rows);
-    free(one);
-    free(after);
 }
+
+static void test_rows_agree(okv_program *p) {
+    okv_runner *all = open_runner(p, "all", 0, 0), *last = open_runner(p, "last", 0, 0);
+    okv_runner *none = open_runner(p, "none", 0, 0);
+    if (all && last && none) rows_agree_run(all, last, none);
+    e2e_runner_close(all);
+    e2e_runner_close(last);
+    e2e_runner_close(none);
+}
+
 
 /* max_logit_rows = 2 bounds ALL steps only; within it, rows equal an
  * unbounded runner's. */
 static void test_max_logit_rows(okv_program *p) {
     okv_runner *small = open_runner(p, "small", 0, 2), *big = open_runner(p, "big", 0, 0);
-    float a[MAX_V * CHUNK], b[MAX_V * CHUNK];
+    float *a = want, *b = got;
     okv_error err = {0};
     if (!small || !big) goto out;
     CHECK(step_at(small, 0, 3, OKV_LOGITS_ALL, a, &err) == OKV_ERR_INVALID);
@@ -212,26 +212,23 @@ static void test_max_logit_rows(okv_program *p) {
     double d = e2e_max_diff(a, b + (size_t)(CHUNK - 1) * V, (size_t)V);
     CHECKF(d <= ROW_TOL, "LAST vs ALL's last row: %.3g", d);
 out:
-    if (small) e2e_runner_close(small, "small");
-    if (big) e2e_runner_close(big, "big");
+    e2e_runner_close(small);
+    e2e_runner_close(big);
 }
 
 /* One token at a time and whole chunks differ only by float summation order. */
 static void test_chunking(okv_program *p) {
-    float *a = calloc((size_t)N_TOK * V, sizeof(float)), *b = calloc((size_t)N_TOK * V, sizeof(float));
     okv_runner *r1 = open_runner(p, "c1", 0, 0), *r4 = open_runner(p, "c4", 0, 0);
-    if (!a || !b || !r1 || !r4) goto out;
-    run_last(r1, 0, N_TOK, 1, a);
-    run_last(r4, 0, N_TOK, CHUNK, b);
-    double d = 0;
-    for (int t = CHUNK - 1; t < N_TOK; t += CHUNK)
-        for (int v = 0; v < V; v++) d = fmax(d, fabs(a[(size_t)t * V + v] - b[(size_t)t * V + v]));
-    CHECKF(d <= 1e-4, "chunk 1 vs %d: max abs diff %.3g", CHUNK, d);
-out:
-    if (r1) e2e_runner_close(r1, "c1");
-    if (r4) e2e_runner_close(r4, "c4");
-    free(a);
-    free(b);
+    if (r1 && r4) {
+        run_last(r1, 0, N_TOK, 1, want);
+        run_last(r4, 0, N_TOK, CHUNK, got);
+        double d = 0;
+        for (int t = CHUNK - 1; t < N_TOK; t += CHUNK)
+            d = fmax(d, e2e_max_diff(want + (size_t)t * V, got + (size_t)t * V, (size_t)V));
+        CHECKF(d <= 1e-4, "chunk 1 vs %d: max abs diff %.3g", CHUNK, d);
+    }
+    e2e_runner_close(r1);
+    e2e_runner_close(r4);
 }
 
 /* A runner binds only to caches built for its layout and at least its chunk. */
