@@ -225,68 +225,42 @@ static void check_errors(void) {
     CHECK_OK(okv_gguf_vocab_synthesize(&base, &t, &err), &err);
     okv_gguf_vocab_texts_free(&t);
 
-    okv_gguf_vocab v = base;
-    v.model = SPAN("bert");
-    expect_error(&v, "tokenizer.ggml.model \"bert\" is not supported", "unknown model");
-    v = base;
-    v.model = (okv_gguf_span){NULL, 0};
-    expect_error(&v, "tokenizer.ggml.model is missing", "missing model");
-    v = base;
-    v.pre = SPAN("falcon");
-    expect_error(&v, "tokenizer.ggml.pre \"falcon\" is not supported", "unknown pre-tokenizer");
-    v = base;
-    v.n_token_types = 3;
-    expect_error(&v, "tokenizer.ggml.token_type has 3 entries but tokenizer.ggml.tokens has 4", "types count");
-    v = base;
-    v.n_scores = 3;
-    v.scores = scores3;
-    expect_error(&v, "tokenizer.ggml.scores has 3 entries but tokenizer.ggml.tokens has 4", "scores count");
-    v = base;
-    v.token_types = bad_types;
-    expect_error(&v, "tokenizer.ggml.token_type[2] is 9", "bad token type");
-    v = base;
-    v.n_merges = 2;
-    v.merges = bad_merge;
-    expect_error(&v, "tokenizer.ggml.merges[1]: \"c\" is not in tokenizer.ggml.tokens", "merge of unknown token");
-    v = base;
-    v.merges = bad_result;
-    expect_error(&v, "tokenizer.ggml.merges[0]: the merged token \"ba\" is not in tokenizer.ggml.tokens", "merge result unknown");
-    v = base;
-    v.merges = no_space;
-    expect_error(&v, "tokenizer.ggml.merges[0] \"ab\" is not two tokens", "merge without space");
-    v = base;
-    v.n_merges = 0;
-    expect_error(&v, "tokenizer.ggml.merges is missing", "gpt2 without merges");
-    v = base;
-    v.n_tokens = v.n_token_types = 3;
-    v.tokens = dup;
-    expect_error(&v, "tokenizer.ggml.tokens[2] repeats tokens[0]", "duplicate token");
-    v = base;
-    v.n_tokens = 2;
-    v.n_token_types = 0;
-    v.n_merges = 1;
-    v.tokens = bad_utf8;
-    expect_error(&v, "tokenizer.ggml.tokens[1] is not valid UTF-8", "invalid UTF-8 token");
-    v.tokens = with_nul;
-    expect_error(&v, "tokenizer.ggml.tokens[1] contains a NUL byte", "token with NUL");
-    v = base;
-    v.eos_id = 4;
-    expect_error(&v, "tokenizer.ggml.eos_token_id 4 is outside the 4 tokens", "eos out of range");
-    v = base;
-    v.add_bos = 1;
-    expect_error(&v, "add_bos_token is true but there is no tokenizer.ggml.bos_token_id", "add_bos without bos");
-    v = base;
-    v.model = SPAN("llama");
-    v.n_merges = 0;
-    expect_error(&v, "tokenizer.ggml.scores is missing", "llama without scores");
-    v = base;
-    v.chat_template = SPAN("{{ \xc3 }}");
-    expect_error(&v, "tokenizer.chat_template is not valid UTF-8", "template not UTF-8");
-    v.chat_template = SPAN("{{ x }}\0");
-    expect_error(&v, "tokenizer.chat_template is not valid UTF-8 without NUL", "template with NUL");
-    v = base;
-    v.n_tokens = 0;
-    expect_error(&v, "tokenizer.ggml.tokens is missing or empty", "no tokens");
+    /* each case: the valid base with a few fields changed */
+#define EXPECT_EDITED(edits, needle, what) \
+    do { okv_gguf_vocab v = base; edits; expect_error(&v, needle, what); } while (0)
+    EXPECT_EDITED({ v.model = SPAN("bert"); }, "tokenizer.ggml.model \"bert\" is not supported", "unknown model");
+    EXPECT_EDITED({ v.model.ptr = NULL; v.model.len = 0; }, "tokenizer.ggml.model is missing", "missing model");
+    EXPECT_EDITED({ v.pre = SPAN("falcon"); },
+                  "tokenizer.ggml.pre \"falcon\" is not supported", "unknown pre-tokenizer");
+    EXPECT_EDITED({ v.n_token_types = 3; },
+                  "tokenizer.ggml.token_type has 3 entries but tokenizer.ggml.tokens has 4", "types count");
+    EXPECT_EDITED({ v.n_scores = 3; v.scores = scores3; },
+                  "tokenizer.ggml.scores has 3 entries but tokenizer.ggml.tokens has 4", "scores count");
+    EXPECT_EDITED({ v.token_types = bad_types; }, "tokenizer.ggml.token_type[2] is 9", "bad token type");
+    EXPECT_EDITED({ v.n_merges = 2; v.merges = bad_merge; },
+                  "tokenizer.ggml.merges[1]: \"c\" is not in tokenizer.ggml.tokens", "merge of unknown token");
+    EXPECT_EDITED({ v.merges = bad_result; },
+                  "tokenizer.ggml.merges[0]: the merged token \"ba\" is not in tokenizer.ggml.tokens",
+                  "merge result unknown");
+    EXPECT_EDITED({ v.merges = no_space; }, "tokenizer.ggml.merges[0] \"ab\" is not two tokens", "merge without space");
+    EXPECT_EDITED({ v.n_merges = 0; }, "tokenizer.ggml.merges is missing", "gpt2 without merges");
+    EXPECT_EDITED({ v.n_tokens = v.n_token_types = 3; v.tokens = dup; },
+                  "tokenizer.ggml.tokens[2] repeats tokens[0]", "duplicate token");
+    EXPECT_EDITED({ v.n_tokens = 2; v.n_token_types = 0; v.n_merges = 1; v.tokens = bad_utf8; },
+                  "tokenizer.ggml.tokens[1] is not valid UTF-8", "invalid UTF-8 token");
+    EXPECT_EDITED({ v.n_tokens = 2; v.n_token_types = 0; v.n_merges = 1; v.tokens = with_nul; },
+                  "tokenizer.ggml.tokens[1] contains a NUL byte", "token with NUL");
+    EXPECT_EDITED({ v.eos_id = 4; }, "tokenizer.ggml.eos_token_id 4 is outside the 4 tokens", "eos out of range");
+    EXPECT_EDITED({ v.add_bos = 1; },
+                  "add_bos_token is true but there is no tokenizer.ggml.bos_token_id", "add_bos without bos");
+    EXPECT_EDITED({ v.model = SPAN("llama"); v.n_merges = 0; },
+                  "tokenizer.ggml.scores is missing", "llama without scores");
+    EXPECT_EDITED({ v.chat_template = SPAN("{{ \xc3 }}"); },
+                  "tokenizer.chat_template is not valid UTF-8", "template not UTF-8");
+    EXPECT_EDITED({ v.chat_template = SPAN("{{ x }}\0"); },
+                  "tokenizer.chat_template is not valid UTF-8 without NUL", "template with NUL");
+    EXPECT_EDITED({ v.n_tokens = 0; }, "tokenizer.ggml.tokens is missing or empty", "no tokens");
+#undef EXPECT_EDITED
 }
 
 /* ---- 3. tiny GGUF images ------------------------------------------------------------------------ */

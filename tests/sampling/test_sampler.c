@@ -182,31 +182,33 @@ static void test_repetition_penalty_hand(void) {
     okv_sampler_free(s);
 }
 
+/* Creating a sampler with p must fail, name `field`, and leave the output NULL. */
+static void expect_bad_param(const okv_sampler_params *p, const char *field) {
+    okv_sampler *s = (okv_sampler *)p;   /* must be reset to NULL on error */
+    okv_error err = {0};
+    CHECK(okv_sampler_create(10, p, &s, &err) == OKV_ERR_INVALID);
+    CHECKF(s == NULL && strstr(err.message, field), "%s: %s", field, err.message);
+}
+
 static void test_bad_params(void) {
     okv_sampler_params p = okv_sampler_params_default();
-    okv_sampler *s = (okv_sampler *)&p;   /* must be reset to NULL on error */
-    okv_error err;
     p.top_p = 1.5f;
-    CHECK(okv_sampler_create(10, &p, &s, &err) == OKV_ERR_INVALID);
-    CHECK(s == NULL);
-    CHECK(strstr(err.message, "top_p") != NULL);
+    expect_bad_param(&p, "top_p");
     p = okv_sampler_params_default();
     p.temperature = -1.0f;
-    CHECK(okv_sampler_create(10, &p, &s, &err) == OKV_ERR_INVALID);
-    CHECK(strstr(err.message, "temperature") != NULL);
+    expect_bad_param(&p, "temperature");
     p = okv_sampler_params_default();
     p.repetition_penalty = 0.0f;
-    CHECK(okv_sampler_create(10, &p, &s, &err) == OKV_ERR_INVALID);
-    CHECK(strstr(err.message, "repetition_penalty") != NULL);
+    expect_bad_param(&p, "repetition_penalty");
     p = okv_sampler_params_default();
     p.min_p = NAN;
-    CHECK(okv_sampler_create(10, &p, &s, &err) == OKV_ERR_INVALID);
-    CHECK(strstr(err.message, "min_p") != NULL);
+    expect_bad_param(&p, "min_p");
     p = okv_sampler_params_default();
     p.top_k = -1;
-    CHECK(okv_sampler_create(10, &p, &s, &err) == OKV_ERR_INVALID);
-    CHECK(strstr(err.message, "top_k") != NULL);
+    expect_bad_param(&p, "top_k");
     p = okv_sampler_params_default();
+    okv_sampler *s = NULL;
+    okv_error err;
     CHECK(okv_sampler_create(0, &p, &s, &err) == OKV_ERR_INVALID);
 
     CHECK_OK(okv_sampler_create(10, &p, &s, &err), &err);

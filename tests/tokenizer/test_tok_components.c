@@ -17,14 +17,12 @@
 #define SP "\xE2\x96\x81" /* U+2581, the metaspace */
 
 /* JSON written with ' for " (none of these files needs a literal '). */
-static char *json(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #include <stdarg.h>
-static char *json(const char *fmt, ...) {
+
+/* fmt with ' for " (JSON written inside C strings), formatted (heap). */
+static char *json_va(const char *fmt, va_list ap) {
     char *buf = malloc(1 << 16);
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(buf, 1 << 16, fmt, ap);
-    va_end(ap);
     for (char *p = buf; *p; p++)
         if (*p == '\'') *p = '"';
     return buf;
@@ -35,6 +33,18 @@ static okv_tok *load(const char *text) {
     okv_error err = {0};
     okv_status st = okv_tok_load_json(text, strlen(text), &tok, &err);
     CHECKF(st == OKV_OK, "load failed: %s", err.message);
+    return tok;
+}
+
+/* The tokenizer whose tokenizer.json is fmt, ... (see json_va). */
+static okv_tok *load_tok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static okv_tok *load_tok(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *j = json_va(fmt, ap);
+    va_end(ap);
+    okv_tok *tok = load(j);
+    free(j);
     return tok;
 }
 
@@ -68,11 +78,13 @@ static void expect_text(const okv_tok *tok, const int32_t *ids, size_t n, bool s
            line, text ? text : err.message, want);
     free(text);
 }
-#define EXPECT_TEXT(tok, skip, want, ...)                                                     \
+/* check(tok, ids, n, skip, want, line) over the literal id list. */
+#define WITH_ID_LIST(check, tok, skip, want, ...)                                              \
     do {                                                                                       \
         static const int32_t i_[] = {__VA_ARGS__};                                             \
-        expect_text(tok, i_, sizeof i_ / sizeof i_[0], skip, want, __LINE__);                  \
+        check(tok, i_, sizeof i_ / sizeof i_[0], skip, want, __LINE__);                        \
     } while (0)
+#define EXPECT_TEXT(tok, skip, want, ...) WITH_ID_LIST(expect_text, tok, skip, want, __VA_ARGS__)
 
 /* Streams ids; chunks joined by '|' (flush's chunk last) must equal want. */
 static void expect_stream(const okv_tok *tok, const int32_t *ids, size_t n, bool skip, const char *want, int line) {
@@ -91,11 +103,7 @@ static void expect_stream(const okv_tok *tok, const int32_t *ids, size_t n, bool
     CHECKF(strcmp(got, want) == 0, "line %d: stream chunks \"%s\" want \"%s\"", line, got, want);
     okv_tok_stream_free(s);
 }
-#define EXPECT_STREAM(tok, skip, want, ...)                                                   \
-    do {                                                                                       \
-        static const int32_t i_[] = {__VA_ARGS__};                                             \
-        expect_stream(tok, i_, sizeof i_ / sizeof i_[0], skip, want, __LINE__);                \
-    } while (0)
+#define EXPECT_STREAM(tok, skip, want, ...) WITH_ID_LIST(expect_stream, tok, skip, want, __VA_ARGS__)
 
 static const char *SPECIALS =
     "{'id':0,'content':'<unk>','special':true},{'id':1,'content':'<s>','special':true},"
@@ -110,17 +118,15 @@ static const char *BOS_TEMPLATE =
 
 /* Llama-2 style: Prepend + Replace normalizer, byte fallback, Strip decoder. */
 static void test_sentencepiece_style(void) {
-    char *j = json("{'version':'1.0','truncation':null,'padding':null,'added_tokens':[%s],"
-                   "'normalizer':{'type':'Sequence','normalizers':[{'type':'Prepend','prepend':'" SP "'},"
-                   "{'type':'Replace','pattern':{'String':' '},'content':'" SP "'}]},"
-                   "'pre_tokenizer':null,'post_processor':%s,"
-                   "'decoder':{'type':'Sequence','decoders':[{'type':'Replace','pattern':{'String':'" SP "'},'content':' '},"
-                   "{'type':'ByteFallback'},{'type':'Fuse'},{'type':'Strip','content':' ','start':1,'stop':0}]},"
-                   "'model':{'type':'BPE','dropout':null,'unk_token':'<unk>','fuse_unk':true,'byte_fallback':true,"
-                   "'vocab':{%s},'merges':[%s]}}",
-                   SPECIALS, BOS_TEMPLATE, SP_VOCAB, SP_MERGES);
-    okv_tok *tok = load(j);
-    free(j);
+    okv_tok *tok = load_tok("{'version':'1.0','truncation':null,'padding':null,'added_tokens':[%s],"
+                            "'normalizer':{'type':'Sequence','normalizers':[{'type':'Prepend','prepend':'" SP "'},"
+                            "{'type':'Replace','pattern':{'String':' '},'content':'" SP "'}]},"
+                            "'pre_tokenizer':null,'post_processor':%s,"
+                            "'decoder':{'type':'Sequence','decoders':[{'type':'Replace','pattern':{'String':'" SP "'},'content':' '},"
+                            "{'type':'ByteFallback'},{'type':'Fuse'},{'type':'Strip','content':' ','start':1,'stop':0}]},"
+                            "'model':{'type':'BPE','dropout':null,'unk_token':'<unk>','fuse_unk':true,'byte_fallback':true,"
+                            "'vocab':{%s},'merges':[%s]}}",
+                              SPECIALS, BOS_TEMPLATE, SP_VOCAB, SP_MERGES);
     if (!tok) return;
     EXPECT_IDS(tok, "hi", true, 1, 10);        /* "▁hi": (▁,h) rank 0 then (▁h,i) */
     EXPECT_IDS(tok, "hi hi", false, 10, 10);   /* one word "▁hi▁hi" */
@@ -151,14 +157,12 @@ static void test_sentencepiece_style(void) {
 }
 
 static okv_tok *metaspace_tok(const char *scheme) {
-    char *j = json("{'added_tokens':[%s],'normalizer':null,"
-                   "'pre_tokenizer':{'type':'Metaspace','replacement':'" SP "','prepend_scheme':'%s','split':true},"
-                   "'post_processor':null,"
-                   "'decoder':{'type':'Metaspace','replacement':'" SP "','prepend_scheme':'%s','split':true},"
-                   "'model':{'type':'BPE','unk_token':'<unk>','vocab':{%s},'merges':[%s]}}",
-                   SPECIALS, scheme, scheme, SP_VOCAB, SP_MERGES);
-    okv_tok *tok = load(j);
-    free(j);
+    okv_tok *tok = load_tok("{'added_tokens':[%s],'normalizer':null,"
+                            "'pre_tokenizer':{'type':'Metaspace','replacement':'" SP "','prepend_scheme':'%s','split':true},"
+                            "'post_processor':null,"
+                            "'decoder':{'type':'Metaspace','replacement':'" SP "','prepend_scheme':'%s','split':true},"
+                            "'model':{'type':'BPE','unk_token':'<unk>','vocab':{%s},'merges':[%s]}}",
+                              SPECIALS, scheme, scheme, SP_VOCAB, SP_MERGES);
     return tok;
 }
 
@@ -187,14 +191,12 @@ static void test_metaspace(void) {
 
 /* GPT-2: ByteLevel pre-tokenizer with its own regex and a prefix space. */
 static void test_gpt2_bytelevel(void) {
-    char *j = json("{'added_tokens':[],'normalizer':null,"
-                   "'pre_tokenizer':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
-                   "'post_processor':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
-                   "'decoder':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
-                   "'model':{'type':'BPE','vocab':{'h':0,'i':1,'\\u0120':2,'\\u0120h':3,'\\u0120hi':4,'!':5,'\\u010a':6},"
-                   "'merges':['\\u0120 h','\\u0120h i']}}");
-    okv_tok *tok = load(j);
-    free(j);
+    okv_tok *tok = load_tok("{'added_tokens':[],'normalizer':null,"
+                            "'pre_tokenizer':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
+                            "'post_processor':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
+                            "'decoder':{'type':'ByteLevel','add_prefix_space':true,'trim_offsets':true,'use_regex':true},"
+                            "'model':{'type':'BPE','vocab':{'h':0,'i':1,'\\u0120':2,'\\u0120h':3,'\\u0120hi':4,'!':5,'\\u010a':6},"
+                            "'merges':['\\u0120 h','\\u0120h i']}}");
     if (!tok) return;
     EXPECT_IDS(tok, "hi!", false, 4, 5);         /* " hi!" -> " hi" | "!" */
     EXPECT_IDS(tok, "hi\nhi", false, 4, 6, 0, 1); /* " hi" | "\n" | "hi" */
@@ -210,11 +212,9 @@ static const char *SPLIT_VOCAB =
 static const char *SPLIT_MERGES = "'a -','- b','a- b','1 2','a 1','1 a','a b','- -'";
 
 static okv_tok *split_tok(const char *pre, const char *added, const char *norm) {
-    char *j = json("{'added_tokens':[%s],'normalizer':%s,'pre_tokenizer':%s,'post_processor':null,'decoder':null,"
-                   "'model':{'type':'BPE','vocab':{%s,'<x>':20,'ab_w':21,'a-_n':23},'merges':[%s]}}",
-                   added, norm, pre, SPLIT_VOCAB, SPLIT_MERGES);
-    okv_tok *tok = load(j);
-    free(j);
+    okv_tok *tok = load_tok("{'added_tokens':[%s],'normalizer':%s,'pre_tokenizer':%s,'post_processor':null,'decoder':null,"
+                            "'model':{'type':'BPE','vocab':{%s,'<x>':20,'ab_w':21,'a-_n':23},'merges':[%s]}}",
+                            added, norm, pre, SPLIT_VOCAB, SPLIT_MERGES);
     return tok;
 }
 
@@ -283,13 +283,11 @@ static void test_added_token_options(void) {
 }
 
 static void test_prefix_and_normalizers(void) {
-    char *j = json("{'added_tokens':[],'normalizer':{'type':'Sequence','normalizers':[{'type':'NFKC'},"
-                   "{'type':'Strip','strip_left':true,'strip_right':true}]},'pre_tokenizer':null,"
-                   "'post_processor':null,'decoder':{'type':'Fuse'},"
-                   "'model':{'type':'BPE','continuing_subword_prefix':'##','vocab':{'f':0,'##i':1,'fi':2,'i':3},"
-                   "'merges':['f ##i']}}");
-    okv_tok *tok = load(j);
-    free(j);
+    okv_tok *tok = load_tok("{'added_tokens':[],'normalizer':{'type':'Sequence','normalizers':[{'type':'NFKC'},"
+                            "{'type':'Strip','strip_left':true,'strip_right':true}]},'pre_tokenizer':null,"
+                            "'post_processor':null,'decoder':{'type':'Fuse'},"
+                            "'model':{'type':'BPE','continuing_subword_prefix':'##','vocab':{'f':0,'##i':1,'fi':2,'i':3},"
+                            "'merges':['f ##i']}}");
     if (!tok) return;
     EXPECT_IDS(tok, "\xEF\xAC\x81", false, 2); /* U+FB01 'fi' ligature -> NFKC "fi" -> f ##i -> fi */
     EXPECT_IDS(tok, " \t fi\n", false, 2);     /* Strip removes surrounding whitespace */
@@ -325,13 +323,11 @@ static void *encode_all(void *arg) {
 }
 
 static void test_threads(void) {
-    char *js = json("{'added_tokens':[],'normalizer':{'type':'NFC'},"
-                    "'pre_tokenizer':{'type':'ByteLevel','add_prefix_space':false,'use_regex':true},"
-                    "'decoder':{'type':'ByteLevel'},"
-                    "'model':{'type':'BPE','vocab':{'h':0,'i':1,'\\u0120':2,'\\u0120h':3,'\\u0120hi':4,'!':5,'\\u010a':6,'hi':7},"
-                    "'merges':['\\u0120 h','\\u0120h i','h i']}}");
-    okv_tok *tok = load(js);
-    free(js);
+    okv_tok *tok = load_tok("{'added_tokens':[],'normalizer':{'type':'NFC'},"
+                            "'pre_tokenizer':{'type':'ByteLevel','add_prefix_space':false,'use_regex':true},"
+                            "'decoder':{'type':'ByteLevel'},"
+                            "'model':{'type':'BPE','vocab':{'h':0,'i':1,'\\u0120':2,'\\u0120h':3,'\\u0120hi':4,'!':5,'\\u010a':6,'hi':7},"
+                            "'merges':['\\u0120 h','\\u0120h i','h i']}}");
     if (!tok) return;
     static const char *texts[] = {"hi hi!", "hi\nhi hi", "!!! hi", "h i h i", "hihihi hi hi"};
     enum { NT = 5, THREADS = 4 };

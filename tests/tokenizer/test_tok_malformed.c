@@ -37,6 +37,16 @@ static char *build(const char *norm, const char *pre, const char *post, const ch
     return s;
 }
 
+/* The tokenizer build() describes, loaded (NULL after a reported failure). */
+static okv_tok *load_built(const char *norm, const char *pre, const char *post, const char *dec, const char *model) {
+    char *j = build(norm, pre, post, dec, model);
+    okv_tok *tok = NULL;
+    okv_error err = {0};
+    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
+    free(j);
+    return tok;
+}
+
 /* Loading must fail and the message must contain `want`. */
 static void expect_fail(const char *text, size_t len, const char *want, int line) {
     okv_tok *tok = (okv_tok *)1;
@@ -196,11 +206,8 @@ static void test_mutations(void) {
 }
 
 static void test_api_misuse(void) {
-    char *j = build(NORM, PRE, POST, DEC, MODEL);
-    okv_tok *tok = NULL;
+    okv_tok *tok = load_built(NORM, PRE, POST, DEC, MODEL);
     okv_error err = {0};
-    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
-    free(j);
     if (!tok) return;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -239,11 +246,8 @@ static void test_api_misuse(void) {
 /* Found 5: an empty BPE vocabulary (one added token) gave words with no
  * ids, and the word cache passed NULL to memcpy (UBSan). */
 static void test_empty_vocab(void) {
-    char *j = build(NORM, PRE, POST, DEC, "{'type':'BPE','vocab':{},'merges':[]}");
-    okv_tok *tok = NULL;
+    okv_tok *tok = load_built(NORM, PRE, POST, DEC, "{'type':'BPE','vocab':{},'merges':[]}");
     okv_error err = {0};
-    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
-    free(j);
     if (!tok) return;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -268,11 +272,8 @@ static void test_expansion_bounds(void) {
              "{'type':'Replace','pattern':{'String':'c'},'content':'%s'}]}", content, "cc");
     snprintf(dec, sizeof dec, "{'type':'Replace','pattern':{'String':'a'},'content':'%s'}", content);
     free(content);
-    char *j = build(norm, PRE, POST, dec, MODEL);
-    okv_tok *tok = NULL;
+    okv_tok *tok = load_built(norm, PRE, POST, dec, MODEL);
     okv_error err = {0};
-    CHECK_OK(okv_tok_load_json(j, strlen(j), &tok, &err), &err);
-    free(j);
     if (!tok) return;
     int32_t *ids = NULL;
     size_t n = 0;

@@ -171,43 +171,54 @@ static void check_stream(fx *f, const int32_t *ids, size_t n, bool skip, const c
     okv_tok_stream_free(s);
 }
 
-static void case_line(const cJSON *j, int line, void *ctx) {
-    fx *f = ctx;
-    size_t text_len, dl, dsl;
-    char *text = json_string_field("text", &text_len);
-    char *dec = json_string_field("decoded", &dl), *dec_skip = json_string_field("decoded_skip_special", &dsl);
-    const cJSON *add = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
-    size_t nwant;
-    int32_t *want = json_ids(cJSON_GetObjectItemCaseSensitive(j, "ids"), &nwant);
+/* Encodes text[0..len) and checks it gives want[0..nwant); when not, says
+ * "<file>:<line> <what> differs" and prints both lists. */
+static void expect_encoding(const fx *f, const char *text, size_t len, bool add_special, const int32_t *want,
+                            size_t nwant, int line, const char *what) {
     int32_t *ids = NULL;
     size_t n = 0;
     okv_error err = {0};
-    CHECK_OK(okv_tok_encode(f->tok, text, text_len, cJSON_IsTrue(add), &ids, &n, &err), &err);
+    CHECK_OK(okv_tok_encode(f->tok, text, len, add_special, &ids, &n, &err), &err);
     int ok = ids_equal(ids, n, want, nwant);
-    CHECKF(ok, "%s:%d encode(add_special=%d) of \"%s\" differs", f->file, line, cJSON_IsTrue(add), text);
+    CHECKF(ok, "%s:%d %s differs", f->file, line, what);
     if (!ok) { print_ids("got ", ids, n); print_ids("want", want, nwant); }
-    check_decode(f, want, nwant, false, dec, dl, line);
-    check_decode(f, want, nwant, true, dec_skip, dsl, line);
     free(ids);
+}
+
+/* The line's "decoded" and "decoded_skip_special" against decoding ids (and,
+ * with stream, streaming them where the text is whole UTF-8). */
+static void check_line_decodes(fx *f, const int32_t *ids, size_t n, bool stream, int line) {
+    size_t wl, wsl;
+    char *want = json_string_field("decoded", &wl), *want_skip = json_string_field("decoded_skip_special", &wsl);
+    check_decode(f, ids, n, false, want, wl, line);
+    check_decode(f, ids, n, true, want_skip, wsl, line);
+    if (stream && valid_utf8(want, wl)) check_stream(f, ids, n, false, want, wl, line);
+    if (stream && valid_utf8(want_skip, wsl)) check_stream(f, ids, n, true, want_skip, wsl, line);
+    free(want);
+    free(want_skip);
+}
+
+static void case_line(const cJSON *j, int line, void *ctx) {
+    fx *f = ctx;
+    size_t text_len;
+    char *text = json_string_field("text", &text_len);
+    const cJSON *add = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
+    size_t nwant;
+    int32_t *want = json_ids(cJSON_GetObjectItemCaseSensitive(j, "ids"), &nwant);
+    char what[300];
+    snprintf(what, sizeof what, "encode(add_special=%d) of \"%.200s\"", cJSON_IsTrue(add), text ? text : "");
+    expect_encoding(f, text, text_len, cJSON_IsTrue(add), want, nwant, line, what);
+    check_line_decodes(f, want, nwant, false, line);
     free(want);
     free(text);
-    free(dec);
-    free(dec_skip);
 }
 
 static void decode_line(const cJSON *j, int line, void *ctx) {
     fx *f = ctx;
     size_t n;
     int32_t *ids = json_ids(cJSON_GetObjectItemCaseSensitive(j, "ids"), &n);
-    size_t wl, wsl;
-    char *want = json_string_field("decoded", &wl), *want_skip = json_string_field("decoded_skip_special", &wsl);
-    check_decode(f, ids, n, false, want, wl, line);
-    check_decode(f, ids, n, true, want_skip, wsl, line);
-    if (valid_utf8(want, wl)) check_stream(f, ids, n, false, want, wl, line);
-    if (valid_utf8(want_skip, wsl)) check_stream(f, ids, n, true, want_skip, wsl, line);
+    check_line_decodes(f, ids, n, true, line);
     free(ids);
-    free(want);
-    free(want_skip);
 }
 
 static void chat_line(const cJSON *j, int line, void *ctx) {
@@ -218,15 +229,10 @@ static void chat_line(const cJSON *j, int line, void *ctx) {
     if (!text || !cJSON_IsArray(want_j)) { free(text); return; }
     size_t nwant;
     int32_t *want = json_ids(want_j, &nwant);
-    int32_t *ids = NULL;
-    size_t n = 0;
-    okv_error err = {0};
-    CHECK_OK(okv_tok_encode(f->tok, text, text_len, false, &ids, &n, &err), &err);
+    char what[300];
+    snprintf(what, sizeof what, "chat encode of %.200s", okv_json_str(j, "name") ? okv_json_str(j, "name") : "?");
+    expect_encoding(f, text, text_len, false, want, nwant, line, what);
     free(text);
-    int ok = ids_equal(ids, n, want, nwant);
-    CHECKF(ok, "%s:%d chat encode of %s differs", f->file, line, okv_json_str(j, "name"));
-    if (!ok) { print_ids("got ", ids, n); print_ids("want", want, nwant); }
-    free(ids);
     free(want);
 }
 
