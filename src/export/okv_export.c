@@ -82,10 +82,16 @@ static const export_src *find_src(const export_job *j, const char *name) {
     return j->n_all ? bsearch(&key, j->all, (size_t)j->n_all, sizeof key, cmp_src_name) : NULL;
 }
 
+/* j->all for n checkpoint tensors, zeroed (one spare so n = 0 allocates). */
+static okv_status alloc_sources(export_job *j, int n, okv_error *err) {
+    j->n_all = n;
+    j->all = calloc((size_t)n + 1, sizeof *j->all);
+    return j->all ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+}
+
 static okv_status collect_st_sources(export_job *j, okv_error *err) {
-    j->n_all = okv_st_count(j->st);
-    j->all = calloc((size_t)j->n_all + 1, sizeof *j->all);
-    if (!j->all) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = alloc_sources(j, okv_st_count(j->st), err);
+    if (st) return st;
     for (int i = 0; i < j->n_all; i++) {
         const okv_st_tensor *t = okv_st_get(j->st, i);
         export_src *s = &j->all[i];
@@ -100,9 +106,8 @@ static okv_status collect_st_sources(export_job *j, okv_error *err) {
 /* GGUF tensors under their HF names; ones without an HF counterpart keep
  * their own name (report_unused lists them). */
 static okv_status collect_gguf_sources(export_job *j, okv_error *err) {
-    j->n_all = okv_gguf_tensor_count(j->gguf);
-    j->all = calloc((size_t)j->n_all + 1, sizeof *j->all);
-    if (!j->all) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = alloc_sources(j, okv_gguf_tensor_count(j->gguf), err);
+    if (st) return st;
     for (int i = 0; i < j->n_all; i++) {
         const okv_gguf_tensor *t = okv_gguf_tensor_at(j->gguf, i);
         export_src *s = &j->all[i];

@@ -67,16 +67,20 @@ typedef struct cfg {
     cJSON *j;
     okv_error *err;
     okv_status st;
+    char key[128];      /* the last key arch_key made */
 } cfg;
 
-static void key_of(const cfg *c, const char *suffix, char *buf, size_t n) { snprintf(buf, n, "%s.%s", c->arch, suffix); }
+/* "<arch>.suffix", in c->key (valid until the next call). */
+static const char *arch_key(cfg *c, const char *suffix) {
+    snprintf(c->key, sizeof c->key, "%s.%s", c->arch, suffix);
+    return c->key;
+}
 
 /* <arch>.suffix as an integer in [lo, hi] into HF field `field`; missing:
  * required -> error, else dflt (< 0: leave the field out). */
 static int64_t put_int(cfg *c, const char *suffix, const char *field, bool required, int64_t dflt, int64_t lo, int64_t hi) {
     if (c->st) return 0;
-    char key[128];
-    key_of(c, suffix, key, sizeof key);
+    const char *key = arch_key(c, suffix);
     int64_t v = dflt;
     okv_error e = {0};
     okv_status st = okv_gguf_get_int(c->g, key, &v, &e);
@@ -97,8 +101,7 @@ static int64_t put_int(cfg *c, const char *suffix, const char *field, bool requi
 /* <arch>.suffix as a number into `field` (missing: dflt, NAN = leave out). */
 static double put_float(cfg *c, const char *suffix, const char *field, double dflt) {
     if (c->st) return 0;
-    char key[128];
-    key_of(c, suffix, key, sizeof key);
+    const char *key = arch_key(c, suffix);
     double v = dflt;
     okv_error e = {0};
     okv_status st = okv_gguf_get_float(c->g, key, &v, &e);
@@ -111,8 +114,7 @@ static double put_float(cfg *c, const char *suffix, const char *field, double df
  * cannot honour, by name). */
 static void put_rope_scaling(cfg *c) {
     if (c->st) return;
-    char key[128];
-    key_of(c, "rope.scaling.type", key, sizeof key);
+    const char *key = arch_key(c, "rope.scaling.type");
     okv_gguf_str s;
     okv_error e = {0};
     okv_status st = okv_gguf_get_str(c->g, key, &s, &e);
@@ -124,9 +126,9 @@ static void put_rope_scaling(cfg *c) {
     cJSON *r = cJSON_AddObjectToObject(c->j, "rope_scaling");
     cJSON_AddStringToObject(r, "rope_type", type);
     double factor = 1.0;
-    key_of(c, "rope.scaling.factor", key, sizeof key);
+    key = arch_key(c, "rope.scaling.factor");
     if (okv_gguf_get_float(c->g, key, &factor, &e) == OKV_OK) cJSON_AddNumberToObject(r, "factor", factor);
-    key_of(c, "rope.scaling.original_context_length", key, sizeof key);
+    key = arch_key(c, "rope.scaling.original_context_length");
     int64_t orig;
     if (okv_gguf_get_int(c->g, key, &orig, &e) == OKV_OK)
         cJSON_AddNumberToObject(r, "original_max_position_embeddings", (double)orig);
@@ -149,8 +151,7 @@ static void put_special_ids(cfg *c) {
 /* vocab_size: <arch>.vocab_size, else the token table's row count. */
 static void put_vocab(cfg *c) {
     if (c->st) return;
-    char key[128];
-    key_of(c, "vocab_size", key, sizeof key);
+    const char *key = arch_key(c, "vocab_size");
     int64_t v;
     okv_error e = {0};
     if (okv_gguf_get_int(c->g, key, &v, &e) != OKV_OK) {
@@ -169,8 +170,7 @@ static void put_vocab(cfg *c) {
  * bool array (true = sliding) or a period; llama.cpp's default period is 6. */
 static void put_gemma3_layers(cfg *c, int64_t n_layers) {
     if (c->st) return;
-    char key[128];
-    key_of(c, "attention.sliding_window_pattern", key, sizeof key);
+    const char *key = arch_key(c, "attention.sliding_window_pattern");
     const okv_gguf_kv *kv = okv_gguf_find(c->g, key);
     if (kv && kv->type == OKV_GGUF_ARRAY) {
         if (kv->elem_type != OKV_GGUF_BOOL || kv->n_elems != (uint64_t)n_layers) {
