@@ -66,16 +66,19 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, char *body) {
 
 /* ---- streaming -------------------------------------------------------------------- */
 
+/* Waits on r->cond (r->lock held) for at most ms milliseconds. */
+static void wait_a_while(srv_request *r, long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+}
+
 static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max) {
     srv_request *r = cls;
     pthread_mutex_lock(&r->lock);
-    while (r->out_sent == r->out.len && !r->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&r->cond, &r->lock, &ts);
-    }
+    while (r->out_sent == r->out.len && !r->done) wait_a_while(r, 200);
     size_t n = r->out.len - r->out_sent;
     if (n > max) n = max;
     ssize_t ret = n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
@@ -114,11 +117,7 @@ static void wait_done(struct MHD_Connection *c, srv_request *r) {
     struct pollfd pfd = {.fd = ci ? ci->connect_fd : -1, .events = POLLRDHUP};
     pthread_mutex_lock(&r->lock);
     while (!r->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+        wait_a_while(r, 100);
         if (!r->done && pfd.fd >= 0 && poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) r->cancelled = true;
     }
     pthread_mutex_unlock(&r->lock);
