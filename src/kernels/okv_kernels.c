@@ -3,8 +3,9 @@
  * A table is an immutable struct of function pointers per ISA; selecting one
  * only asks the CPU what it supports (no global switch, no init call), so a
  * test can hold the plain and the AVX2 table side by side and compare. The
- * AVX-512 and AMX tables differ from AVX2 only in the prefill matmul (T > 1);
- * rmsnorm, glu, attention and the decode GEMV are the AVX2 ones (measured: no
+ * AVX-512 and AMX tables differ from AVX2 in the prefill matmul (T > 1) and
+ * the attention's inner loops (512-bit: attention is compute-bound at long
+ * prefill); rmsnorm, glu and the decode GEMV are the AVX2 ones (measured: no
  * gain from 512-bit vectors for those memory-bound loops yet). */
 #include <pthread.h>
 #include <stdio.h>
@@ -26,19 +27,19 @@ static const okv_kernels kernels_avx2 = {
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x. */
 static const okv_kernels kernels_avx512_bf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f},
 };
 
 static const okv_kernels kernels_amx = {
     .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_amx,
+    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_amx,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f},
 };
 

@@ -32,6 +32,16 @@ int okv_threadpool_size(const okv_threadpool *tp);
  * pool. */
 typedef void (*okv_task_fn)(void *ctx, int task, int thread);
 void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx);
+/* The kernels' workspace: scratch memory (64-byte aligned) the pool's owner
+ * planned for every kernel it runs on this pool, sized with the
+ * okv_*_scratch_bytes functions below; kernels take their scratch from it
+ * instead of allocating (a step must not fail after admission). One kernel
+ * call at a time uses it. mem == NULL detaches it. The pool does not own
+ * mem. */
+void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes);
+/* The workspace if it has at least `bytes`, else NULL (none planned, or
+ * planned too small: the kernel then allocates its own). */
+void *okv_threadpool_workspace(const okv_threadpool *tp, size_t bytes);
 
 /* ---- kernel table ------------------------------------------------------------ */
 
@@ -49,16 +59,49 @@ typedef struct okv_attn_kv {
     int kv_heads, head_dim;
 } okv_attn_kv;
 
+/* Which keys each query may see: the key-visibility input of attention.
+ *
+ * The keys are the slots the read runs list (run r covers pool slots
+ * [slot, slot + n)); their order ("logical key index", runs concatenated)
+ * matters only to the reduction order, never to the result's meaning.
+ *
+ * One sequence (okv_attn_args.vis == NULL): the runs are in position order
+ * and slot slot + i of run r holds position pos + i. Query t (position
+ * positions[t]) sees key position j iff j <= positions[t] and (window == 0 or
+ * positions[t] - j < window). The kernel turns this into one contiguous key
+ * range per query and masks only the blocks at its edges.
+ *
+ * Many sequences in one pool (a cell cache, a batched step): vis != NULL.
+ *   q_seq[t]     sequence of query t, in [0, OKV_ATTN_MAX_SEQS)
+ *   k_pos[s]     position held by pool slot s (indexed by SLOT, so a cell
+ *                cache passes its per-cell array as is; only slots inside the
+ *                runs are read)
+ *   k_owner[s]   bit q of k_owner[s] set iff sequence q owns slot s (a forked
+ *                prefix is owned by several; 0 = a free cell, seen by nobody)
+ * Query t sees slot s iff bit q_seq[t] of k_owner[s] is set and k_pos[s]
+ * passes the causal + window test against positions[t] above. Runs may then
+ * be in any order and any positions; a query that sees no key gets zeros.
+ * The kernel checks visibility per key here (block by block), so passing
+ * runs that skip long stretches of foreign or free cells saves work, but
+ * including them is always correct. */
+enum { OKV_ATTN_MAX_SEQS = 64 };
+typedef struct okv_attn_vis {
+    const int32_t *q_seq;    /* [T] */
+    const int32_t *k_pos;    /* [pool slots] */
+    const uint64_t *k_owner; /* [pool slots] */
+} okv_attn_vis;
+
 typedef struct okv_attn_args {
     const float *q;          /* [T, n_heads, head_dim], RoPE applied */
     int T, n_heads;
     const int32_t *positions;/* [T] absolute positions of the queries */
     okv_attn_kv kv;
-    const okv_run *runs;     /* read runs (position order) from the planner */
+    const okv_run *runs;     /* read runs from the planner (see okv_attn_vis) */
     int n_runs;
     int32_t window;          /* 0 = full; else key j visible iff p - j < window */
     float scale;             /* multiplies q.k before softmax */
     float *out;              /* [T, n_heads, head_dim] */
+    const okv_attn_vis *vis; /* NULL: one sequence, positions implied by the runs */
 } okv_attn_args;
 
 typedef struct okv_kernels {
@@ -75,10 +118,13 @@ typedef struct okv_kernels {
     void (*rmsnorm)(float *y, const float *x, int T, int width, int group, const float *w, float eps);
     /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate. */
     void (*glu)(float *y, const float *gate, const float *up, size_t n, okv_act act);
-    /* update_and_attend, the fast version (no mask materialised, GQA without
-     * repeating K/V, threads over heads/rows/keys). n_heads must be a multiple
-     * of kv_heads; runs must be in position order. If scratch memory cannot
-     * be allocated the output is filled with NaN. */
+    /* update_and_attend, the fast version: blocked, flash style (online
+     * softmax over key blocks, each block shared by a query block and by the
+     * GQA heads of its kv head, threads over (kv head, query block[, keys])),
+     * K/V read in their storage dtype. n_heads must be a multiple of
+     * kv_heads. Scratch comes from the pool's workspace (see
+     * okv_attend_scratch_bytes); a caller that planned none gets it
+     * allocated, and if that fails the output is filled with NaN. */
     void (*attend)(okv_threadpool *tp, const okv_attn_args *a);
     /* y[T,N] = x[T,K] @ dequant(W)[N,K]^T (+ bias[N] if non-NULL), W[N,K]
      * quantized with scheme s (okv_quant.h; checked by the caller). Fast
@@ -133,7 +179,12 @@ void okv_scale(float *y, const float *x, size_t n, float s);
  * at the write runs, converting to the storage dtype. */
 void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v);
 /* The reference update_and_attend: gathers the full read span, builds an
- * explicit [T, n_keys] band mask (causal + window), plain softmax. */
+ * explicit [T, n_keys] mask (okv_attn_vis's rule), plain softmax. It
+ * allocates per call (a debugging path, not for planned steps). */
 void okv_attend_reference(const okv_attn_args *a);
+/* Workspace bytes the fast attend needs for up to T queries of n_heads (kv_heads
+ * kv heads, head_dim) on a pool of n_threads, for ANY number of keys, runs
+ * and any visibility. */
+size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 
 #endif

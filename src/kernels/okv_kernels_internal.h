@@ -5,6 +5,7 @@
 #ifndef OKV_KERNELS_INTERNAL_H
 #define OKV_KERNELS_INTERNAL_H
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "okv_kernels.h"
@@ -62,23 +63,56 @@ static inline void okv_k_load_row(float *dst, const void *src, okv_dtype dt, siz
     }
 }
 
-/* The inner loops of the fast attention, per ISA. K and V are read straight
- * from the pools in their storage dtype dt (rows `ld` elements apart) and
- * converted on the fly; query and accumulator rows are D floats apart. */
+/* The inner loops of the blocked attention, per ISA (okv_attend.c). A task
+ * holds Rp query vectors (a multiple of 16; padding vectors are zeros) and
+ * works on blocks of n <= OKV_ATTN_KB keys. Layouts are chosen so every loop
+ * runs along contiguous floats: the queries transposed, QT[d * Rp + r]
+ * (scale folded in), the block's scores and probabilities key-major,
+ * S[i * Rp + r], and the accumulators row-major, acc[r * D + d]. K and V
+ * are read straight from the pools in their storage dtype dt, rows `ld`
+ * elements apart. */
+enum { OKV_ATTN_KB = 32 };
 typedef struct okv_attn_ops {
-    /* S[r*ldS + i] = scale * (q_r . k_i) for r < R, i < n */
-    void (*scores)(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
-                   int D, float scale);
-    /* p[i] = exp(p[i] - m), with exp(-inf) = 0; returns the sum of p */
-    float (*exp_sum)(float *p, int n, float m);
-    /* for r < R: acc_r = acc_r * c[r] + sum_i P[r*ldP + i] * v_i
-     * (c rescales the running sums to a new max) */
-    void (*accumulate)(float *acc, const float *c, const float *P, int ldP, int R, const void *v, okv_dtype dt,
+    /* S[i*Rp + r] = k_i . QT[., r] for i < n, r < Rp; stage is room for
+     * n x D floats (a block of f16/bf16 keys converted once for all
+     * queries; f32 keys are read in place) */
+    void (*scores)(float *S, const float *QT, int Rp, const void *k, okv_dtype dt, size_t ldk, int n, int D,
+                   float *stage);
+    /* Online softmax step over a masked block S[n][Rp] (-inf = invisible):
+     * m_new = max(m, max_i S), c = exp(m - m_new), S = exp(S - m_new),
+     * l = l*c + sum_i S, m = m_new; a vector that has seen nothing yet
+     * (m_new = -inf) gets c = 1 and zeros. */
+    void (*softmax)(float *S, int n, int Rp, float *m, float *l, float *c);
+    /* acc[r*D + d] = acc[r*D + d] * c[r] + sum_i P[i*Rp + r] * v_i[d], r < R */
+    void (*accumulate)(float *acc, const float *c, const float *P, int Rp, int R, const void *v, okv_dtype dt,
                        size_t ldv, int n, int D);
 } okv_attn_ops;
 
-/* The fast attention algorithm (okv_attend.c) with the given inner loops. */
+/* The blocked attention algorithm (okv_attend.c) with the given inner loops. */
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);
+/* The inner loops per ISA: plain C (the model the others are tested
+ * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (okv_attend_simd.c). */
+extern const okv_attn_ops okv_attn_ops_plain;
+extern const okv_attn_ops okv_attn_ops_avx2;
+extern const okv_attn_ops okv_attn_ops_avx512;
+void okv_attend_avx512(okv_threadpool *tp, const okv_attn_args *a);
+
+/* A kernel's scratch: the pool's workspace when it is large enough, else
+ * its own allocation (callers that planned none). */
+typedef struct okv_kscratch {
+    void *own;
+} okv_kscratch;
+static inline void *okv_kscratch_get(okv_kscratch *s, okv_threadpool *tp, size_t bytes) {
+    void *p = okv_threadpool_workspace(tp, bytes);
+    s->own = NULL;
+    if (p) return p;
+    s->own = aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    return s->own;
+}
+static inline void okv_kscratch_release(okv_kscratch *s) {
+    free(s->own);
+    s->own = NULL;
+}
 
 /* Plain C entry points (okv_kernels_plain.c). */
 extern const okv_attn_ops okv_attn_ops_plain;

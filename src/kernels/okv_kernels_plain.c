@@ -105,72 +105,59 @@ void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_a
 
 /* ---- attention inner loops ----------------------------------------------------- */
 
-/* Rows of K/V in their storage dtype are converted in chunks of CHUNK
- * elements into a local f32 buffer, then handled by the f32 loops. */
-enum { CHUNK = 64 };
-
-static void scores_plain(float *S, int ldS, const float *q, int R, const void *k, okv_dtype dt, size_t ldk, int n,
-                         int D, float scale) {
+/* The model the SIMD loops (okv_attend_simd.c) are tested against: the
+ * same layouts and the same order of sums per output element. */
+static void scores_plain(float *S, const float *QT, int Rp, const void *k, okv_dtype dt, size_t ldk, int n, int D,
+                         float *stage) {
     size_t esz = okv_dtype_size(dt);
     for (int i = 0; i < n; i++) {
         const char *ki = (const char *)k + i * ldk * esz;
-        for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] = 0.0f;
-        for (int d = 0; d < D; d += CHUNK) { /* each chunk converted once for all R queries */
-            int m = D - d < CHUNK ? D - d : CHUNK;
-            float buf[CHUNK];
-            const float *x = (const float *)(ki + d * esz);
-            if (dt != OKV_F32) {
-                okv_k_load_row(buf, ki + d * esz, dt, (size_t)m);
-                x = buf;
-            }
-            for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] += dot8(q + (size_t)r * D + d, x, m);
+        float *kf = stage + (size_t)i * D;
+        okv_k_load_row(kf, ki, dt, (size_t)D);
+        float *s = S + (size_t)i * Rp;
+        for (int r = 0; r < Rp; r++) s[r] = 0.0f;
+        for (int d = 0; d < D; d++)
+            for (int r = 0; r < Rp; r++) s[r] += kf[d] * QT[(size_t)d * Rp + r];
+    }
+}
+
+static void softmax_plain(float *S, int n, int Rp, float *m, float *l, float *c) {
+    for (int r = 0; r < Rp; r++) {
+        float mx = m[r];
+        for (int i = 0; i < n; i++)
+            if (S[(size_t)i * Rp + r] > mx) mx = S[(size_t)i * Rp + r];
+        if (mx == -INFINITY) { /* nothing seen yet */
+            c[r] = 1.0f;
+            for (int i = 0; i < n; i++) S[(size_t)i * Rp + r] = 0.0f;
+            continue;
         }
-        for (int r = 0; r < R; r++) S[(size_t)r * ldS + i] *= scale;
+        c[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mx);
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float *p = S + (size_t)i * Rp + r;
+            *p = *p == -INFINITY ? 0.0f : expf(*p - mx);
+            sum += *p;
+        }
+        l[r] = l[r] * c[r] + sum;
+        m[r] = mx;
     }
 }
 
-static float exp_sum_plain(float *p, int n, float m) {
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        p[i] = p[i] == -INFINITY ? 0.0f : expf(p[i] - m);
-        sum += p[i];
-    }
-    return sum;
-}
-
-/* y[d] += a * x[d], written in groups of 8 so a compiler can use vectors. */
-static void axpy8(float *y, float a, const float *x, int n) {
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int i = 0; i < 8; i++) y[d + i] += a * x[d + i];
-    for (; d < n; d++) y[d] += a * x[d];
-}
-
-static void accumulate_plain(float *acc, const float *c, const float *P, int ldP, int R, const void *v, okv_dtype dt,
+static void accumulate_plain(float *acc, const float *c, const float *P, int Rp, int R, const void *v, okv_dtype dt,
                              size_t ldv, int n, int D) {
     size_t esz = okv_dtype_size(dt);
     for (int r = 0; r < R; r++)
-        if (c[r] != 1.0f)
-            for (int d = 0; d < D; d++) acc[(size_t)r * D + d] *= c[r];
+        for (int d = 0; d < D; d++) acc[(size_t)r * D + d] *= c[r];
     for (int i = 0; i < n; i++) {
         const char *vi = (const char *)v + i * ldv * esz;
-        for (int d = 0; d < D; d += CHUNK) {
-            int m = D - d < CHUNK ? D - d : CHUNK;
-            float buf[CHUNK];
-            const float *x = (const float *)(vi + d * esz);
-            if (dt != OKV_F32) {
-                okv_k_load_row(buf, vi + d * esz, dt, (size_t)m);
-                x = buf;
-            }
-            for (int r = 0; r < R; r++) {
-                float p = P[(size_t)r * ldP + i];
-                if (p != 0.0f) axpy8(acc + (size_t)r * D + d, p, x, m);
-            }
+        for (int r = 0; r < R; r++) {
+            float p = P[(size_t)i * Rp + r];
+            for (int d = 0; d < D; d++) acc[(size_t)r * D + d] += p * okv_k_load(vi, dt, (size_t)d);
         }
     }
 }
 
-const okv_attn_ops okv_attn_ops_plain = {scores_plain, exp_sum_plain, accumulate_plain};
+const okv_attn_ops okv_attn_ops_plain = {scores_plain, softmax_plain, accumulate_plain};
 
 void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a) {
     okv_attend_fast(tp, a, &okv_attn_ops_plain);

@@ -11,7 +11,9 @@
  * the spin is short so idle workers don't steal a shared 2-core machine.
  * With one thread (or tp == NULL) everything runs inline. Loops from
  * different caller threads are serialised (run_mu); a task must not start a
- * loop on its own pool (it would wait for itself). */
+ * loop on its own pool (it would wait for itself). The pool also carries the
+ * kernels' workspace: scratch memory its owner planned once (the runtime:
+ * in the activation arena), so kernels run on the pool need not allocate. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -36,6 +38,9 @@ struct okv_threadpool {
     int n_tasks;
     atomic_int next_task;
     atomic_int busy_workers;  /* workers still inside the loop */
+    /* scratch the pool's owner planned for the kernels run on it */
+    void *workspace;
+    size_t workspace_bytes;
 };
 
 typedef struct worker_arg {
@@ -145,6 +150,16 @@ void okv_threadpool_free(okv_threadpool *tp) {
 }
 
 int okv_threadpool_size(const okv_threadpool *tp) { return tp ? tp->n_threads : 1; }
+
+void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes) {
+    if (!tp) return;
+    tp->workspace = mem;
+    tp->workspace_bytes = mem ? bytes : 0;
+}
+
+void *okv_threadpool_workspace(const okv_threadpool *tp, size_t bytes) {
+    return tp && tp->workspace && bytes <= tp->workspace_bytes ? tp->workspace : NULL;
+}
 
 void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx) {
     if (n_tasks <= 0) return;

@@ -287,7 +287,7 @@ static void run_attention(step_ctx *s, const okv_node *nd) {
     okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
     if (p.writes_cache) okv_attend_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
     okv_attn_args a = {val(s, nd->in[0]), s->T, p.n_heads, s->pos, view, plan->read, plan->n_read,
-                       plan->window, p.scale, val(s, nd->out)};
+                       plan->window, p.scale, val(s, nd->out), NULL};
     if (s->r->ref_attn) okv_attend_reference(&a);
     else s->r->k->attend(s->r->tp, &a);
 }

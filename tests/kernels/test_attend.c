@@ -4,7 +4,10 @@
  * against the reference on the same stored data. Scenarios: flat spans, ring
  * spans that wrap (2 runs), windows shorter than the span, GQA ratios 1..8
  * and MQA, head_dim 16..512 (and odd ones), T = 1 and T > 1, positions not
- * starting at 0, storage f32/f16/bf16, tens of thousands of keys. */
+ * starting at 0, storage f32/f16/bf16, tens of thousands of keys; many
+ * sequences in one pool (okv_attn_vis); the planned workspace. Tables: plain,
+ * AVX2 and AVX-512 inner loops (those the CPU has); tolerance 1e-5 absolute
+ * against the reference (outputs are O(1): averages of values in [-1, 1)). */
 #include <stdint.h>
 
 #include "okv_common.h"
@@ -160,7 +163,7 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
     int32_t *pos = malloc(sizeof(int32_t) * s->T);
     fill(q, nq, s->q_scale);
     for (int t = 0; t < s->T; t++) pos[t] = s->p0 + t;
-    okv_attn_args a = {q, s->T, s->Hq, pos, kv, runs, n_runs, s->window, 1.0f / sqrtf((float)s->D), ref};
+    okv_attn_args a = {q, s->T, s->Hq, pos, kv, runs, n_runs, s->window, 1.0f / sqrtf((float)s->D), ref, NULL};
     okv_attend_reference(&a);
 
     if (with_naive) {
@@ -206,7 +209,7 @@ static void test_split_runs(const okv_kernels **tables, int n_tables) {
     okv_attn_kv kv = {k, v, k, v, OKV_F32, Hkv, D};
     okv_run whole[1] = {{0, N, 0}};
     okv_run parts[4] = {{0, 10, 0}, {10, 0, 10}, {10, 25, 10}, {35, 5, 35}};
-    okv_attn_args a = {q, T, Hq, pos, kv, whole, 1, 0, 0.2f, one};
+    okv_attn_args a = {q, T, Hq, pos, kv, whole, 1, 0, 0.2f, one, NULL};
     okv_attend_reference(&a);
     a.runs = parts;
     a.n_runs = 4;
@@ -222,9 +225,23 @@ static void test_split_runs(const okv_kernels **tables, int n_tables) {
     free(v);
 }
 
+/* Every distinct attention of the tables this CPU can run (plain, AVX2
+ * loops, AVX-512 loops). */
+static int attention_tables(const okv_kernels **tables) {
+    static const okv_isa isas[] = {OKV_ISA_PLAIN, OKV_ISA_AVX2, OKV_ISA_AVX512, OKV_ISA_AUTO};
+    int n = 0;
+    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
+        const okv_kernels *k = okv_kernels_select(isas[i]);
+        bool seen = false;
+        for (int j = 0; j < n; j++) seen |= tables[j]->attend == k->attend;
+        if (!seen) tables[n++] = k;
+    }
+    return n;
+}
+
 static void test_attention(void) {
-    const okv_kernels *tables[2] = {okv_kernels_select(OKV_ISA_PLAIN), okv_kernels_select(OKV_ISA_AUTO)};
-    int n_tables = tables[1] == tables[0] ? 1 : 2;
+    const okv_kernels *tables[4];
+    int n_tables = attention_tables(tables);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     static const scenario cases[] = {
         /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
@@ -282,10 +299,158 @@ static void test_attention(void) {
     okv_threadpool_free(tp2);
 }
 
+/* ---- many sequences (okv_attn_vis) ------------------------------------------------ */
+
+/* Naive double attention over the contract in okv_kernels.h, slot by slot
+ * in the runs' order, written here from the rule (not from the kernels). */
+static void naive_vis(const okv_attn_args *a, double *out) {
+    const int D = a->kv.head_dim, Hkv = a->kv.kv_heads, G = a->n_heads / Hkv;
+    size_t row = (size_t)Hkv * D;
+    for (int t = 0; t < a->T; t++)
+        for (int h = 0; h < a->n_heads; h++) {
+            const float *qh = a->q + ((size_t)t * a->n_heads + h) * D;
+            double mx = -INFINITY, sum = 0, w[600];
+            int n = 0;
+            for (int r = 0; r < a->n_runs; r++)
+                for (int i = 0; i < a->runs[r].n; i++, n++) {
+                    int32_t slot = a->runs[r].slot + i, kp = a->vis->k_pos[slot], qp = a->positions[t];
+                    bool vis = ((a->vis->k_owner[slot] >> a->vis->q_seq[t]) & 1) && kp <= qp &&
+                               (a->window == 0 || qp - kp < a->window);
+                    double d = 0;
+                    for (int e = 0; e < D && vis; e++)
+                        d += (double)qh[e] * stored(a->kv.k, a->kv.dtype, slot * row + (size_t)(h / G) * D + e);
+                    w[n] = vis ? d * a->scale : -INFINITY;
+                    if (w[n] > mx) mx = w[n];
+                }
+            for (int j = 0; j < n; j++) sum += w[j] = mx == -INFINITY ? 0 : exp(w[j] - mx);
+            for (int e = 0; e < D; e++) {
+                double acc = 0;
+                int j = 0;
+                for (int r = 0; r < a->n_runs; r++)
+                    for (int i = 0; i < a->runs[r].n; i++, j++)
+                        acc += w[j] * stored(a->kv.v, a->kv.dtype, (a->runs[r].slot + i) * row + (size_t)(h / G) * D + e);
+                out[((size_t)t * a->n_heads + h) * D + e] = sum > 0 ? acc / sum : 0;
+            }
+        }
+}
+
+/* A cell pool of S slots shared by 3 sequences: positions scattered over
+ * the slots, some cells owned by several sequences (a forked prefix), some
+ * free; queries of different sequences in one call (a batched step), one of
+ * them seeing nothing. Reference vs naive, every table vs reference, 1 and
+ * 2 threads, with and without a window, every storage dtype. */
+static void test_visibility(const okv_kernels **tables, int n_tables, okv_threadpool *tp2) {
+    enum { S = 520, Hkv = 2, D = 40, MAXQ = 24 };
+    static const int shapes[][3] = {{4, 1, 0}, {8, 3, 0}, {6, 24, 0}, {8, 5, 7}, {2, 1, 33}}; /* Hq, T, window */
+    for (int d = 0; d < 3; d++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int Hq = shapes[si][0], T = shapes[si][1];
+            okv_dtype dt = (okv_dtype)d;
+            size_t row = Hkv * D, esz = okv_dtype_size(dt);
+            void *kp = malloc(S * row * esz), *vp = malloc(S * row * esz);
+            float *kin = malloc(sizeof(float) * S * row), *vin = malloc(sizeof(float) * S * row);
+            fill(kin, S * row, 1.0f);
+            fill(vin, S * row, 1.0f);
+            okv_attn_kv kv = {kp, vp, kp, vp, dt, Hkv, D};
+            okv_run all = {0, S, 0};
+            okv_attend_write(&kv, &all, 1, kin, vin);
+            int32_t kpos[S], next[3] = {0, 0, 0};
+            uint64_t owner[S];
+            for (int i = 0; i < S; i++) { /* slot i: the next position of a random sequence */
+                int sq = (int)((frand() + 1.0f) * 1.5f) % 3;
+                kpos[i] = next[sq]++;
+                owner[i] = 1ull << sq;
+                if (sq == 0 && kpos[i] < 40) owner[i] |= 2ull << (kpos[i] % 2); /* shared prefix */
+                if (i % 37 == 5) owner[i] = 0;                                    /* a free cell */
+            }
+            int32_t qseq[MAXQ], qpos[MAXQ];
+            for (int t = 0; t < T; t++) {
+                qseq[t] = t % 3;
+                qpos[t] = next[qseq[t]] - 1 - 2 * (t / 3);
+            }
+            if (T > 2) qpos[2] = -1; /* sees nothing */
+            okv_attn_vis vis = {qseq, kpos, owner};
+            okv_run runs[2] = {{300, S - 300, 0}, {0, 300, 0}}; /* any order */
+            size_t nq = (size_t)T * Hq * D;
+            float q[MAXQ * 8 * D], ref[MAXQ * 8 * D], fast[MAXQ * 8 * D];
+            double want[MAXQ * 8 * D];
+            fill(q, nq, 2.0f);
+            okv_attn_args a = {q, T, Hq, qpos, kv, runs, 2, shapes[si][2], 1.0f / sqrtf((float)D), ref, &vis};
+            okv_attend_reference(&a);
+            naive_vis(&a, want);
+            double m = 0;
+            for (size_t i = 0; i < nq; i++)
+                if (!(fabs(ref[i] - want[i]) <= m)) m = isnan(ref[i]) ? INFINITY : fabs(ref[i] - want[i]);
+            CHECKF(m <= 2e-6, "vis %s T=%d Hq=%d: reference vs naive %g", okv_dtype_name(dt), T, Hq, m);
+            for (int ti = 0; ti < n_tables; ti++)
+                for (int th = 0; th < 2; th++) {
+                    a.out = fast;
+                    memset(fast, 0xff, sizeof(float) * nq);
+                    tables[ti]->attend(th ? tp2 : NULL, &a);
+                    double f = max_diff_f(fast, ref, nq);
+                    CHECKF(f <= 1e-5, "vis %s T=%d Hq=%d w=%d: %s (%d threads) vs reference %g", okv_dtype_name(dt), T,
+                           Hq, shapes[si][2], tables[ti]->name, th + 1, f);
+                }
+            free(kp);
+            free(vp);
+            free(kin);
+            free(vin);
+        }
+}
+
+/* The planned workspace: a pool carrying okv_attend_scratch_bytes (for the
+ * largest T) gives the same results as allocating, for smaller T and any
+ * key count; a workspace one byte short is not used (the kernel allocates). */
+static void test_workspace(const okv_kernels **tables, int n_tables) {
+    enum { Hq = 32, Hkv = 8, D = 64, TMAX = 70, N = 3000 };
+    okv_threadpool *tp = okv_threadpool_create(2);
+    size_t bytes = okv_attend_scratch_bytes(TMAX, Hq, Hkv, D, 2);
+    CHECK(bytes > 0);
+    char *ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    size_t row = Hkv * D;
+    float *k = malloc(sizeof(float) * N * row), *v = malloc(sizeof(float) * N * row);
+    fill(k, N * row, 1.0f);
+    fill(v, N * row, 1.0f);
+    float *q = malloc(sizeof(float) * TMAX * Hq * D), *o1 = malloc(sizeof(float) * TMAX * Hq * D),
+          *o2 = malloc(sizeof(float) * TMAX * Hq * D);
+    fill(q, TMAX * Hq * D, 1.0f);
+    int32_t pos[TMAX];
+    static const int Ts[] = {1, 5, TMAX};
+    for (int ti = 0; ti < n_tables; ti++)
+        for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++) {
+            int T = Ts[i];
+            for (int t = 0; t < T; t++) pos[t] = N - T + t;
+            okv_run run = {0, N, 0};
+            okv_attn_args a = {q, T, Hq, pos, {k, v, k, v, OKV_F32, Hkv, D}, &run, 1, 0, 0.125f, o1, NULL};
+            CHECK(okv_attend_scratch_bytes(T, Hq, Hkv, D, 2) <= bytes);
+            okv_threadpool_set_workspace(tp, NULL, 0);
+            tables[ti]->attend(tp, &a);
+            memset(ws, 0xff, bytes); /* NaN garbage: the kernel must not read what it did not write */
+            okv_threadpool_set_workspace(tp, ws, bytes);
+            CHECK(okv_threadpool_workspace(tp, bytes) == ws && okv_threadpool_workspace(tp, bytes + 1) == NULL);
+            a.out = o2;
+            tables[ti]->attend(tp, &a);
+            CHECKF(max_diff_f(o1, o2, (size_t)T * Hq * D) == 0.0, "%s T=%d: workspace result differs", tables[ti]->name, T);
+        }
+    okv_threadpool_free(tp);
+    free(ws);
+    free(k);
+    free(v);
+    free(q);
+    free(o1);
+    free(o2);
+}
+
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
     test_kv_write();
     test_kv_write_rounding();
     test_attention();
+    const okv_kernels *tables[4];
+    int n_tables = attention_tables(tables);
+    okv_threadpool *tp2 = okv_threadpool_create(2);
+    test_visibility(tables, n_tables, tp2);
+    test_workspace(tables, n_tables);
+    okv_threadpool_free(tp2);
     return okv_test_finish();
 }
