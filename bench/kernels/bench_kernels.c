@@ -18,6 +18,12 @@
  *      two states), as GB/s of bytes really read; and the prefill GEMM
  *      (T = 512) in GFLOP/s next to bf16's
  *
+ *  10. attnlong: attention of the Llama-3.2-1B geometry (32/8 heads x 64) at
+ *      512/4k/16k/32k positions, a decode step and the prefill of the last
+ *      512 tokens (one T = 512 call), flat cache and ring (window 4096, 4607
+ *      slots), the previous kernel (attend_v1.c) and the blocked one
+ *      interleaved rep by rep on the same data, medians, 2 threads
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -25,8 +31,8 @@
  *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] (default: all
- * sections but pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [--kv f32|f16|bf16]
+ * (default: all sections but attnlong and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -36,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attend_v1.h"
 #include "okv_common.h"
 #include "okv_kernels.h"
 #include "okv_kernels_internal.h"
@@ -165,7 +172,7 @@ static double time_attend(const okv_kernels *k, okv_threadpool *tp, int Hq, int 
     int32_t *pos = malloc(sizeof(int32_t) * T);
     for (int t = 0; t < T; t++) pos[t] = n_keys - T + t;
     okv_run run = {0, n_keys, 0};
-    okv_attn_args a = {q, T, Hq, pos, {kp, vp, kp, vp, dt, Hkv, D}, &run, 1, 0, 1.0f / sqrtf((float)D), out};
+    okv_attn_args a = {q, T, Hq, pos, {kp, vp, kp, vp, dt, Hkv, D}, &run, 1, 0, 1.0f / sqrtf((float)D), out, NULL};
     k->attend(tp, &a);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -712,6 +719,112 @@ static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
     printf("peak, one core: vdpbf16ps %.1f GFLOP/s, AMX tdpbf16ps %.1f GFLOP/s (0 = path absent)\n", pdp, pamx);
 }
 
+
+/* ---- 10. long-context attention, old vs new ------------------------------------------ */
+
+typedef void (*attend_fn)(okv_threadpool *tp, const okv_attn_args *a);
+
+
+/* T queries ending at position n_pos - 1 (keys 0 .. n_pos - 1 written), over
+ * a flat pool or a ring of `ring` slots with `window`; old and new kernel
+ * timed alternately, medians in *old_s / *new_s; returns max |old - new|. */
+static double attn_long_case(okv_threadpool *tp, attend_fn fold, attend_fn fnew, okv_dtype dt, int n_pos, int T,
+                             int32_t ring, int32_t window, int reps, double *old_s, double *new_s) {
+    enum { HQ = 32, HKV = 8, D = 64 };
+    int32_t slots = ring ? ring : n_pos;
+    size_t row = (size_t)HKV * D, esz = okv_dtype_size(dt), cnt = (size_t)slots * row;
+    void *kp = malloc(cnt * esz), *vp = malloc(cnt * esz);
+    float *tmp = malloc(sizeof(float) * row * 1024);
+    for (size_t i = 0; i < cnt; i += row * 1024) { /* chunked: no f32 copy of a whole 32k cache */
+        size_t m = cnt - i < row * 1024 ? cnt - i : row * 1024;
+        for (size_t e = 0; e < m; e++) tmp[e] = frand();
+        okv_convert((char *)kp + i * esz, dt, tmp, OKV_F32, m);
+        for (size_t e = 0; e < m; e++) tmp[e] = frand();
+        okv_convert((char *)vp + i * esz, dt, tmp, OKV_F32, m);
+    }
+    free(tmp);
+    float *q = malloc(sizeof(float) * T * HQ * D), *o1 = malloc(sizeof(float) * T * HQ * D),
+          *o2 = malloc(sizeof(float) * T * HQ * D);
+    for (int i = 0; i < T * HQ * D; i++) q[i] = frand();
+    int32_t *pos = malloc(sizeof(int32_t) * T);
+    for (int t = 0; t < T; t++) pos[t] = n_pos - T + t;
+    /* read span: what the planner hands over (ring: the window of the first query on) */
+    int32_t from = ring && window && pos[0] - window + 1 > 0 ? pos[0] - window + 1 : 0;
+    okv_run runs[2];
+    int n_runs = 1;
+    if (!ring) {
+        runs[0] = (okv_run){0, n_pos, 0};
+    } else {
+        int32_t first = from % ring, n1 = n_pos - from < ring - first ? n_pos - from : ring - first;
+        runs[0] = (okv_run){first, n1, from};
+        if (n1 < n_pos - from) runs[n_runs++] = (okv_run){0, n_pos - from - n1, from + n1};
+    }
+    okv_attn_args a = {q, T, HQ, pos, {kp, vp, kp, vp, dt, HKV, D}, runs, n_runs, window, 0.125f, o1, NULL};
+    double to[16], tn[16];
+    for (int r = 0; r < reps; r++) {
+        a.out = o1;
+        double t0 = now();
+        fold(tp, &a);
+        to[r] = now() - t0;
+        a.out = o2;
+        t0 = now();
+        fnew(tp, &a);
+        tn[r] = now() - t0;
+    }
+    qsort(to, reps, sizeof *to, cmp_double);
+    qsort(tn, reps, sizeof *tn, cmp_double);
+    *old_s = to[reps / 2];
+    *new_s = tn[reps / 2];
+    double md = 0;
+    for (int i = 0; i < T * HQ * D; i++)
+        if (fabs(o1[i] - o2[i]) > md) md = fabs(o1[i] - o2[i]);
+    free(kp);
+    free(vp);
+    free(q);
+    free(o1);
+    free(o2);
+    free(pos);
+    return md;
+}
+
+static void bench_attn_long(okv_threadpool *tp, int quick, okv_dtype dt) {
+    const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
+    if (!okv_cpu()->avx2) {
+        printf("\nattnlong: needs AVX2 (the old kernel's path)\n");
+        return;
+    }
+    printf("\nlong-context attention, 32/8 heads x 64, kv %s, 2 threads, medians; old = attend_v1 (avx2), new = %s table\n",
+           okv_dtype_name(dt), k->name);
+    printf("%-5s %6s %-13s %10s %10s %7s %9s %9s\n", "cache", "pos", "step", "old ms", "new ms", "new/old", "new GF/s",
+           "max|diff|");
+    static const int npos[] = {512, 4096, 16384, 32768};
+    double dec[2][4] = {{0}}, pre[2][4] = {{0}};
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 4; i++)
+            for (int m = 0; m < 2; m++) {
+                int T = m ? 512 : 1, reps = m ? (quick || npos[i] > 16384 ? 1 : 3) : (quick ? 3 : 9);
+                int32_t ring = c ? 4096 + 512 - 1 : 0, window = c ? 4096 : 0;
+                double so, sn;
+                double md = attn_long_case(tp, bench_attend_v1_avx2, k->attend, dt, npos[i], T, ring, window, reps,
+                                           &so, &sn);
+                /* visible (query, key) pairs x heads x (2 D for q.k + 2 D for p.v) */
+                double pairs = 0;
+                for (int t = 0; t < T; t++) {
+                    double p = npos[i] - T + t + 1;
+                    pairs += window && p > window ? window : p;
+                }
+                double gf = pairs * 32 * 64 * 4 / sn / 1e9;
+                (m ? pre : dec)[c][i] = sn;
+                printf("%-5s %6d %-13s %10.3f %10.3f %7.2f %9.1f %9.2g\n", c ? "ring" : "flat", npos[i],
+                       m ? "prefill 512" : "decode", so * 1e3, sn * 1e3, sn / so, gf, md);
+                fflush(stdout);
+            }
+    for (int c = 0; c < 2; c++)
+        printf("%s, new kernel: decode 16k / decode 512 = %.2fx, 32k / 512 = %.2fx; prefill-512 attention at 16k "
+               "= %.1f ms per layer\n", c ? "ring" : "flat", dec[c][2] / dec[c][0], dec[c][3] / dec[c][0],
+               pre[c][2] * 1e3);
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -859,6 +972,13 @@ int main(int argc, char **argv) {
     /* 9 */
     if (SECTION("pp512")) bench_pp512(tps[1], quick, false);
     if (want(argc, argv, "pp512cpu")) bench_pp512(tps[0], quick, true);
+    if (want(argc, argv, "attnlong")) {
+        okv_dtype kvdt = OKV_BF16;
+        for (int i = 1; i + 1 < argc; i++)
+            for (int d = 0; d < 3 && !strcmp(argv[i], "--kv"); d++)
+                if (!strcmp(argv[i + 1], okv_dtype_name((okv_dtype)d))) kvdt = (okv_dtype)d;
+        bench_attn_long(tps[1], quick, kvdt);
+    }
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
