@@ -185,9 +185,19 @@ size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, 
     if (T <= 0 || kv_heads <= 0 || n_heads < kv_heads || head_dim <= 0) return 0;
     if (n_threads < 1) n_threads = 1;
     size_t most = 0;
-    for (int t = 1; t <= T; t++) { /* not monotonic: a decode step splits keys */
+    /* not monotonic in T: a call with one row block (T <= R_TARGET / G)
+     * takes all kv heads per task and splits keys; those are few, so exact */
+    for (int t = 1; t <= T && t <= R_TARGET; t++) {
         attn_shape s = shape_of(t, n_heads, kv_heads, head_dim);
         size_t b = scratch_bytes(&s, t, n_threads, splits_for(&s, -1, n_threads));
+        if (b > most) most = b;
+    }
+    if (T > R_TARGET) { /* every larger t has the same per-thread buffers and
+                         * base_tasks(t) * splits <= 4 n_threads + base_tasks(T) tasks */
+        attn_shape s = shape_of(T, n_heads, kv_heads, head_dim);
+        size_t b = round64((size_t)2 * T * sizeof(int32_t)) + round64(s.thread_floats * n_threads * sizeof(float));
+        if (s.base_tasks < 4 * n_threads)
+            b += round64(s.part_floats * ((size_t)4 * n_threads + s.base_tasks) * sizeof(float));
         if (b > most) most = b;
     }
     return most;

@@ -90,3 +90,23 @@ const char *okv_kernels_describe(const okv_kernels *k) {
         if (all_tables[i] == k) return describe_buf[i];
     return k->name;
 }
+
+/* ---- scratch plans ------------------------------------------------------------ */
+
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t okv_matmul_scratch_bytes(int T, int K, int N, okv_dtype wdt, int n_threads) {
+    if (T <= 0 || K <= 0 || N <= 0) return 0;
+    if (n_threads < 1) n_threads = 1;
+    size_t b = okv_matmul_plain_scratch(K, wdt, n_threads);
+    b = max_size(b, okv_matmul_avx512_scratch(T, K));
+    return max_size(b, okv_matmul_amx_scratch(T, K, N, n_threads));
+}
+
+size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int n_threads) {
+    if (T <= 0 || K <= 0 || N <= 0 || !s || s->group <= 0) return 0;
+    if (n_threads < 1) n_threads = 1;
+    int groups = K / s->group;
+    size_t b = max_size(okv_matmul_q_plain_scratch(K, n_threads), okv_qmm_scratch(T, K, groups));
+    return max_size(b, sizeof(float) * ((size_t)K + groups)); /* okv_matmul_q_avx512_f32 */
+}

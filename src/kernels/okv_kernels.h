@@ -182,6 +182,11 @@ void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, co
  * explicit [T, n_keys] mask (okv_attn_vis's rule), plain softmax. It
  * allocates per call (a debugging path, not for planned steps). */
 void okv_attend_reference(const okv_attn_args *a);
+/* Workspace bytes any table's matmul (dense weights in wdt, or quantized
+ * with scheme s) needs for up to T rows of x[., K] and N outputs on a pool
+ * of n_threads. */
+size_t okv_matmul_scratch_bytes(int T, int K, int N, okv_dtype wdt, int n_threads);
+size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int n_threads);
 /* Workspace bytes the fast attend needs for up to T queries of n_heads (kv_heads
  * kv heads, head_dim) on a pool of n_threads, for ANY number of keys, runs
  * and any visibility. */

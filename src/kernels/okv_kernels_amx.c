@@ -299,6 +299,21 @@ static void block_task(void *ctx, int task, int thread) {
     write_out(a, cb, n0, rows);
 }
 
+/* Elements of the packed x (returned), of one thread's W block and C tiles;
+ * sizes from ints: far below 2^64. */
+static size_t amx_sizes(int T, int K, int N, int n_threads, size_t *wp_elems, size_t *cb_elems) {
+    int nkb = (K + 31) / 32, ntb = (T + 31) / 32 * 2, block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
+    *wp_elems = (size_t)(block_rows / 16) * nkb * TILE_ELEMS;
+    *cb_elems = (size_t)(block_rows / 16) * ntb * C_ELEMS;
+    return (size_t)ntb * nkb * TILE_ELEMS;
+}
+
+size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads) {
+    if (T <= 1 || K <= 0 || N <= 0) return 0;
+    size_t wp, cb, xp = amx_sizes(T, K, N, n_threads, &wp, &cb);
+    return (xp + wp * n_threads) * 2 + cb * n_threads * 4;
+}
+
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
                     const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T == 1 && wdt != OKV_F32) { /* x rounded as the tiles round it (f16 W stays exact here) */
@@ -312,12 +327,9 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
     int n_threads = okv_threadpool_size(tp);
     amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0};
     a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
-    /* sizes from ints: far below 2^64 */
-    size_t xp_elems = (size_t)a.ntb * a.nkb * TILE_ELEMS;
-    a.wp_elems = (size_t)(a.mm.block_rows / 16) * a.nkb * TILE_ELEMS;
-    a.cb_elems = (size_t)(a.mm.block_rows / 16) * a.ntb * C_ELEMS;
-    size_t bytes = (xp_elems + a.wp_elems * n_threads) * 2 + a.cb_elems * n_threads * 4;
-    char *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
+    okv_kscratch ks;
+    char *mem = okv_kscratch_get(&ks, tp, okv_matmul_amx_scratch(T, K, N, n_threads));
     if (!mem) { /* no scratch: the AVX-512 path needs less */
         okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
         return;
@@ -327,5 +339,5 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
     a.cb = (float *)(a.wp + a.wp_elems * n_threads);
     okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
     okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
-    free(mem);
+    okv_kscratch_release(&ks);
 }

@@ -237,10 +237,16 @@ static TGT_BF void round_to_bf16(float *dst, const float *x, size_t n) {
 
 void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
                            const float *bias) {
-    float *xr = K > 0 ? malloc(sizeof(float) * (size_t)K) : NULL;
+    okv_kscratch ks;
+    float *xr = K > 0 ? okv_kscratch_get(&ks, tp, sizeof(float) * (size_t)K) : NULL;
     if (xr) round_to_bf16(xr, x, (size_t)K);
     okv_matmul_avx2(tp, y, xr ? xr : x, 1, K, W, wdt, N, bias); /* no memory: unrounded x, still correct */
-    free(xr);
+    if (K > 0) okv_kscratch_release(&ks);
+}
+
+size_t okv_matmul_avx512_scratch(int T, int K) {
+    size_t gemv = sizeof(float) * (size_t)(K > 0 ? K : 0), pack = (size_t)T * (size_t)((K + 31) / 32 * 32) * 2;
+    return gemv > pack ? gemv : pack;
 }
 
 void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
@@ -254,7 +260,8 @@ void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T,
         return;
     }
     bf16_job b = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, (K + 31) / 32 * 32};
-    b.xb = malloc((size_t)T * (size_t)b.Kp * 2); /* ints: cannot overflow 64 bits */
+    okv_kscratch ks;
+    b.xb = okv_kscratch_get(&ks, tp, (size_t)T * (size_t)b.Kp * 2); /* ints: cannot overflow 64 bits */
     if (!b.xb) {
         okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* no memory for the packed x: f32 path */
         return;
@@ -262,5 +269,5 @@ void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T,
     okv_threadpool_run(tp, (T + PACK_ROWS - 1) / PACK_ROWS, pack_task, &b);
     b.mm.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), TN);
     okv_threadpool_run(tp, (N + b.mm.block_rows - 1) / b.mm.block_rows, task_bf16, &b);
-    free(b.xb);
+    okv_kscratch_release(&ks);
 }

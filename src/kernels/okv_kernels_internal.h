@@ -238,6 +238,14 @@ void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, 
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
                     const void *W, okv_dtype wdt, int N, const float *bias);
 
+/* Scratch bytes of each matmul path for up to T rows (the paths take them
+ * from the pool's workspace; okv_matmul_scratch_bytes is their maximum). */
+size_t okv_matmul_plain_scratch(int K, okv_dtype wdt, int n_threads);
+size_t okv_matmul_avx512_scratch(int T, int K);
+size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads);
+size_t okv_matmul_q_plain_scratch(int K, int n_threads);
+size_t okv_qmm_scratch(int T, int K, int groups);
+
 /* Splitting N output features into blocks of whole rows for the pool:
  * blocks of `rows` rows (a multiple of `align`) sized so one block of W
  * stays in L2 and there are enough blocks to balance the threads. */

@@ -71,9 +71,14 @@ void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
     int n_threads = okv_threadpool_size(tp);
     j.block_rows = okv_matmul_block_rows(N, K, wdt, n_threads, 1);
-    if (wdt != OKV_F32) j.rows = malloc(sizeof(float) * (size_t)n_threads * (K > 0 ? K : 1));
-    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_plain_task, &j);
-    free(j.rows);
+    okv_kscratch ks = {NULL};
+    if (wdt != OKV_F32) j.rows = okv_kscratch_get(&ks, tp, okv_matmul_plain_scratch(K, wdt, n_threads));
+    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_plain_task, &j); /* rows NULL: per use */
+    okv_kscratch_release(&ks);
+}
+
+size_t okv_matmul_plain_scratch(int K, okv_dtype wdt, int n_threads) {
+    return wdt == OKV_F32 ? 0 : sizeof(float) * (size_t)n_threads * (size_t)(K > 0 ? K : 1);
 }
 
 /* ---- rmsnorm / glu ----------------------------------------------------------- */

@@ -88,13 +88,21 @@ void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int
     int n_threads = okv_threadpool_size(tp);
     qmm_plain_job j = {y, x, T, K, N, W, s, bias, 0, NULL};
     j.block_rows = okv_matmul_block_rows(N, K, OKV_F16, n_threads, 1);
-    j.rows = malloc(sizeof(float) * (size_t)n_threads * (size_t)K);
+    okv_kscratch ks;
+    j.rows = okv_kscratch_get(&ks, tp, okv_matmul_q_plain_scratch(K, n_threads));
     if (!j.rows) {
         okv_qmm_fail(y, T, N);
         return;
     }
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, qmm_plain_task, &j);
-    free(j.rows);
+    okv_kscratch_release(&ks);
+}
+
+size_t okv_matmul_q_plain_scratch(int K, int n_threads) { return sizeof(float) * (size_t)n_threads * (size_t)K; }
+
+size_t okv_qmm_scratch(int T, int K, int groups) {
+    size_t qbytes = ((size_t)T * K + 63) / 64 * 64;
+    return 2 * qbytes + (size_t)T * groups * 24;
 }
 
 /* ---- the integer algorithm: driver -------------------------------------------- */
@@ -181,9 +189,10 @@ void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, cons
     okv_qmm_job j = {y, T, K, N, *w, {0}, bias, 0};
     int G = j.w.groups;
     size_t tk = (size_t)T * K, tg = (size_t)T * G;
-    /* one allocation: two code planes (64-byte aligned rows when K allows), then per-group values */
+    /* one block: two code planes (64-byte aligned rows when K allows), then per-group values */
     size_t qbytes = (tk + 63) / 64 * 64;
-    char *mem = aligned_alloc(64, (2 * qbytes + tg * 24 + 63) / 64 * 64); /* size: a multiple of the alignment */
+    okv_kscratch ks;
+    char *mem = okv_kscratch_get(&ks, tp, okv_qmm_scratch(T, K, G));
     if (!mem) {
         okv_qmm_fail(y, T, N);
         return;
@@ -210,7 +219,7 @@ void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, cons
         j.block_rows = round_up(rows > 0 ? rows : 1, 4);
         okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, qmm_gemm_task, &c);
     }
-    free(mem);
+    okv_kscratch_release(&ks);
 }
 
 /* ---- the integer algorithm: plain C model -------------------------------------- */

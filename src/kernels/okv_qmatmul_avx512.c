@@ -390,7 +390,8 @@ void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T
     if (T <= 0 || N <= 0) return;
     qf32_job j = {y, NULL, NULL, K, N, 0, T, okv_quant_view(s, W, N, K), bias, okv_threadpool_size(tp)};
     const int gs = s->group, G = j.w.groups;
-    float *xp = malloc(sizeof(float) * ((size_t)K + G));
+    okv_kscratch ks;
+    float *xp = okv_kscratch_get(&ks, tp, sizeof(float) * ((size_t)K + G));
     if (!xp) {
         okv_qmm_fail(y, T, N);
         return;
@@ -413,5 +414,5 @@ void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T
         j.t = t;
         okv_threadpool_run(tp, j.parts, qf32_task, &j);
     }
-    free(xp);
+    okv_kscratch_release(&ks);
 }

@@ -152,8 +152,35 @@ static okv_status arena_too_large(const okv_runner *r, int v, int rows, okv_erro
                     v, rows, val->width, val->logit_rows ? "max logit rows" : "prefill_chunk_size", rows, ARENA_MAX_BYTES);
 }
 
+/* Bytes of kernel scratch the largest step needs: every matmul and attention
+ * node at its largest row count, on this runner's pool. Planned with the
+ * arena and handed to the pool as its workspace, so no kernel allocates once
+ * a step is admitted (the reference attention, a debugging path, still does). */
+static size_t kernel_workspace_bytes(const okv_runner *r) {
+    const okv_graph *g = &r->p->pf->graph;
+    int nt = okv_threadpool_size(r->tp);
+    size_t most = 0;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const okv_node *nd = &g->nodes[n];
+        int rows = g->values[nd->out].logit_rows ? r->max_logit_rows : r->max_T;
+        size_t b = 0;
+        if (nd->op == OKV_OP_MATMUL) {
+            const okv_tensor *t = &r->p->pf->tensors[nd->w[0]];
+            int K = g->values[nd->in[0]].width, N = g->values[nd->out].width;
+            b = t->dtype == OKV_T_Q ? okv_matmul_q_scratch_bytes(rows, K, N, &t->quant, nt)
+                                    : okv_matmul_scratch_bytes(rows, K, N, (okv_dtype)t->dtype, nt);
+        } else if (nd->op == OKV_OP_ATTN) {
+            const okv_layout *l = &r->kv->layout;
+            b = okv_attend_scratch_bytes(r->max_T, nd->i[1], l->kv_heads[nd->i[0]], l->head_dims[nd->i[0]], nt);
+        }
+        if (b > most) most = b;
+    }
+    return most;
+}
+
 /* Assigns each value a buffer; buffers are reused once every reader of the
- * value that held them has run. Sizes the arena in floats. */
+ * value that held them has run. Sizes the arena in floats, then appends the
+ * kernels' workspace. */
 static okv_status plan_memory(okv_runner *r, okv_error *err) {
     const okv_graph *g = &r->p->pf->graph;
     int *last = malloc(sizeof(int) * (size_t)g->n_values);
@@ -207,8 +234,12 @@ static okv_status plan_memory(okv_runner *r, okv_error *err) {
     free(last); free(buf_of); free(buf_size); free(busy);
     if (!buf_off) return okv_fail(err, OKV_ERR_NOMEM, "out of memory planning activations");
     free(buf_off);
-    r->arena = aligned_alloc(64, (total * sizeof(float) + 63) / 64 * 64 + 64);
-    if (!r->arena) return okv_fail(err, OKV_ERR_NOMEM, "out of memory for activations (%zu floats)", total);
+    size_t act_bytes = (total * sizeof(float) + 63) / 64 * 64 + 64, ws = kernel_workspace_bytes(r);
+    if (ws > ARENA_MAX_BYTES || act_bytes + ws > ARENA_MAX_BYTES)
+        return okv_fail(err, OKV_ERR_NOMEM, "kernel scratch too large (%zu bytes); export with a smaller --prefill-chunk-size", ws);
+    r->arena = aligned_alloc(64, act_bytes + (ws + 63) / 64 * 64);
+    if (!r->arena) return okv_fail(err, OKV_ERR_NOMEM, "out of memory for activations (%zu floats + %zu bytes of kernel scratch)", total, ws);
+    okv_threadpool_set_workspace(r->tp, (char *)r->arena + act_bytes, ws);
     return OKV_OK;
 }
 
