@@ -108,5 +108,6 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
     if (n_threads < 1) n_threads = 1;
     int groups = K / s->group;
     size_t b = max_size(okv_matmul_q_plain_scratch(K, n_threads), okv_qmm_scratch(T, K, groups));
+    b = max_size(b, okv_matmul_q_amx_scratch(T, K, N, s, n_threads));
     return max_size(b, sizeof(float) * ((size_t)K + groups)); /* okv_matmul_q_avx512_f32 */
 }

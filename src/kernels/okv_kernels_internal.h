@@ -245,6 +245,7 @@ size_t okv_matmul_avx512_scratch(int T, int K);
 size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads);
 size_t okv_matmul_q_plain_scratch(int K, int n_threads);
 size_t okv_qmm_scratch(int T, int K, int groups);
+size_t okv_matmul_q_amx_scratch(int T, int K, int N, const okv_qscheme *s, int n_threads);
 
 /* Splitting N output features into blocks of whole rows for the pool:
  * blocks of `rows` rows (a multiple of `align`) sized so one block of W

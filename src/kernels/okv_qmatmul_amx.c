@@ -318,6 +318,23 @@ void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K
     else okv_matmul_q_amx_tiles(tp, y, x, T, K, W, s, N, bias);
 }
 
+/* Scratch bytes of one call: the activation planes, per-group values and
+ * each thread's W block (sizes from ints (K, T, N < 2^31, a T x K
+ * activation already exists as f32): far below 2^64), + each plane's
+ * alignment. */
+static size_t qa_bytes(int T, int K, int N, int groups, int n_threads) {
+    size_t Tp = (size_t)(T + 15) / 16 * 16, planes = Tp * K, per_group = Tp * groups;
+    size_t qtasks = (size_t)(T + QA_X_ROWS_PER_TASK - 1) / QA_X_ROWS_PER_TASK;
+    size_t wp_bytes = (size_t)qa_block_rows(N, n_threads) * K, dv_elems = (size_t)qa_block_rows(N, n_threads) * groups;
+    size_t bytes = 2 * planes + qtasks * 2 * K + per_group * 20 +
+                   (size_t)n_threads * (wp_bytes + dv_elems * 8 + (size_t)QA_LANES * 16 * QA_PAIR * 4 + 8192);
+    return (bytes + 64 * 16 + 63) / 64 * 64;
+}
+
+size_t okv_matmul_q_amx_scratch(int T, int K, int N, const okv_qscheme *s, int n_threads) {
+    return T < 2 || N <= 0 || K <= 0 ? 0 : qa_bytes(T, K, N, K / s->group, n_threads);
+}
+
 void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias) {
     if (T < 2 || N <= 0 || !okv_qmm_have_amx_int8()) {
@@ -339,14 +356,12 @@ void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T,
     a.Tp = (T + 15) / 16 * 16;
     a.kc = s->group < 64 ? s->group : 64;
     const int G = a.j.w.groups, qtasks = (T + QA_X_ROWS_PER_TASK - 1) / QA_X_ROWS_PER_TASK;
-    /* sizes from ints (K, T, N < 2^31, a T x K activation already exists as f32): far below 2^64 */
     size_t planes = (size_t)a.Tp * K, per_group = (size_t)a.Tp * G;
     a.wp_bytes = (size_t)a.j.block_rows * K;
     a.dv_elems = (size_t)a.j.block_rows * G;
     a.acc_elems = (size_t)QA_LANES * 16 * QA_PAIR;
-    size_t bytes = 2 * planes + (size_t)qtasks * 2 * K + per_group * 20 +
-                   (size_t)n_threads * (a.wp_bytes + a.dv_elems * 8 + a.acc_elems * 4 + 8192);
-    char *mem = aligned_alloc(64, (bytes + 64 * 16 + 63) / 64 * 64); /* + each plane's alignment */
+    okv_kscratch ks; /* the pool's workspace (planned by the runtime), else allocated */
+    char *mem = okv_kscratch_get(&ks, tp, qa_bytes(T, K, N, G, n_threads));
     if (!mem) {
         okv_qmm_fail(y, T, N);
         return;
@@ -381,5 +396,5 @@ void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T,
     memset(a.j.a.qsum2 + gpad, 0, pad * G * sizeof(int32_t));
     okv_threadpool_run(tp, qtasks, quantize_task, &a);
     okv_threadpool_run(tp, (N + a.j.block_rows - 1) / a.j.block_rows, block_task, &a);
-    free(mem);
+    okv_kscratch_release(&ks);
 }

@@ -170,8 +170,9 @@ static size_t kernel_workspace_bytes(const okv_runner *r) {
             b = t->dtype == OKV_T_Q ? okv_matmul_q_scratch_bytes(rows, K, N, &t->quant, nt)
                                     : okv_matmul_scratch_bytes(rows, K, N, (okv_dtype)t->dtype, nt);
         } else if (nd->op == OKV_OP_ATTN) {
+            okv_op_attend_params ap = okv_op_attend_get(nd);
             const okv_layout *l = &r->kv->layout;
-            b = okv_attend_scratch_bytes(r->max_T, nd->i[1], l->kv_heads[nd->i[0]], l->head_dims[nd->i[0]], nt);
+            b = okv_attend_scratch_bytes(r->max_T, ap.n_heads, l->kv_heads[ap.cache], l->head_dims[ap.cache], nt);
         }
         if (b > most) most = b;
     }
