@@ -39,7 +39,8 @@ const char *okv_qscheme_name(const okv_qscheme *s, char *buf, size_t n);
 uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K);
 
 /* Quantizes W[N, K] (f32) into dst (okv_quant_bytes). Chooses each group's
- * d (and m) from its range; round to nearest. Non-finite input is an error
+ * d (and m) by a search for the least squared error (never worse than the
+ * range-based round to nearest; okv_quant.c). Non-finite input is an error
  * naming `what` and the element. */
 okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t K, void *dst, const char *what,
                         okv_error *err);
