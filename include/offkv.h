@@ -99,12 +99,26 @@ bool okv_is_gguf_file(const char *path);
 
 /* ---- caches ------------------------------------------------------------------- */
 
+/* OKV_CACHE_SINGLE: one sequence per key (okv_runner_step, okv_cache_rewind).
+ * OKV_CACHE_CELLS: a cell pool shared by up to max_seqs sequences (the
+ * okv_seq_* verbs and okv_runner_step_batch; see "sequences" below). */
+typedef enum okv_cache_mode { OKV_CACHE_SINGLE = 0, OKV_CACHE_CELLS = 1 } okv_cache_mode;
+
+#define OKV_MAX_SEQS 256        /* most sequences one cell-pool key can hold */
+
 typedef struct okv_cache_options {
     okv_dtype storage_dtype;     /* default f32 */
-    int max_capacity;            /* 0 = the program's max_ctx_len */
-    int initial_capacity;        /* 0 = min(256, capacity) */
+    int max_capacity;            /* 0 = the program's max_ctx_len; cells: the
+                                    longest one sequence may get (positions) */
+    int initial_capacity;        /* 0 = min(256, capacity); cells: first pool size */
     const int32_t *windows;      /* NULL = the program's; else repeats over caches, 0 = flat */
     int n_windows;
+    okv_cache_mode mode;         /* default OKV_CACHE_SINGLE */
+    int max_seqs;                /* cells: 1..OKV_MAX_SEQS, 0 = 64 */
+    int n_cells;                 /* cells: cells of every full-history cache,
+                                    shared by all sequences; 0 = max_capacity.
+                                    A windowed cache gets min(n_cells,
+                                    max_seqs * (window + chunk - 1) + chunk) */
 } okv_cache_options;
 
 void okv_cache_options_default(okv_cache_options *o);
@@ -120,6 +134,57 @@ okv_status okv_cache_clear(const char *key, okv_error *err);
 okv_status okv_cache_describe(const char *key, char *buf, size_t n, okv_error *err);
 /* Bytes the key's pools currently hold. */
 okv_status okv_cache_bytes(const char *key, size_t *bytes, okv_error *err);
+
+/* ---- sequences (OKV_CACHE_CELLS keys) ------------------------------------------
+ *
+ * Contract (stable; the server builds on it):
+ * - A sequence is an id in [0, max_seqs) handed out by okv_seq_new or
+ *   okv_seq_fork and valid until okv_seq_free. Its length is the next
+ *   position it must be stepped at; okv_runner_step_batch continues it.
+ * - Every cache of the key holds cells: one cell = the K/V row of one
+ *   position, plus that position and the set of sequences that own it.
+ *   okv_seq_fork(src, upto) makes a new sequence owning src's cells of
+ *   positions [0, upto): zero copy, the shared prefix is stored (and counted)
+ *   once. A cell is freed when its last owner drops it.
+ * - Windowed caches (window W, chunk C) keep, per sequence, only positions
+ *   >= length - (W + C - 1) (what a ring of W + C - 1 slots would hold):
+ *   older cells are dropped by that sequence when a step commits, and freed
+ *   once no owner holds them. So a windowed cache's cells stay bounded by
+ *   max_seqs * (W + C - 1) + C however long the sequences get.
+ * - Free cells: a step of T tokens needs T free cells in every cache (after
+ *   its pool grew, doubling, up to n_cells); okv_cache_cells reports the
+ *   smallest free count over the caches.
+ * - Every verb fails with OKV_ERR_STATE while a step is in flight on the key,
+ *   with OKV_ERR_INVALID on an unknown sequence or bad range, and leaves the
+ *   key unchanged on any error. Single-sequence keys refuse them
+ *   (OKV_ERR_STATE); cell keys refuse okv_cache_length/rewind/clear and
+ *   okv_runner_step. */
+okv_status okv_seq_new(const char *key, int *seq, okv_error *err);
+/* New sequence sharing src's cells of positions [0, upto), 0 <= upto <=
+ * length(src); its length is upto. Refused if a windowed cache of src no
+ * longer holds the keys a step at upto needs (as okv_cache_rewind). */
+okv_status okv_seq_fork(const char *key, int src, int upto, int *seq, okv_error *err);
+/* Drops seq's positions [p0, p1) (p1 < 0 = to the end). If that reaches the
+ * end (p1 < 0 or p1 >= length) the sequence is truncated: length = p0 (with
+ * the rewind rule on windowed caches). Otherwise the positions become holes
+ * that later queries of seq no longer see (eviction); the length stays. */
+okv_status okv_seq_rm(const char *key, int seq, int p0, int p1, okv_error *err);
+/* Drops every cell of seq and releases the id. */
+okv_status okv_seq_free(const char *key, int seq, okv_error *err);
+okv_status okv_seq_len(const char *key, int seq, int *len, okv_error *err);
+/* Whether seq can take a step of T more tokens now: alive, length + T within
+ * max_capacity, T <= the program's chunk and T free cells in every cache. */
+okv_status okv_seq_can_extend(const char *key, int seq, int T, bool *ok, okv_error *err);
+
+typedef struct okv_cells_info {
+    int max_seqs, n_seqs;       /* capacity and live sequences */
+    int max_len;                /* longest a sequence may get (max_capacity) */
+    int n_cells;                /* cells of the tightest cache (its upper bound) */
+    int used_cells;             /* cells owned by at least one sequence there */
+    int free_cells;             /* n_cells - used_cells: tokens a step may still add */
+} okv_cells_info;
+
+okv_status okv_cache_cells(const char *key, okv_cells_info *info, okv_error *err);
 
 /* ---- runner ------------------------------------------------------------------- */
 
@@ -155,6 +220,19 @@ const char *okv_runner_kernels(const okv_runner *r);
  * leaves the caches exactly as before. */
 okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *positions, int T, okv_logits_rows rows,
                            float *logits, okv_error *err);
+/* A batched step on a cell-pool key: token t (0 <= t < T <= the program's
+ * prefill_chunk_size) has id ids[t], belongs to sequence seqs[t] and sits at
+ * absolute position positions[t]. The tokens of each sequence, in the order
+ * they appear, must be exactly length..length+n-1 of that sequence (they
+ * need not be adjacent in the batch). Each token attends only to its own
+ * sequence's cells (owner + position, + window). Logits are written for the
+ * n_rows rows listed in rows[] (indices into the batch, e.g. each sequence's
+ * last token; n_rows <= the runner's max_logit_rows) as [n_rows, vocab]
+ * float32, in the order listed. Any error (bad id, sequence or position,
+ * not enough free cells: OKV_ERR_CAPACITY) leaves every cache and sequence
+ * exactly as before. Thread safety as okv_runner_step. */
+okv_status okv_runner_step_batch(okv_runner *r, const int32_t *ids, const int32_t *seqs, const int32_t *positions, int T,
+                                 const int32_t *rows, int n_rows, float *logits, okv_error *err);
 
 #ifdef __cplusplus
 }

@@ -39,7 +39,9 @@ typedef struct okv_step_plan {
 
 /* ---- 1. tensor-free core ------------------------------------------------ */
 
-typedef enum okv_policy_kind { OKV_POLICY_FLAT = 0, OKV_POLICY_RING = 1 } okv_policy_kind;
+/* CELLS: a cache of a cell-pool kv set (slots are cells, see okv_cells);
+ * slots = the cell table's n_cells, window = its window. */
+typedef enum okv_policy_kind { OKV_POLICY_FLAT = 0, OKV_POLICY_RING = 1, OKV_POLICY_CELLS = 2 } okv_policy_kind;
 
 /* Layout policy of one cache: how positions map to slots. A cache with a
  * window (> 0) is always a ring; flat caches see their full history. */
@@ -81,6 +83,67 @@ typedef struct okv_seq {
  * length + T <= capacity; the error says which rule failed. */
 okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err);
 
+/* ---- 1b. cell tables and the sequence table (tensor-free) ----------------
+ *
+ * In cell mode every cache's slots are cells. A cell holds one position of
+ * one or more sequences: pos[cell] (-1 = free) and the owner set
+ * owners[cell * words ...] (bit s = sequence s). All caches with the same
+ * window share one table: a token takes the same cell index in each of them.
+ * A windowed table (W > 0) keeps, per sequence, positions >= keep_from(len)
+ * = len - (W + max_write - 1), exactly what a ring of W + max_write - 1
+ * slots holds, so the rewind rule (okv_policy_can_serve against the
+ * sequence's oldest held position) carries over unchanged. */
+#define OKV_CELLS_MAX_SEQS 256
+
+typedef struct okv_cells {
+    int32_t window;      /* 0 = full history */
+    int32_t max_write;   /* largest step */
+    int32_t n_cells;     /* cells the table may use */
+    int max_seqs, words; /* words = uint64 per owner set */
+    int32_t *pos;        /* [n_cells], -1 = free */
+    uint64_t *owners;    /* [n_cells * words] */
+    int32_t *oldest;     /* [max_seqs] smallest position the sequence may still hold */
+    int32_t n_used;      /* cells with at least one owner */
+    int32_t hint;        /* every cell below it is used */
+    int32_t hwm;         /* every cell at or above it is free */
+} okv_cells;
+
+okv_status okv_cells_init(okv_cells *c, int32_t window, int32_t max_write, int32_t n_cells, int max_seqs, okv_error *err);
+void okv_cells_free(okv_cells *c);
+bool okv_cells_owns(const okv_cells *c, int32_t cell, int seq);
+/* Lowest free cell >= from, or -1. */
+int32_t okv_cells_find_free(const okv_cells *c, int32_t from);
+/* Gives free cell `cell` position pos, owned by seq alone. */
+void okv_cells_take(okv_cells *c, int32_t cell, int seq, int32_t pos);
+/* seq stops owning its cells of positions [p0, p1); unowned cells are freed. */
+void okv_cells_drop(okv_cells *c, int seq, int32_t p0, int32_t p1);
+/* dst (owning nothing) becomes an owner of src's cells of positions [0, upto). */
+void okv_cells_share(okv_cells *c, int src, int dst, int32_t upto);
+/* Whether a next step of seq at new_len finds every key it needs. */
+bool okv_cells_can_serve(const okv_cells *c, int seq, int32_t new_len);
+/* After seq reached `length` by a step: windowed tables drop its positions
+ * below length - (window + max_write - 1). */
+void okv_cells_after_step(okv_cells *c, int seq, int32_t length);
+/* Whether query (seq, p) sees cell `cell`: owned by seq, pos <= p and, windowed, p - pos < window. */
+bool okv_cells_visible(const okv_cells *c, int32_t cell, int seq, int32_t p);
+
+/* Which sequences exist and how long each is. */
+typedef struct okv_seq_table {
+    int max_seqs;
+    int32_t capacity;    /* most positions one sequence may get */
+    int32_t max_write;   /* largest step (all sequences together) */
+    bool *alive;         /* [max_seqs] */
+    int32_t *length;     /* [max_seqs] */
+} okv_seq_table;
+
+okv_status okv_seq_table_init(okv_seq_table *t, int max_seqs, int32_t capacity, int32_t max_write, okv_error *err);
+void okv_seq_table_free(okv_seq_table *t);
+/* OK iff 1 <= T <= max_write, every seqs[t] is alive and each sequence's
+ * tokens, in batch order, are at positions length, length+1, ... within
+ * capacity. count[max_seqs] is scratch: on return count[s] = tokens of s. */
+okv_status okv_seq_table_check_batch(const okv_seq_table *t, const int32_t *seqs, const int32_t *positions, int32_t T,
+                                     int32_t *count, okv_error *err);
+
 /* ---- 2. byte layer -------------------------------------------------------- */
 
 /* One cache: its policy plus K and V pools of [slots_alloc, kv_heads, head_dim]
@@ -109,6 +172,9 @@ typedef struct okv_kv_options {
                                       * negative = error */
     size_t max_pool_bytes;     /* 0 = no limit; creating or growing pools past
                                 * it fails with OKV_ERR_NOMEM, like malloc */
+    bool cells;                /* cell pool for many sequences (okv_kv_cells) */
+    int max_seqs;              /* cells: 1..OKV_CELLS_MAX_SEQS, 0 = 64 */
+    int32_t n_cells;           /* cells: full-history tables' cells, 0 = capacity */
 } okv_kv_options;
 
 void okv_kv_options_default(okv_kv_options *o);
@@ -133,6 +199,7 @@ typedef struct okv_kv {
     okv_step_plan *plans;   /* [n_caches], filled by begin_step */
     int32_t step_pos, step_T; /* the step in flight, T = 0 if none */
     size_t max_pool_bytes;  /* from the options, 0 = no limit */
+    struct okv_kv_cells *cells; /* cell mode, NULL = one sequence (seq above) */
     pthread_mutex_t lock;
 } okv_kv;
 
@@ -162,6 +229,75 @@ size_t okv_kv_bytes_full(const okv_kv *kv);
 int32_t okv_kv_length(const okv_kv *kv);
 /* One line like "26 caches: 4 flat + 22 ring(window 512) | capacity 4096 | kv bf16 | 52.0 MiB". */
 void okv_kv_describe(const okv_kv *kv, char *buf, size_t n);
+
+/* Grows pools so cache c holds at least need[c] slots (doubling, capped at
+ * its policy.slots); all new pools are allocated before any old one is
+ * released, so on failure nothing changed. Caller holds the lock. */
+okv_status okv_kv_grow_pools(okv_kv *kv, const int32_t *need, okv_error *err);
+
+/* ---- 2b. cell mode (okv_cache_seqs.c) --------------------------------------
+ *
+ * The caches of a cell-mode set, grouped by window, one okv_cells per group.
+ * Steps: okv_kv_begin_batch validates (okv_seq_table_check_batch), finds T
+ * free cells in every group, grows pools, and only then takes the cells
+ * (owner + position set, so the step's own queries see its keys); commit
+ * advances the lengths and lets windowed tables drop what fell out; abort
+ * frees the step's cells (they were fresh), leaving everything as before.
+ *
+ * Masking by owner is resolved here, not in the kernel: for each distinct
+ * sequence of the batch, begin plans that sequence's read runs in each
+ * group (its cells with positions [read_base, length + its tokens), cut
+ * into runs of consecutive slots holding consecutive positions, in position
+ * order; holes punched by okv_seq_rm simply end a run). The attention op
+ * then runs once per sequence over its own runs with the ordinary causal +
+ * window mask, exactly as for a single sequence: no [T, cells] mask, and no
+ * query ever scores another sequence's keys. */
+typedef struct okv_kv_cells {
+    okv_seq_table seqs;
+    int n_groups;
+    okv_cells *groups;      /* [n_groups] */
+    int *group_of;          /* [n_caches] */
+    int32_t *step_cells;    /* [n_groups * max_write] cell of each token in flight */
+    okv_run *step_runs;     /* [n_groups * max_write] those cells as write runs */
+    int *n_step_runs;       /* [n_groups] */
+    int32_t *step_seqs;     /* [max_write] */
+    int32_t *count;         /* [max_seqs] scratch */
+    /* the batch's distinct sequences, in order of first appearance */
+    int n_uniq;
+    int32_t *uniq;          /* [max_write] sequence ids */
+    int32_t *row_uniq;      /* [max_write] index into uniq of each token */
+    /* read runs of uniq u in group g: reads[read_off[g * max_write + u] ...], read_n[...] runs */
+    okv_run *reads;
+    size_t reads_cap;
+    size_t *read_off;       /* [n_groups * max_write] */
+    int32_t *read_n;        /* [n_groups * max_write] */
+    int32_t *slot_of;       /* [capacity + 1] scratch: cell of each position */
+} okv_kv_cells;
+
+okv_status okv_kv_cells_create(okv_kv *kv, const okv_kv_options *opt, okv_error *err);
+void okv_kv_cells_free(okv_kv *kv);
+okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *positions, int32_t T, okv_error *err);
+/* Where the batch in flight writes cache c's K/V rows (runs of cells, the
+ * batch's rows in order). */
+void okv_kv_cell_writes(const okv_kv *kv, int cache, const okv_run **runs, int *n_runs);
+/* The keys the u-th distinct sequence of the batch reads in cache c (read
+ * runs in position order, as the single-sequence planner's) and the window. */
+void okv_kv_cell_reads(const okv_kv *kv, int cache, int u, const okv_run **runs, int *n_runs, int32_t *window);
+/* commit/abort of a batch go through okv_kv_commit_step / okv_kv_abort_step. */
+void okv_kv_cells_commit(okv_kv *kv);
+void okv_kv_cells_abort(okv_kv *kv);
+okv_status okv_kv_seq_new(okv_kv *kv, int *seq, okv_error *err);
+okv_status okv_kv_seq_fork(okv_kv *kv, int src, int32_t upto, int *seq, okv_error *err);
+okv_status okv_kv_seq_rm(okv_kv *kv, int seq, int32_t p0, int32_t p1, okv_error *err);
+okv_status okv_kv_seq_free(okv_kv *kv, int seq, okv_error *err);
+okv_status okv_kv_seq_len(okv_kv *kv, int seq, int32_t *len, okv_error *err);
+okv_status okv_kv_seq_can_extend(okv_kv *kv, int seq, int32_t T, bool *ok, okv_error *err);
+/* Counts of the tightest group (fewest free cells). */
+typedef struct okv_kv_cells_count {
+    int max_seqs, n_seqs;
+    int32_t max_len, n_cells, used, free;
+} okv_kv_cells_count;
+okv_status okv_kv_cells_count_get(okv_kv *kv, okv_kv_cells_count *out, okv_error *err);
 
 /* ---- 3. registry ---------------------------------------------------------- */
 

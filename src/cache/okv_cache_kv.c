@@ -162,6 +162,10 @@ okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, ok
         st = init_cache(&kv->caches[c], c, layout, opt, capacity, initial, err);
         if (st != OKV_OK) goto fail;
     }
+    if (opt->cells) {
+        st = okv_kv_cells_create(kv, opt, err);
+        if (st != OKV_OK) goto fail;
+    }
     st = alloc_initial_pools(kv, err);
     if (st != OKV_OK) goto fail;
     *out = kv;
@@ -174,6 +178,7 @@ fail:
 void okv_kv_free(okv_kv *kv) {
     if (!kv) return;
     if (kv->caches) free_pools(kv);
+    okv_kv_cells_free(kv);
     free(kv->caches);
     free(kv->plans);
     okv_layout_free(&kv->layout);
@@ -189,32 +194,46 @@ static int32_t grown_slots(int32_t have, int32_t need, int32_t capacity) {
     return s > capacity ? capacity : (int32_t)s;
 }
 
-/* Makes every flat pool hold at least `need` slots. All new pools are
- * allocated before any old one is touched: on failure nothing changed. */
+/* Makes every flat pool hold at least `need` slots. */
 static okv_status grow_flat_pools(okv_kv *kv, int32_t need, okv_error *err) {
     int n = kv->n_caches;
     bool any = false;
     for (int c = 0; c < n; c++)
         any |= kv->caches[c].policy.kind == OKV_POLICY_FLAT && kv->caches[c].slots_alloc < need;
     if (!any) return OKV_OK;
+    int32_t *needs = malloc((size_t)n * sizeof *needs);
+    if (!needs) return okv_fail(err, OKV_ERR_NOMEM, "kv pools: out of memory planning growth to %d slots", need);
+    for (int c = 0; c < n; c++) needs[c] = kv->caches[c].policy.kind == OKV_POLICY_FLAT ? need : 0;
+    okv_status st = okv_kv_grow_pools(kv, needs, err);
+    free(needs);
+    return st;
+}
+
+okv_status okv_kv_grow_pools(okv_kv *kv, const int32_t *need, okv_error *err) {
+    int n = kv->n_caches;
+    bool any = false;
+    for (int c = 0; c < n; c++) any |= kv->caches[c].slots_alloc < need[c];
+    if (!any) return OKV_OK;
 
     int32_t *slots = malloc((size_t)n * sizeof *slots);
     void **fresh = calloc((size_t)n * 2, sizeof *fresh);   /* new k, v per cache */
     okv_status st = OKV_OK;
     if (!slots || !fresh) {
-        st = okv_fail(err, OKV_ERR_NOMEM, "kv pools: out of memory planning growth to %d slots", need);
+        st = okv_fail(err, OKV_ERR_NOMEM, "kv pools: out of memory planning growth");
         goto done;
     }
+    int32_t most = 0;
     for (int c = 0; c < n; c++) {
         const okv_cache *ca = &kv->caches[c];
-        bool grows = ca->policy.kind == OKV_POLICY_FLAT && ca->slots_alloc < need;
-        slots[c] = grows ? grown_slots(ca->slots_alloc, need, kv->seq.capacity) : ca->slots_alloc;
+        bool grows = ca->slots_alloc < need[c];
+        slots[c] = grows ? grown_slots(ca->slots_alloc, need[c], ca->policy.slots) : ca->slots_alloc;
+        if (need[c] > most) most = need[c];
     }
     size_t total = total_bytes(kv, slots);
     if (kv->max_pool_bytes && total > kv->max_pool_bytes) {
         st = okv_fail(err, OKV_ERR_NOMEM,
-                      "kv pools: growing flat caches to %d slots needs %zu bytes, over the max_pool_bytes limit %zu",
-                      need, total, kv->max_pool_bytes);
+                      "kv pools: growing caches to %d slots needs %zu bytes, over the max_pool_bytes limit %zu",
+                      most, total, kv->max_pool_bytes);
         goto done;
     }
     for (int c = 0; c < n; c++) {
@@ -258,6 +277,11 @@ okv_status okv_kv_begin_step(okv_kv *kv, const int32_t *positions, int32_t T, ok
                       kv->step_pos, kv->step_pos + kv->step_T - 1);
         goto out;
     }
+    if (kv->cells) {
+        st = okv_fail(err, OKV_ERR_STATE, "kv step: this cache set holds many sequences (cell pool): step it with "
+                      "okv_runner_step_batch");
+        goto out;
+    }
     st = okv_seq_check_step(&kv->seq, positions, T, err);
     if (st != OKV_OK) goto out;
     int32_t pos = kv->seq.length;
@@ -282,7 +306,10 @@ static void end_step(okv_kv *kv) {
 
 void okv_kv_commit_step(okv_kv *kv) {
     lock_kv(kv);
-    if (kv->step_T != 0) {
+    if (kv->step_T != 0 && kv->cells) {
+        okv_kv_cells_commit(kv);
+        kv->step_T = 0;
+    } else if (kv->step_T != 0) {
         kv->seq.length = kv->step_pos + kv->step_T;
         end_step(kv);
     }
@@ -291,7 +318,10 @@ void okv_kv_commit_step(okv_kv *kv) {
 
 void okv_kv_abort_step(okv_kv *kv) {
     lock_kv(kv);
-    if (kv->step_T != 0) end_step(kv);
+    if (kv->step_T != 0 && kv->cells) {
+        okv_kv_cells_abort(kv);
+        kv->step_T = 0;
+    } else if (kv->step_T != 0) end_step(kv);
     unlock_kv(kv);
 }
 
@@ -300,6 +330,10 @@ okv_status okv_kv_rewind(okv_kv *kv, int32_t new_len, okv_error *err) {
     okv_status st = OKV_OK;
     if (kv->step_T != 0) {
         st = okv_fail(err, OKV_ERR_STATE, "kv rewind: a step is in flight on this cache set");
+        goto out;
+    }
+    if (kv->cells) {
+        st = okv_fail(err, OKV_ERR_STATE, "kv rewind: this cache set holds many sequences (cell pool): use okv_seq_rm");
         goto out;
     }
     if (new_len < 0 || new_len > kv->seq.length) {
@@ -326,7 +360,7 @@ out:
 
 void okv_kv_clear(okv_kv *kv) {
     lock_kv(kv);
-    if (kv->step_T == 0) {
+    if (kv->step_T == 0 && !kv->cells) {
         kv->seq.length = 0;
         for (int c = 0; c < kv->n_caches; c++) kv->caches[c].oldest = 0;
     }
@@ -362,6 +396,20 @@ void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
     for (int c = 0; c < kv->n_caches; c++) n_flat += kv->caches[c].policy.kind == OKV_POLICY_FLAT;
     okv_buf_printf(&out, "%d caches: ", kv->n_caches);
     const char *sep = "";
+    if (kv->cells) {
+        int n_full = 0, n_win = 0;
+        int32_t most = 0;
+        for (int c = 0; c < kv->n_caches; c++) {
+            const okv_policy *p = &kv->caches[c].policy;
+            if (p->window) n_win++;
+            else n_full++;
+            if (p->slots > most) most = p->slots;
+        }
+        okv_buf_printf(&out, "%d full + %d windowed, cell pool of %d sequences | up to %d cells | capacity %d per "
+               "sequence | kv %s | %.1f MiB", n_full, n_win, kv->cells->seqs.max_seqs, most, kv->cells->seqs.capacity,
+               okv_dtype_name(kv->caches[0].dtype), (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
+        return;
+    }
     if (n_flat) {
         okv_buf_printf(&out, "%d flat", n_flat);
         sep = " + ";

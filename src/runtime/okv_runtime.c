@@ -10,6 +10,11 @@
  * order -> okv_kv_commit_step. Nothing after begin_step can fail, which is
  * what makes a step transactional.
  *
+ * A batched step (okv_runner_step_batch, cell-pool keys) is the same
+ * pipeline over T tokens of several sequences: every node but attention is
+ * row-wise, so only attention looks at which sequence a row belongs to;
+ * okv_kv_begin_batch is the validation point, and after it nothing fails.
+ *
  * Quantized weights (okv_quant.h) need no step-time decisions: a MATMUL
  * whose weight is quantized calls the table's matmul_q (the LM head too),
  * an EMBED over a quantized table dequantizes only the rows it looks up. */
@@ -75,6 +80,15 @@ okv_status okv_cache_install(const char *key, const okv_program *p, const okv_ca
     ko.initial_capacity = o->initial_capacity;
     ko.windows_override = o->windows;
     ko.n_windows_override = o->n_windows;
+    if (o->mode != OKV_CACHE_SINGLE && o->mode != OKV_CACHE_CELLS)
+        return okv_fail(err, OKV_ERR_INVALID, "cache options: unknown mode %d", (int)o->mode);
+    if (o->mode == OKV_CACHE_SINGLE && (o->max_seqs || o->n_cells))
+        return okv_fail(err, OKV_ERR_INVALID, "cache options: max_seqs/n_cells need mode OKV_CACHE_CELLS");
+    if (o->max_seqs < 0 || o->max_seqs > OKV_MAX_SEQS)
+        return okv_fail(err, OKV_ERR_INVALID, "cache options: max_seqs %d outside [0, %d]", o->max_seqs, OKV_MAX_SEQS);
+    ko.cells = o->mode == OKV_CACHE_CELLS;
+    ko.max_seqs = o->max_seqs;
+    ko.n_cells = o->n_cells;
     return okv_registry_install(key, &p->pf->layout, &ko, err);
 }
 
@@ -90,15 +104,88 @@ static okv_status with_kv(const char *key, okv_status (*fn)(okv_kv *, void *, ok
     return st;
 }
 
-static okv_status do_length(okv_kv *kv, void *arg, okv_error *err) { *(int *)arg = okv_kv_length(kv); return OKV_OK; }
+static okv_status single_only(okv_kv *kv, const char *verb, okv_error *err) {
+    if (!kv->cells) return OKV_OK;
+    return okv_fail(err, OKV_ERR_STATE, "%s: this cache key holds many sequences (cell pool): use the okv_seq_* verbs", verb);
+}
+static okv_status do_length(okv_kv *kv, void *arg, okv_error *err) {
+    if (kv->cells) return single_only(kv, "cache length", err);
+    *(int *)arg = okv_kv_length(kv);
+    return OKV_OK;
+}
 static okv_status do_rewind(okv_kv *kv, void *arg, okv_error *err) { return okv_kv_rewind(kv, *(int *)arg, err); }
-static okv_status do_clear(okv_kv *kv, void *arg, okv_error *err) { okv_kv_clear(kv); return OKV_OK; }
+static okv_status do_clear(okv_kv *kv, void *arg, okv_error *err) {
+    if (kv->cells) return single_only(kv, "cache clear", err);
+    okv_kv_clear(kv);
+    return OKV_OK;
+}
 static okv_status do_bytes(okv_kv *kv, void *arg, okv_error *err) { *(size_t *)arg = okv_kv_bytes(kv); return OKV_OK; }
 
 okv_status okv_cache_length(const char *key, int *length, okv_error *err) { return with_kv(key, do_length, length, err); }
 okv_status okv_cache_rewind(const char *key, int new_len, okv_error *err) { return with_kv(key, do_rewind, &new_len, err); }
 okv_status okv_cache_clear(const char *key, okv_error *err) { return with_kv(key, do_clear, NULL, err); }
 okv_status okv_cache_bytes(const char *key, size_t *bytes, okv_error *err) { return with_kv(key, do_bytes, bytes, err); }
+
+/* ---- sequences of a cell-pool key ------------------------------------------------ */
+
+typedef struct seq_arg { int seq, a, b, *out; bool *ok; okv_cells_info *info; } seq_arg;
+
+static okv_status do_seq_new(okv_kv *kv, void *arg, okv_error *err) { return okv_kv_seq_new(kv, ((seq_arg *)arg)->out, err); }
+static okv_status do_seq_fork(okv_kv *kv, void *arg, okv_error *err) {
+    seq_arg *x = arg;
+    return okv_kv_seq_fork(kv, x->seq, x->a, x->out, err);
+}
+static okv_status do_seq_rm(okv_kv *kv, void *arg, okv_error *err) {
+    seq_arg *x = arg;
+    return okv_kv_seq_rm(kv, x->seq, x->a, x->b, err);
+}
+static okv_status do_seq_free(okv_kv *kv, void *arg, okv_error *err) { return okv_kv_seq_free(kv, ((seq_arg *)arg)->seq, err); }
+static okv_status do_seq_len(okv_kv *kv, void *arg, okv_error *err) {
+    seq_arg *x = arg;
+    int32_t n = 0;
+    okv_status st = okv_kv_seq_len(kv, x->seq, &n, err);
+    if (!st) *x->out = n;
+    return st;
+}
+static okv_status do_seq_can_extend(okv_kv *kv, void *arg, okv_error *err) {
+    seq_arg *x = arg;
+    return okv_kv_seq_can_extend(kv, x->seq, x->a, x->ok, err);
+}
+static okv_status do_cells(okv_kv *kv, void *arg, okv_error *err) {
+    okv_kv_cells_count c;
+    okv_status st = okv_kv_cells_count_get(kv, &c, err);
+    if (!st) *((seq_arg *)arg)->info = (okv_cells_info){ c.max_seqs, c.n_seqs, c.max_len, c.n_cells, c.used, c.free };
+    return st;
+}
+
+okv_status okv_seq_new(const char *key, int *seq, okv_error *err) {
+    seq_arg x = { .out = seq };
+    return with_kv(key, do_seq_new, &x, err);
+}
+okv_status okv_seq_fork(const char *key, int src, int upto, int *seq, okv_error *err) {
+    seq_arg x = { .seq = src, .a = upto, .out = seq };
+    return with_kv(key, do_seq_fork, &x, err);
+}
+okv_status okv_seq_rm(const char *key, int seq, int p0, int p1, okv_error *err) {
+    seq_arg x = { .seq = seq, .a = p0, .b = p1 };
+    return with_kv(key, do_seq_rm, &x, err);
+}
+okv_status okv_seq_free(const char *key, int seq, okv_error *err) {
+    seq_arg x = { .seq = seq };
+    return with_kv(key, do_seq_free, &x, err);
+}
+okv_status okv_seq_len(const char *key, int seq, int *len, okv_error *err) {
+    seq_arg x = { .seq = seq, .out = len };
+    return with_kv(key, do_seq_len, &x, err);
+}
+okv_status okv_seq_can_extend(const char *key, int seq, int T, bool *ok, okv_error *err) {
+    seq_arg x = { .seq = seq, .a = T, .ok = ok };
+    return with_kv(key, do_seq_can_extend, &x, err);
+}
+okv_status okv_cache_cells(const char *key, okv_cells_info *info, okv_error *err) {
+    seq_arg x = { .info = info };
+    return with_kv(key, do_cells, &x, err);
+}
 
 typedef struct describe_arg { char *buf; size_t n; } describe_arg;
 static okv_status do_describe(okv_kv *kv, void *arg, okv_error *err) {
@@ -124,6 +211,9 @@ struct okv_runner {
     int max_logit_rows;   /* largest number of logit rows a step may ask for */
     float *arena;
     size_t *offset;       /* [n_values] float offset of each value in the arena */
+    /* batched steps: rows of one sequence gathered for its attention call */
+    float *gather_q, *gather_out;   /* [max_T, widest attention q / output] */
+    int32_t *gather_pos, *gather_idx; /* [max_T] */
 };
 
 void okv_runner_options_default(okv_runner_options *o) { memset(o, 0, sizeof *o); }
@@ -244,6 +334,25 @@ static okv_status plan_memory(okv_runner *r, okv_error *err) {
     return OKV_OK;
 }
 
+/* Scratch for batched steps whose sequences' rows are interleaved. */
+static okv_status plan_gather(okv_runner *r, okv_error *err) {
+    const okv_graph *g = &r->p->pf->graph;
+    size_t wq = 1, wo = 1;
+    for (int n = 0; n < g->n_nodes; n++) {
+        const okv_node *nd = &g->nodes[n];
+        if (nd->op != OKV_OP_ATTN) continue;
+        if ((size_t)g->values[nd->in[0]].width > wq) wq = (size_t)g->values[nd->in[0]].width;
+        if ((size_t)g->values[nd->out].width > wo) wo = (size_t)g->values[nd->out].width;
+    }
+    r->gather_q = malloc(sizeof(float) * wq * (size_t)r->max_T);
+    r->gather_out = malloc(sizeof(float) * wo * (size_t)r->max_T);
+    r->gather_pos = malloc(sizeof(int32_t) * (size_t)r->max_T);
+    r->gather_idx = malloc(sizeof(int32_t) * (size_t)r->max_T);
+    if (!r->gather_q || !r->gather_out || !r->gather_pos || !r->gather_idx)
+        return okv_fail(err, OKV_ERR_NOMEM, "out of memory for batched-step scratch");
+    return OKV_OK;
+}
+
 okv_status okv_runner_create(const okv_program *p, const char *cache_key, const okv_runner_options *o, okv_runner **out,
                              okv_error *err) {
     okv_runner_options d;
@@ -270,6 +379,7 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
         if (!r->tp) st = okv_fail(err, OKV_ERR_NOMEM, "cannot create thread pool");
     }
     if (!st) st = plan_memory(r, err);
+    if (!st && r->kv->cells) st = plan_gather(r, err);
     if (st) { okv_runner_free(r); return st; }
     *out = r;
     return OKV_OK;
@@ -282,6 +392,10 @@ void okv_runner_free(okv_runner *r) {
     free(r->arena);
     free(r->offset);
     free(r->key);
+    free(r->gather_q);
+    free(r->gather_out);
+    free(r->gather_pos);
+    free(r->gather_idx);
     free(r);
 }
 
@@ -301,6 +415,8 @@ typedef struct step_ctx {
     const int32_t *ids, *pos;
     int T, R;             /* step rows, logit rows */
     okv_logits_rows rows;
+    const int32_t *seqs;  /* batched step: [T] sequence of each row, else NULL */
+    const int32_t *pick;  /* batched step: [R] rows whose logits are wanted */
 } step_ctx;
 
 static float *val(step_ctx *s, int v) { return v < 0 ? NULL : s->r->arena + s->r->offset[v]; }
@@ -309,10 +425,69 @@ static const float *tensor_f32(step_ctx *s, int t) { return t < 0 ? NULL : (cons
 static int rows_of(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].logit_rows ? s->R : s->T; }
 static int width(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].width; }
 
+/* Rows of the batch that belong to its u-th distinct sequence: [t0, t0+n)
+ * if they are adjacent (returns true), else gathered into idx. */
+static bool rows_of_seq(const okv_kv *kv, int T, int u, int *t0, int *n, int32_t *idx) {
+    const int32_t *row_uniq = kv->cells->row_uniq;
+    int first = -1, last = -1, k = 0;
+    for (int t = 0; t < T; t++)
+        if (row_uniq[t] == u) {
+            if (first < 0) first = t;
+            last = t;
+            idx[k++] = t;
+        }
+    *t0 = first;
+    *n = k;
+    return last - first + 1 == k;
+}
+
+/* A batched step: the step's K/V rows go to their cells, then each sequence
+ * of the batch attends over its own read runs (the cache layer resolved
+ * owners and positions into runs), with the single-sequence kernel. Rows of
+ * a sequence that are not adjacent in the batch are gathered into scratch. */
+static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_attend_params *p) {
+    okv_runner *r = s->r;
+    okv_kv *kv = r->kv;
+    const okv_cache *c = &kv->caches[p->cache];
+    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
+    const okv_run *w;
+    int n_w;
+    okv_kv_cell_writes(kv, p->cache, &w, &n_w);
+    if (p->writes_cache) okv_attend_write(&view, w, n_w, val(s, nd->in[1]), val(s, nd->in[2]));
+    int H = p->n_heads, wq = width(s, nd->in[0]), wo = width(s, nd->out);
+    const float *q = val(s, nd->in[0]);
+    float *out = val(s, nd->out);
+    for (int u = 0; u < kv->cells->n_uniq; u++) {
+        int t0, n;
+        const okv_run *runs;
+        int n_runs;
+        int32_t window;
+        okv_kv_cell_reads(kv, p->cache, u, &runs, &n_runs, &window);
+        bool adjacent = rows_of_seq(kv, s->T, u, &t0, &n, r->gather_idx);
+        okv_attn_args a = {q + (size_t)t0 * wq, n, H, s->pos + t0, view, runs, n_runs, window, p->scale,
+                           out + (size_t)t0 * wo};
+        if (!adjacent) {
+            for (int i = 0; i < n; i++) {
+                memcpy(r->gather_q + (size_t)i * wq, q + (size_t)r->gather_idx[i] * wq, sizeof(float) * (size_t)wq);
+                r->gather_pos[i] = s->pos[r->gather_idx[i]];
+            }
+            a.q = r->gather_q;
+            a.positions = r->gather_pos;
+            a.out = r->gather_out;
+        }
+        if (r->ref_attn) okv_attend_reference(&a);
+        else r->k->attend(r->tp, &a);
+        if (!adjacent)
+            for (int i = 0; i < n; i++)
+                memcpy(out + (size_t)r->gather_idx[i] * wo, r->gather_out + (size_t)i * wo, sizeof(float) * (size_t)wo);
+    }
+}
+
 /* Each op reads its parameters (okv_op_params.h) into named locals first. */
 
 static void run_attention(step_ctx *s, const okv_node *nd) {
     okv_op_attend_params p = okv_op_attend_get(nd);
+    if (s->seqs) { run_attention_cells(s, nd, &p); return; }
     okv_kv *kv = s->r->kv;
     const okv_cache *c = &kv->caches[p.cache];
     const okv_step_plan *plan = &kv->plans[p.cache];
@@ -327,7 +502,10 @@ static void run_attention(step_ctx *s, const okv_node *nd) {
 static void select_rows(step_ctx *s, const okv_node *nd) {
     int w = width(s, nd->out);
     const float *in = val(s, nd->in[0]);
-    if (s->rows == OKV_LOGITS_ALL) memcpy(val(s, nd->out), in, sizeof(float) * (size_t)w * (size_t)s->T);
+    if (s->pick)
+        for (int r = 0; r < s->R; r++)
+            memcpy(val(s, nd->out) + (size_t)r * w, in + (size_t)s->pick[r] * w, sizeof(float) * (size_t)w);
+    else if (s->rows == OKV_LOGITS_ALL) memcpy(val(s, nd->out), in, sizeof(float) * (size_t)w * (size_t)s->T);
     else if (s->rows == OKV_LOGITS_LAST) memcpy(val(s, nd->out), in + (size_t)(s->T - 1) * w, sizeof(float) * (size_t)w);
 }
 
@@ -425,7 +603,30 @@ okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *pos
     okv_status st = check_ids(r, ids, T, err);
     if (!st) st = okv_kv_begin_step(r->kv, positions, T, err);
     if (st) return st;
-    step_ctx s = {r, ids, positions, T, rows == OKV_LOGITS_ALL ? T : rows == OKV_LOGITS_LAST ? 1 : 0, rows};
+    step_ctx s = {r, ids, positions, T, rows == OKV_LOGITS_ALL ? T : rows == OKV_LOGITS_LAST ? 1 : 0, rows, NULL, NULL};
+    const okv_graph *g = &r->p->pf->graph;
+    for (int n = 0; n < g->n_nodes; n++) run_node(&s, &g->nodes[n]);
+    okv_kv_commit_step(r->kv);
+    if (logits && s.R) memcpy(logits, val(&s, g->output), sizeof(float) * (size_t)s.R * (size_t)width(&s, g->output));
+    return OKV_OK;
+}
+
+okv_status okv_runner_step_batch(okv_runner *r, const int32_t *ids, const int32_t *seqs, const int32_t *positions, int T,
+                                 const int32_t *rows, int n_rows, float *logits, okv_error *err) {
+    if (T < 1 || T > r->max_T)
+        return okv_fail(err, OKV_ERR_INVALID, "batched step of %d tokens: must be 1..%d (the program's prefill_chunk_size)",
+                        T, r->max_T);
+    if (n_rows < 0 || n_rows > r->max_logit_rows || (n_rows > 0 && !rows))
+        return okv_fail(err, OKV_ERR_INVALID, "batched step asks for %d logit rows: must be 0..%d "
+                        "(okv_runner_options.max_logit_rows) with a rows array", n_rows, r->max_logit_rows);
+    for (int i = 0; i < n_rows; i++)
+        if (rows[i] < 0 || rows[i] >= T)
+            return okv_fail(err, OKV_ERR_INVALID, "batched step: rows[%d] = %d is not a row of the %d-token batch", i,
+                            rows[i], T);
+    okv_status st = check_ids(r, ids, T, err);
+    if (!st) st = okv_kv_begin_batch(r->kv, seqs, positions, T, err);
+    if (st) return st;
+    step_ctx s = {r, ids, positions, T, n_rows, OKV_LOGITS_ALL, seqs, rows};
     const okv_graph *g = &r->p->pf->graph;
     for (int n = 0; n < g->n_nodes; n++) run_node(&s, &g->nodes[n]);
     okv_kv_commit_step(r->kv);
