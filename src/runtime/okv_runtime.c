@@ -465,7 +465,7 @@ static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_at
         okv_kv_cell_reads(kv, p->cache, u, &runs, &n_runs, &window);
         bool adjacent = rows_of_seq(kv, s->T, u, &t0, &n, r->gather_idx);
         okv_attn_args a = {q + (size_t)t0 * wq, n, H, s->pos + t0, view, runs, n_runs, window, p->scale,
-                           out + (size_t)t0 * wo};
+                           out + (size_t)t0 * wo, NULL};
         if (!adjacent) {
             for (int i = 0; i < n; i++) {
                 memcpy(r->gather_q + (size_t)i * wq, q + (size_t)r->gather_idx[i] * wq, sizeof(float) * (size_t)wq);
