@@ -98,15 +98,7 @@ bool okv_amx_usable(const char **why) {
 
 /* The 64-byte LDTILECFG operand, palette 1: tiles 0-7 are 16 rows x 64
  * bytes, tiles 8-15 and every reserved byte zero. */
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-_Static_assert(sizeof(amx_tilecfg) == 64, "tile config is 64 bytes");
-
-static const amx_tilecfg tilecfg __attribute__((aligned(64))) = {
+static const okv_amx_tilecfg tilecfg __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
     {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}};
 

@@ -264,4 +264,15 @@ typedef struct matmul_job {
     float *rows; /* plain path, per thread: one W row converted to f32 [K] (NULL: convert per use) */
 } matmul_job;
 
+/* The 64-byte LDTILECFG operand of AMX palette 1 (okv_kernels_amx.c,
+ * okv_qmatmul_amx.c). Build it as a zero-initialised static: a config on the
+ * stack with garbage in a reserved byte faults at ldtilecfg. */
+typedef struct okv_amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16]; /* bytes per row of tile i */
+    uint8_t rows[16];   /* rows of tile i */
+} okv_amx_tilecfg;
+_Static_assert(sizeof(okv_amx_tilecfg) == 64, "tile config is 64 bytes");
+
 #endif

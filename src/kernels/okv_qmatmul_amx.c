@@ -77,18 +77,10 @@ bool okv_qmm_have_amx_int8(void) {
 /* LDTILECFG operand, palette 1: tmm0-3 C (16 x 64 B), tmm4-5 A (16 x kc
  * B), tmm6-7 B (kc/4 x 64 B); every other byte zero (a stack-built config
  * with garbage in reserved bytes faults, okv_kernels_amx.c). */
-typedef struct qa_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} qa_tilecfg;
-_Static_assert(sizeof(qa_tilecfg) == 64, "tile config is 64 bytes");
-
-static const qa_tilecfg cfg_k32 __attribute__((aligned(64))) = {
+static const okv_amx_tilecfg cfg_k32 __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 32, 32, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
     {16, 16, 16, 16, 16, 16, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0}};
-static const qa_tilecfg cfg_k64 __attribute__((aligned(64))) = {
+static const okv_amx_tilecfg cfg_k64 __attribute__((aligned(64))) = {
     1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
     {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}};
 
