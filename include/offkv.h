@@ -31,6 +31,9 @@ typedef struct okv_export_progress {
     int tensors_done, n_tensors;     /* weights and bundled files */
     uint64_t bytes_done, total_bytes;
     double seconds;                  /* since the first tensor started */
+    /* during the calibration pass (tensors_done = n_tensors = 0 then):
+     * tokens run so far of all, seconds since it started */
+    int64_t calib_tokens_done, calib_tokens;
 } okv_export_progress;
 
 typedef struct okv_export_options {
@@ -45,6 +48,17 @@ typedef struct okv_export_options {
      * input dimension the group does not divide is an export error. */
     int qlinear, qlinear_group;
     int qembedding, qembedding_group;
+    /* Activation-aware quantization: before quantizing, the float program
+     * runs over a calibration text (tokenized with the checkpoint's
+     * tokenizer.json) or token stream, and each linear's squared error is
+     * weighted per input channel by the mean square of its inputs there
+     * (okv_quantize_weighted). Windows of calibration_ctx tokens (0 = 512).
+     * Needs qlinear or qembedding; use a text other than the one you
+     * evaluate on. calibration_ids is used when calibration_file is NULL. */
+    const char *calibration_file;
+    const int32_t *calibration_ids;
+    int n_calibration_ids;
+    int calibration_ctx;
     /* Receives non-fatal notices (skipped tensors, missing tokenizer, ...). */
     void (*notice)(void *ctx, const char *message);
     void *notice_ctx;
@@ -194,6 +208,11 @@ typedef struct okv_runner_options {
     bool plain_kernels;       /* disable SIMD dispatch (for testing) */
     int max_logit_rows;       /* most logit rows one step returns (0 = prefill_chunk_size);
                                  1 suffices for generation and saves [chunk, vocab] floats */
+    /* Called before every MATMUL with its input rows x [rows, K] and the name
+     * of its weight tensor (export's calibration pass collects activation
+     * statistics this way); NULL = none. */
+    void (*matmul_input)(void *ctx, const char *weight, const float *x, int rows, int K);
+    void *matmul_input_ctx;
 } okv_runner_options;
 
 typedef enum okv_logits_rows { OKV_LOGITS_ALL = 0, OKV_LOGITS_LAST = 1, OKV_LOGITS_NONE = 2 } okv_logits_rows;

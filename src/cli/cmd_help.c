@@ -42,6 +42,9 @@ static const help_page PAGES[] = {
      "  --qlinear-group-size G            32, 64, 128 or 256 (default 32)\n"
      "  --qembedding 4w|8w                quantize the embedding table and LM head\n"
      "  --qembedding-group-size G         32, 64, 128 or 256\n"
+     "  --calibration TEXT                activation-aware quantization: run the float model over TEXT first and\n"
+     "                                    weight each input channel's error by its mean square (not the eval text)\n"
+     "  --calibration-ctx N               tokens per calibration window (default 512)\n"
      "\n"
      "example: offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv --dtype fp32\n"},
     {"inspect",

@@ -4,6 +4,7 @@
  *
  *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
  *                [--qlinear 4w|8w] [--qlinear-group-size G] [--qembedding 4w|8w] [--qembedding-group-size G]
+ *                [--calibration TEXT] [--calibration-ctx N]
  *   offkv inspect OUT.okv|MODEL.gguf [--json] |  offkv inspect --config DIR|config.json [--json]
  *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
  *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
@@ -217,7 +218,8 @@ static bool parse_qgroup(const char *v, int *group) {
 }
 
 #define EXPORT_USAGE "HF_DIR|MODEL.gguf -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
-                     "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G]"
+                     "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G] " \
+                     "[--calibration TEXT] [--calibration-ctx N]"
 
 /* The export progress line: redrawn in place (at most 5 times a second)
  * when stderr is a terminal; a summary line at the end either way. */
@@ -229,6 +231,15 @@ typedef struct export_meter {
 
 static void draw_progress(void *ctx, const okv_export_progress *p) {
     export_meter *m = ctx;
+    if (p->calib_tokens) { /* the calibration pass, before any tensor */
+        if (!m->tty || (p->seconds - m->last_drawn < 0.2 && p->calib_tokens_done < p->calib_tokens)) return;
+        m->last_drawn = p->calib_tokens_done < p->calib_tokens ? p->seconds : -1;
+        fprintf(stderr, "\roffkv: calibrating: %lld/%lld tokens, %.0f tok/s   %s", (long long)p->calib_tokens_done,
+                (long long)p->calib_tokens, p->seconds > 0 ? (double)p->calib_tokens_done / p->seconds : 0.0,
+                p->calib_tokens_done < p->calib_tokens ? "" : "\n");
+        fflush(stderr);
+        return;
+    }
     m->last = *p;
     if (!m->tty || (p->seconds - m->last_drawn < 0.2 && p->tensors_done < p->n_tensors)) return;
     m->last_drawn = p->seconds;
@@ -274,6 +285,13 @@ static int cmd_export(int argc, char **argv) {
         } else if ((!strcmp(a, "--qlinear-group-size") || !strcmp(a, "--qembedding-group-size")) && v) {
             if (!parse_qgroup(v, a[3] == 'l' ? &o.qlinear_group : &o.qembedding_group))
                 return okv_cli_usage_error("group size '%s' is not 32, 64, 128 or 256", v);
+            i++;
+        } else if (!strcmp(a, "--calibration") && v) {
+            o.calibration_file = v;
+            i++;
+        } else if (!strcmp(a, "--calibration-ctx") && v) {
+            if (!okv_cli_parse_int(v, 2, 1 << 24, &o.calibration_ctx))
+                return okv_cli_usage_error("--calibration-ctx: '%s' must be an integer >= 2", v);
             i++;
         } else if (a[0] != '-' && !dir) dir = a;
         else return okv_cli_usage_error("export: unknown or incomplete option '%s'", a);

@@ -10,13 +10,16 @@
  *   tensor's bytes (converted to the target dtype, or quantized) one at a
  *   time. The writer renames a temporary file into place only on
  *   success, so a failed export leaves no output file. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "offkv.h"
+#include "okv_calib.h"
 #include "okv_common.h"
 #include "okv_describe.h"
 #include "okv_format.h"
@@ -69,6 +72,7 @@ typedef struct export_job {
     const export_src **src;      /* [hg.n_tensors], NULL for computed */
     blob blobs[4];
     int n_blobs;
+    const okv_calib *calib;      /* activation statistics (calibration), or NULL */
     okv_export_progress progress; /* what produce_tensor has written so far */
     double progress_start;
 } export_job;
@@ -394,7 +398,10 @@ static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_e
     err->status = OKV_OK;
     float *w = source_f32(j, t, (size_t)want->shape[0] * (size_t)want->shape[1], err);
     if (!w) return err->status ? err->status : okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
-    okv_status st = okv_quantize(&want->quant, w, want->shape[0], want->shape[1], dst, want->name, err);
+    float *imp = j->calib ? malloc(sizeof(float) * (size_t)want->shape[1]) : NULL;
+    if (imp && !okv_calib_importance(j->calib, want->name, (int)want->shape[1], imp)) { free(imp); imp = NULL; }
+    okv_status st = okv_quantize_weighted(&want->quant, w, want->shape[0], want->shape[1], imp, dst, want->name, err);
+    free(imp);
     free(w);
     return st;
 }
@@ -529,7 +536,7 @@ static okv_status write_program(export_job *j, const char *hf_dir, const char *o
     pf.tensors = tensors;
     pf.produce = produce_tensor;
     pf.produce_ctx = j;
-    j->progress = (okv_export_progress){0, n, 0, 0, 0};
+    j->progress = (okv_export_progress){.n_tensors = n};
     for (int t = 0; t < n; t++) j->progress.total_bytes += tensors[t].nbytes;
     j->progress_start = now_seconds();
     okv_status st = okv_program_validate(&pf, err);   /* the loader's rules, before anything is written */
@@ -639,8 +646,9 @@ static void report_carried(const export_job *j) {
 
 /* GGUF: metadata -> the config.json HF would have -> the same model
  * description, graph and writer as an HF directory. */
-static okv_status export_gguf(const char *path, const char *out_path, const okv_export_options *o, okv_error *err) {
-    export_job j = {.opt = o};
+static okv_status export_gguf(const char *path, const char *out_path, const okv_export_options *o, const okv_calib *calib,
+                              okv_error *err) {
+    export_job j = {.opt = o, .calib = calib};
     char *config = NULL;
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_gguf_open(path, &j.gguf, err);
@@ -667,11 +675,9 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
     return st;
 }
 
-okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export_options *o, okv_error *err) {
-    okv_export_options dflt;
-    if (!o) { okv_export_options_default(&dflt); o = &dflt; }
-    if (okv_is_gguf_file(hf_dir)) return export_gguf(hf_dir, out_path, o, err);
-    export_job j = {.opt = o};
+static okv_status export_hf(const char *hf_dir, const char *out_path, const okv_export_options *o, const okv_calib *calib,
+                            okv_error *err) {
+    export_job j = {.opt = o, .calib = calib};
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_check_output_path(out_path, err); /* before the slow part; checked again at the end */
     if (!st) st = okv_hf_load_config(hf_dir, &j.model, err);
@@ -687,6 +693,72 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
     if (!st) st = collect_text_files(&j, hf_dir, err);
     if (!st) st = write_program(&j, hf_dir, out_path, err);
     job_free(&j);
+    return st;
+}
+
+/* ---- calibration ------------------------------------------------------------------ */
+
+static void calib_progress(void *ctx, int64_t done, int64_t total, double seconds) {
+    const okv_export_options *o = ctx;
+    okv_export_progress p = {0};
+    p.calib_tokens_done = done;
+    p.calib_tokens = total;
+    p.seconds = seconds;
+    o->progress(o->progress_ctx, &p);
+}
+
+/* The calibration pass: the same checkpoint exported without quantization
+ * to a temporary program next to the output (removed afterwards), run over
+ * the calibration tokens (okv_calib.c). */
+static okv_status calibrate(const char *src, const char *out_path, const okv_export_options *o, okv_calib *c,
+                            okv_error *err) {
+    if (!o->qlinear && !o->qembedding)
+        return okv_fail(err, OKV_ERR_INVALID, "calibration is only used by --qlinear / --qembedding quantization");
+    if (o->calibration_ctx < 0 || o->calibration_ctx == 1)
+        return okv_fail(err, OKV_ERR_INVALID, "calibration window of %d tokens (want >= 2, 0 = 512)", o->calibration_ctx);
+    if (!o->calibration_file && o->n_calibration_ids <= 0)
+        return okv_fail(err, OKV_ERR_INVALID, "calibration token stream has no tokens");
+    if (o->calibration_file) { /* before the slow float export */
+        FILE *f = fopen(o->calibration_file, "rb");
+        if (!f) return okv_fail(err, OKV_ERR_IO, "calibration file %s: %s", o->calibration_file, strerror(errno));
+        fclose(f);
+    }
+    okv_export_options fo = *o;
+    fo.qlinear = fo.qembedding = 0;
+    fo.calibration_file = NULL;
+    fo.calibration_ids = NULL;
+    fo.n_calibration_ids = 0;
+    fo.notice = NULL;
+    fo.progress = NULL;
+    fo.max_ctx_len = o->calibration_ctx > 0 ? o->calibration_ctx : 512;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.calib-%ld.tmp", out_path, (long)getpid()) >= (int)sizeof tmp)
+        return okv_fail(err, OKV_ERR_INVALID, "output path too long: %s", out_path);
+    notice(&(export_job){.opt = o}, "calibration: running the float model over %s",
+           o->calibration_file ? o->calibration_file : "the calibration tokens");
+    okv_status st = okv_is_gguf_file(src) ? export_gguf(src, tmp, &fo, NULL, err) : export_hf(src, tmp, &fo, NULL, err);
+    if (st) okv_fail_prefix(err, "calibration (float program)");
+    okv_calib_source cs = {o->calibration_file, o->calibration_ids, o->n_calibration_ids, fo.max_ctx_len, 0,
+                           o->progress ? calib_progress : NULL, (void *)o};
+    if (!st) st = okv_calib_collect(tmp, &cs, c, err);
+    unlink(tmp);
+    if (!st)
+        notice(&(export_job){.opt = o}, "calibration: %lld tokens, statistics for %d weight tensors", (long long)c->tokens,
+               c->n);
+    return st;
+}
+
+okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export_options *o, okv_error *err) {
+    okv_export_options dflt;
+    if (!o) { okv_export_options_default(&dflt); o = &dflt; }
+    okv_calib calib = {0};
+    bool calibrated = o->calibration_file || o->calibration_ids || o->n_calibration_ids;
+    okv_status st = check_quant_options(o, err);
+    if (!st && calibrated) st = okv_check_output_path(out_path, err);
+    if (!st && calibrated) st = calibrate(hf_dir, out_path, o, &calib, err);
+    if (!st) st = okv_is_gguf_file(hf_dir) ? export_gguf(hf_dir, out_path, o, calibrated ? &calib : NULL, err)
+                                           : export_hf(hf_dir, out_path, o, calibrated ? &calib : NULL, err);
+    okv_calib_free(&calib);
     return st;
 }
 

@@ -179,32 +179,46 @@ static inline float round_code(float v, int cmin, int cmax) {
 
 /* Squared error of a group under stored f16 d (and m): codes rounded to
  * nearest within [cmin, cmax] (symmetric codes are signed here, c - half);
- * with codes, writes them (+ bias). Eight partial sums so the loop can be
- * vectorised. */
-static double group_sse(const float *w, int n, float d, float m, int cmin, int cmax, uint8_t *codes, int bias) {
+ * with codes, writes them (+ bias). iw: per-element importance (the
+ * activations' E[x^2] of each input channel), NULL = all 1. Eight partial
+ * sums so the loop can be vectorised. */
+static double group_sse(const float *w, const float *iw, int n, float d, float m, int cmin, int cmax, uint8_t *codes,
+                        int bias) {
     float id = d > 0.0f ? 1.0f / d : 0.0f, e8[8] = {0};
-    for (int i = 0; i < n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            float q = round_code((w[i + k] - m) * id, cmin, cmax);
-            float r = w[i + k] - (d * q + m);
-            e8[k] += r * r;
-        }
+    if (iw)
+        for (int i = 0; i < n; i += 8)
+            for (int k = 0; k < 8; k++) {
+                float q = round_code((w[i + k] - m) * id, cmin, cmax);
+                float r = w[i + k] - (d * q + m);
+                e8[k] += iw[i + k] * (r * r);
+            }
+    else
+        for (int i = 0; i < n; i += 8)
+            for (int k = 0; k < 8; k++) {
+                float q = round_code((w[i + k] - m) * id, cmin, cmax);
+                float r = w[i + k] - (d * q + m);
+                e8[k] += r * r;
+            }
     if (codes)
         for (int i = 0; i < n; i++) codes[i] = (uint8_t)(bias + (int)round_code((w[i] - m) * id, cmin, cmax));
     return (double)(((e8[0] + e8[4]) + (e8[1] + e8[5])) + ((e8[2] + e8[6]) + (e8[3] + e8[7])));
 }
 
 /* Least-squares d (and m) for fixed codes q (signed for sym): minimises
- * sum (w - d q - m)^2; false when the codes are all equal. */
-static bool fit_scale(const float *w, int n, float d, float m, int cmin, int cmax, bool asym, float *fd, float *fm) {
+ * sum iw (w - d q - m)^2 (iw NULL = 1); false when the codes are all equal
+ * (or carry no weight). */
+static bool fit_scale(const float *w, const float *iw, int n, float d, float m, int cmin, int cmax, bool asym, float *fd,
+                      float *fm) {
     float id = d > 0.0f ? 1.0f / d : 0.0f;
-    double sq = 0, sqq = 0, sw = 0, sqw = 0;
+    double s1 = 0, sq = 0, sqq = 0, sw = 0, sqw = 0;
     for (int i = 0; i < n; i++) {
         float q = round_code((w[i] - m) * id, cmin, cmax);
-        sq += q;
-        sqq += (double)q * q;
-        sw += w[i];
-        sqw += (double)q * w[i];
+        double a = iw ? iw[i] : 1.0;
+        s1 += a;
+        sq += a * q;
+        sqq += a * q * q;
+        sw += a * w[i];
+        sqw += a * q * w[i];
     }
     if (!asym) {
         if (sqq <= 0) return false;
@@ -212,10 +226,10 @@ static bool fit_scale(const float *w, int n, float d, float m, int cmin, int cma
         *fm = 0.0f;
         return *fd > 0.0f;
     }
-    double det = n * sqq - sq * sq;
+    double det = s1 * sqq - sq * sq;
     if (det <= 0) return false;
-    *fd = (float)((n * sqw - sq * sw) / det);
-    *fm = (float)((sw - *fd * sq) / n);
+    *fd = (float)((s1 * sqw - sq * sw) / det);
+    *fm = (float)((sw - *fd * sq) / s1);
     return *fd > 0.0f;
 }
 
@@ -227,28 +241,33 @@ static bool fit_scale(const float *w, int n, float d, float m, int cmin, int cma
  * better. */
 enum { QS_BELOW = 4, QS_ABOVE4 = 20, QS_ABOVE8 = 8 }; /* the step grid, in units of 0.1 (4 bits) / 0.4 (8 bits) */
 
-static void search_group(const okv_qscheme *s, const float *w, int n, float span, uint16_t *d16, uint16_t *m16) {
+static void search_group(const okv_qscheme *s, const float *w, const float *iw, int n, float span, uint16_t *d16,
+                         uint16_t *m16) {
     const int cmin = s->asym ? 0 : -(1 << (s->bits - 1)), cmax = s->asym ? (1 << s->bits) - 1 : (1 << (s->bits - 1)) - 1;
     const float m0 = s->asym ? okv_f16_to_f32(*m16) : 0.0f, stride = s->bits == 4 ? 0.1f : 0.4f;
-    double best = group_sse(w, n, okv_f16_to_f32(*d16), m0, cmin, cmax, NULL, 0);
+    double best = group_sse(w, iw, n, okv_f16_to_f32(*d16), m0, cmin, cmax, NULL, 0);
     if (best == 0.0 || !(span > 0.0f)) return;
-    for (int i = -QS_BELOW; i <= (s->bits == 4 ? QS_ABOVE4 : QS_ABOVE8); i++) {
-        float dc = span / ((float)cmax + stride * (float)i), fd = dc, fm = m0;
-        /* the step's codes refitted by least squares (as is when they are all equal) */
-        if (!fit_scale(w, n, dc, m0, cmin, cmax, s->asym, &fd, &fm)) fd = dc, fm = m0;
-        uint16_t cd = okv_f32_to_f16(fd), cm = s->asym ? okv_f32_to_f16(fm) : 0;
-        if (!f16_finite(cd) || !f16_finite(cm) || !(okv_f16_to_f32(cd) > 0.0f)) continue;
-        double e = group_sse(w, n, okv_f16_to_f32(cd), s->asym ? okv_f16_to_f32(cm) : 0.0f, cmin, cmax, NULL, 0);
-        if (e < best) {
-            best = e;
-            *d16 = cd;
-            *m16 = cm;
+    for (int i = -QS_BELOW; i <= (s->bits == 4 ? QS_ABOVE4 : QS_ABOVE8); i++)
+        for (int weighted = iw ? 1 : 0; weighted >= 0; weighted--) {
+            /* the step's codes refitted by (weighted) least squares (as is when
+             * they are all equal); with weights, the unweighted refit is a
+             * candidate too, so the weighted search sees every pair the
+             * unweighted one does and is never worse on its own objective */
+            float dc = span / ((float)cmax + stride * (float)i), fd = dc, fm = m0;
+            if (!fit_scale(w, weighted ? iw : NULL, n, dc, m0, cmin, cmax, s->asym, &fd, &fm)) fd = dc, fm = m0;
+            uint16_t cd = okv_f32_to_f16(fd), cm = s->asym ? okv_f32_to_f16(fm) : 0;
+            if (!f16_finite(cd) || !f16_finite(cm) || !(okv_f16_to_f32(cd) > 0.0f)) continue;
+            double e = group_sse(w, iw, n, okv_f16_to_f32(cd), s->asym ? okv_f16_to_f32(cm) : 0.0f, cmin, cmax, NULL, 0);
+            if (e < best) {
+                best = e;
+                *d16 = cd;
+                *m16 = cm;
+            }
         }
-    }
 }
 
 /* One group of n weights -> codes (natural order) and its d (and m). */
-static okv_status quantize_group(const okv_qscheme *s, const float *w, int n, uint8_t *codes, uint16_t *d16,
+static okv_status quantize_group(const okv_qscheme *s, const float *w, const float *iw, int n, uint8_t *codes, uint16_t *d16,
                                  uint16_t *m16, const char *what, int64_t row, int64_t col0, okv_error *err) {
     float lo = w[0], hi = w[0], amax = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -266,8 +285,8 @@ static okv_status quantize_group(const okv_qscheme *s, const float *w, int n, ui
             return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: row %lld group at column %lld: max |w| %g is beyond the f16 scale range",
                             what, (long long)row, (long long)col0, (double)amax);
         uint16_t unused = 0;
-        search_group(s, w, n, amax, d16, &unused);
-        group_sse(w, n, okv_f16_to_f32(*d16), 0.0f, -half, qmax, codes, half);
+        search_group(s, w, iw, n, amax, d16, &unused);
+        group_sse(w, NULL, n, okv_f16_to_f32(*d16), 0.0f, -half, qmax, codes, half);
         return OKV_OK;
     }
     int cmax = (1 << s->bits) - 1;
@@ -277,16 +296,25 @@ static okv_status quantize_group(const okv_qscheme *s, const float *w, int n, ui
     if (!f16_finite(*m16) || !f16_finite(*d16))
         return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: row %lld group at column %lld: range [%g, %g] is beyond f16 scales",
                         what, (long long)row, (long long)col0, (double)lo, (double)hi);
-    search_group(s, w, n, hi - m, d16, m16);
-    group_sse(w, n, okv_f16_to_f32(*d16), okv_f16_to_f32(*m16), 0, cmax, codes, 0);
+    search_group(s, w, iw, n, hi - m, d16, m16);
+    group_sse(w, NULL, n, okv_f16_to_f32(*d16), okv_f16_to_f32(*m16), 0, cmax, codes, 0);
     return OKV_OK;
 }
 
 okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t K, void *dst, const char *what,
                         okv_error *err) {
+    return okv_quantize_weighted(s, W, N, K, NULL, dst, what, err);
+}
+
+okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
+                                 const char *what, okv_error *err) {
     if (!what) what = "tensor";
     okv_status st = okv_qscheme_check(s, N, K, what, err);
     if (st) return st;
+    for (int64_t k = 0; imp && k < K; k++)
+        if (!(imp[k] >= 0.0f) || !isfinite(imp[k]))
+            return okv_fail(err, OKV_ERR_INVALID, "%s: importance of input channel %lld is %g (want finite, >= 0)", what,
+                            (long long)k, (double)imp[k]);
     okv_qview v = okv_quant_view(s, dst, N, K);
     uint8_t codes[256];
     for (int64_t r = 0; r < N; r++) {
@@ -297,7 +325,8 @@ okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t
         for (int g = 0; g < v.groups; g++) {
             int64_t k0 = (int64_t)g * s->group;
             uint16_t m16 = 0;
-            st = quantize_group(s, W + (size_t)r * K + k0, s->group, codes, &drow[g], &m16, what, r, k0, err);
+            st = quantize_group(s, W + (size_t)r * K + k0, imp ? imp + k0 : NULL, s->group, codes, &drow[g], &m16, what,
+                                r, k0, err);
             if (st) return st;
             if (mrow) mrow[g] = m16;
             for (int i = 0; i < s->group; i++) put_code(&v, crow, k0 + i, codes[i]);

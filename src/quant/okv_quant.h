@@ -44,6 +44,14 @@ uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K);
  * naming `what` and the element. */
 okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t K, void *dst, const char *what,
                         okv_error *err);
+/* The same with each input channel k's squared error weighted by imp[k]
+ * >= 0 (the mean square of the activations it multiplies, collected over a
+ * calibration text: the error a linear's outputs see is sum_k E[x_k^2] (w_k -
+ * q_k)^2 when channels are uncorrelated). imp NULL = okv_quantize. The
+ * weighted search keeps the range rule's pair unless a candidate is better on
+ * the weighted error, so it is never worse than round to nearest there. */
+okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
+                                 const char *what, okv_error *err);
 /* Lays out given codes and scales exactly (GGUF blocks carried over without
  * re-quantization): codes[N*K] in [0, 2^bits), d[N*K/group], m[N*K/group]
  * (NULL for symmetric); d and m must be exactly representable in the scale

@@ -214,6 +214,8 @@ struct okv_runner {
     /* batched steps: rows of one sequence gathered for its attention call */
     float *gather_q, *gather_out;   /* [max_T, widest attention q / output] */
     int32_t *gather_pos, *gather_idx; /* [max_T] */
+    void (*matmul_input)(void *ctx, const char *weight, const float *x, int rows, int K); /* okv_runner_options */
+    void *matmul_input_ctx;
 };
 
 void okv_runner_options_default(okv_runner_options *o) { memset(o, 0, sizeof *o); }
@@ -363,6 +365,8 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->max_T = p->pf->layout.prefill_chunk_size;
     r->max_logit_rows = o->max_logit_rows > 0 && o->max_logit_rows < r->max_T ? o->max_logit_rows : r->max_T;
     r->ref_attn = o->reference_attention;
+    r->matmul_input = o->matmul_input;
+    r->matmul_input_ctx = o->matmul_input_ctx;
     r->k = okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
     r->key = okv_strdup(cache_key);
     okv_status st = r->key ? okv_registry_acquire(cache_key, &r->kv, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
@@ -537,6 +541,7 @@ static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float 
     const okv_kernels *k = s->r->k;
     const okv_tensor *t = tensor(s, nd->w[0]);
     int K = width(s, nd->in[0]);
+    if (s->r->matmul_input) s->r->matmul_input(s->r->matmul_input_ctx, t->name, a, rows, K);
     if (t->dtype == OKV_T_Q) k->matmul_q(s->r->tp, out, a, rows, K, t->data, &t->quant, N, tensor_f32(s, nd->w[1]));
     else k->matmul(s->r->tp, out, a, rows, K, t->data, (okv_dtype)t->dtype, N, tensor_f32(s, nd->w[1]));
 }

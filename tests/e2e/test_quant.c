@@ -30,7 +30,19 @@ typedef struct qcase {
     const char *tag;
     int qlinear, qlinear_group, qembedding, qembedding_group;
     double min_cos, min_argmax_share;
+    bool calibrated;   /* activation-aware: calibration_ids = calib_tokens() */
 } qcase;
+
+/* The calibration stream of the fixtures (which have no tokenizer): 384
+ * pseudo-random ids below 256 (every fixture's vocabulary is larger), a
+ * different sequence from the reference tokens the cosines are measured on. */
+enum { N_CALIB = 384 };
+static const int32_t *calib_tokens(void) {
+    static int32_t ids[N_CALIB];
+    uint32_t x = 12345;
+    for (int i = 0; i < N_CALIB; i++) { x = x * 1664525u + 1013904223u; ids[i] = (int32_t)(x >> 24); }
+    return ids;
+}
 
 /* Thresholds. The issue's targets are 8w >= 0.999 (argmax >= 95%) and 4w
  * >= 0.99, but these fixtures are random-weight models built to amplify
@@ -45,14 +57,25 @@ typedef struct qcase {
  * both ways (minimum 0.575 -> 0.525). check_dequant_equivalence shows the
  * runtime adds nothing on top (cosine 1 - 1e-8 against the fp32 program of
  * the dequantized weights), so these floors sit just under the measured
- * values and catch a broken path (a wrong layout or scale gives cosine ~0). */
+ * values and catch a broken path (a wrong layout or scale gives cosine ~0).
+ * The -cal cases weight each channel's error by E[x^2] over calib_tokens()
+ * (export calibration): 4w 0.81-0.94 (unweighted 0.83-0.91: qwen2/qwen3
+ * gain 0.03-0.04, llama32 loses 0.02), 8w 0.99900-0.99974. These i.i.d.
+ * random weights have no structure for activation awareness to find; most
+ * of the 4w loss is layer 0's (one of its linears alone costs 0.97-0.99),
+ * and 1 - cosine grows with the square of the weight error (8w: 0.5% ->
+ * 0.0009, 4w: 8% -> 0.09-0.17), so 0.99 needs ~1.7% rms error per weight:
+ * about 6 bits, beyond what any 4-bit rounding of Gaussian weights
+ * reaches (rate-distortion bound at 4 bits: 6.25%). */
 static const qcase CASES[] = {
-    {"8w", 8, 0, 0, 0, 0.999, 0.925},
-    {"8w-e8", 8, 0, 8, 0, 0.998, 0.925},
-    {"4w", 4, 0, 0, 0, 0.80, 0.5},
-    {"4w-e8", 4, 0, 8, 0, 0.80, 0.5},
-    {"4w-e4", 4, 0, 4, 0, 0.70, 0.4},
-    {"4w-g64", 4, 64, 0, 0, 0.72, 0.4},
+    {"8w", 8, 0, 0, 0, 0.999, 0.925, false},
+    {"8w-e8", 8, 0, 8, 0, 0.998, 0.925, false},
+    {"4w", 4, 0, 0, 0, 0.80, 0.5, false},
+    {"4w-e8", 4, 0, 8, 0, 0.80, 0.5, false},
+    {"4w-e4", 4, 0, 4, 0, 0.70, 0.4, false},
+    {"4w-g64", 4, 64, 0, 0, 0.72, 0.4, false},
+    {"4w-cal", 4, 0, 0, 0, 0.80, 0.5, true},
+    {"8w-cal", 8, 0, 0, 0, 0.9989, 0.925, true},
 };
 
 static okv_status export_q(const char *dir, const char *out, const qcase *c, okv_error *err) {
@@ -63,6 +86,10 @@ static okv_status export_q(const char *dir, const char *out, const qcase *c, okv
     o.qlinear_group = c->qlinear_group;
     o.qembedding = c->qembedding;
     o.qembedding_group = c->qembedding_group;
+    if (c->calibrated) {
+        o.calibration_ids = calib_tokens();
+        o.n_calibration_ids = N_CALIB;
+    }
     return okv_export(dir, out, &o, err);
 }
 
@@ -174,22 +201,22 @@ static void check_fixture_cases(const char *fixture, const qcase *cases, size_t 
 static void test_group_not_dividing(void) {
     okv_error err = {0};
     char *out = e2e_path("g4.q.okv");
-    qcase c = {"4w", 4, 0, 0, 0, 0, 0};
+    qcase c = {"4w", 4, 0, 0, 0, 0, 0, false};
     okv_status st = export_q(FIXTURES "gemma4-tiny", out, &c, &err);
     CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "per_layer_projection") && strstr(err.message, " 16 ") &&
                strstr(err.message, "32"),
            "status %d: %s", st, err.message);
     CHECK(access(out, F_OK) != 0);
     /* qwen2's hidden 96 is not a multiple of 64 */
-    qcase c64 = {"4w", 4, 64, 0, 0, 0, 0};
+    qcase c64 = {"4w", 4, 64, 0, 0, 0, 0, false};
     st = export_q(FIXTURES "qwen2-tiny", out, &c64, &err);
     CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "96") && strstr(err.message, "64") && strstr(err.message, "tensor '"),
            "status %d: %s", st, err.message);
-    qcase bad = {"4w", 5, 0, 0, 0, 0, 0};
+    qcase bad = {"4w", 5, 0, 0, 0, 0, 0, false};
     st = export_q(FIXTURES "llama32-tiny", out, &bad, &err);
     CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "linear-weight quantization: 5 bits is not supported"), "status %d: %s",
            st, err.message);
-    bad = (qcase){"4w", 4, 48, 0, 0, 0, 0};
+    bad = (qcase){"4w", 4, 48, 0, 0, 0, 0, false};
     st = export_q(FIXTURES "llama32-tiny", out, &bad, &err);
     CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "48"), "status %d: %s", st, err.message);
     free(out);
@@ -232,7 +259,7 @@ static void test_nonfinite_weight(void) {
         unlink(path);   /* the symlink to the fixture */
         CHECK_OK(okv_st_write(path, w, n, &err), &err);
         char *out = e2e_path("nan.okv");
-        qcase c = {"8w", 8, 0, 0, 0, 0, 0};
+        qcase c = {"8w", 8, 0, 0, 0, 0, 0, false};
         okv_status st = export_q(dir, out, &c, &err);
         CHECKF(st != OKV_OK && strstr(err.message, "layers.1.mlp.up_proj.weight"), "value %d: status %d: %s", v, st, err.message);
         CHECK(access(out, F_OK) != 0);
@@ -333,7 +360,7 @@ int main(void) {
     for (size_t f = 0; f < sizeof FIXTURE_NAMES / sizeof FIXTURE_NAMES[0]; f++) check_fixture(FIXTURE_NAMES[f]);
     /* Gemma-4: no --qlinear (K = 16 below), but both embedding tables (the
      * token one, also the tied head, and the per-layer one [512, 10 x 16]) */
-    static const qcase G4[] = {{"e8", 0, 0, 8, 0, G4_E8_COS, 0.9}, {"e4", 0, 0, 4, 0, G4_E4_COS, 0.15}};
+    static const qcase G4[] = {{"e8", 0, 0, 8, 0, G4_E8_COS, 0.9, false}, {"e4", 0, 0, 4, 0, G4_E4_COS, 0.15, false}};
     check_fixture_cases("gemma4-tiny", G4, 2);
     check_fixture_cases("gemma4-tiny-nested", G4, 1);
     check_dequant_equivalence("gemma4-tiny", &G4[1]);

@@ -290,7 +290,78 @@ static void test_checks(void) {
     CHECK(okv_quant_bytes(&s, 1, 33) == UINT64_MAX);
 }
 
+/* Weighted squared error sum_k imp[k] (w - q)^2 of each group of W against
+ * its dequantized rows, computed here in double. */
+static void weighted_group_errors(const okv_qscheme *s, const float *W, int N, int K, const float *imp, const void *q,
+                                  double *per_group) {
+    float *row = malloc(sizeof(float) * K);
+    for (int r = 0; r < N; r++) {
+        okv_dequant_row(s, q, N, K, r, row);
+        for (int g = 0; g < K / s->group; g++) {
+            double e = 0;
+            for (int i = 0; i < s->group; i++) {
+                int k = g * s->group + i;
+                double d = (double)row[k] - W[(size_t)r * K + k];
+                e += imp[k] * d * d;
+            }
+            per_group[(size_t)r * (K / s->group) + g] = e;
+        }
+    }
+    free(row);
+}
+
+/* okv_quantize_weighted: per group never worse than okv_quantize on the
+ * weighted objective (both judged here from the dequantized rows), clearly
+ * better in total when the importances are skewed (log-uniform over 1e-3 ..
+ * 1e3, like the activations' E[x^2] of a real model's channels), the same
+ * bytes as okv_quantize when every weight is 1, and a negative or NaN
+ * importance an error naming the tensor and channel. */
+static void test_weighted(void) {
+    const int N = 24, K = 256;
+    float *W = malloc(sizeof(float) * N * K), *imp = malloc(sizeof(float) * K), *ones = malloc(sizeof(float) * K);
+    for (int i = 0; i < N * K; i++) W[i] = (frand() + frand() + frand()) * 0.02f;
+    for (int k = 0; k < K; k++) { imp[k] = powf(10.0f, 3.0f * frand()); ones[k] = 1.0f; }
+    static const okv_qscheme schemes[] = {{4, 32, true, OKV_F16}, {8, 32, false, OKV_F16}, {4, 128, true, OKV_F16},
+                                          {4, 32, false, OKV_F16}};
+    for (size_t c = 0; c < sizeof schemes / sizeof *schemes; c++) {
+        const okv_qscheme *s = &schemes[c];
+        uint64_t bytes = okv_quant_bytes(s, N, K);
+        void *qu = malloc(bytes), *qw = malloc(bytes), *q1 = malloc(bytes);
+        okv_error err = {0};
+        CHECK_OK(okv_quantize(s, W, N, K, qu, "w", &err), &err);
+        CHECK_OK(okv_quantize_weighted(s, W, N, K, imp, qw, "w", &err), &err);
+        CHECK_OK(okv_quantize_weighted(s, W, N, K, ones, q1, "w", &err), &err);
+        CHECKF(!memcmp(qu, q1, bytes), "q%d g%d: all-ones importance differs from unweighted", s->bits, s->group);
+        int G = N * (K / s->group), worse = 0;
+        double *eu = malloc(sizeof(double) * G), *ew = malloc(sizeof(double) * G), tu = 0, tw = 0;
+        weighted_group_errors(s, W, N, K, imp, qu, eu);
+        weighted_group_errors(s, W, N, K, imp, qw, ew);
+        for (int g = 0; g < G; g++) {
+            worse += ew[g] > eu[g] * (1 + 1e-5) + 1e-30;
+            tu += eu[g];
+            tw += ew[g];
+        }
+        printf("q%d g%d %s: weighted error %.4g -> %.4g (x%.3f), %d/%d groups worse\n", s->bits, s->group,
+               s->asym ? "asym" : "sym", tu, tw, tw / tu, worse, G);
+        CHECKF(worse == 0, "q%d g%d: %d groups worse on the weighted objective", s->bits, s->group, worse);
+        CHECKF(tw < 0.9 * tu, "q%d g%d: weighting gained only x%.3f", s->bits, s->group, tw / tu);
+        free(eu); free(ew); free(qu); free(qw); free(q1);
+    }
+    okv_qscheme s4 = {4, 32, true, OKV_F16};
+    void *q = malloc(okv_quant_bytes(&s4, N, K));
+    okv_error err = {0};
+    imp[77] = -1.0f;
+    okv_status st = okv_quantize_weighted(&s4, W, N, K, imp, q, "blk.3.w", &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "blk.3.w") && strstr(err.message, "77") && !strchr(err.message, '\n'),
+           "status %d: %s", st, err.message);
+    imp[77] = NAN;
+    st = okv_quantize_weighted(&s4, W, N, K, imp, q, "blk.3.w", &err);
+    CHECKF(st == OKV_ERR_INVALID && strstr(err.message, "77"), "status %d: %s", st, err.message);
+    free(q); free(W); free(imp); free(ones);
+}
+
 int main(void) {
+    test_weighted();
     test_checks();
     test_round_trips();
     test_edge_groups();

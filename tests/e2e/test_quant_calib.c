@@ -1,0 +1,148 @@
+/* The calibration pass of activation-aware quantization (okv_calib.c, export
+ * --calibration): its statistics against an independent computation, and
+ * its input errors.
+ *  - llama32-tiny (fp32): layer 0's q/k/v projections multiply
+ *    RMSNorm(embedding[id]) * input_layernorm.weight, computed here from the
+ *    safetensors in double; the collected sum of x^2 per channel matches it
+ *    (and q, k and v carry identical sums), over windows that each begin with
+ *    BOS, with the row count = tokens + one BOS per window.
+ *  - Every linear of every layer has statistics; the LM head has none (the
+ *    pass asks for no logits).
+ *  - Bad calibration input is a one-line export error naming the file or
+ *    token, and no program is left: missing file, empty file, a text with no
+ *    tokenizer to read it, a token outside the vocabulary, calibration
+ *    without quantization. */
+#include "e2e_util.h"
+
+#include "okv_calib.h"
+#include "okv_safetensors.h"
+
+#define LLAMA FIXTURES "llama32-tiny"
+
+static const float *st_f32(okv_st_set *set, const char *name, int64_t n, float *dst) {
+    for (int i = 0; i < okv_st_count(set); i++) {
+        const okv_st_tensor *t = okv_st_get(set, i);
+        if (strcmp(t->name, name)) continue;
+        okv_convert(dst, OKV_F32, t->data, t->dtype, (size_t)n);
+        return dst;
+    }
+    CHECKF(0, "no tensor %s", name);
+    return NULL;
+}
+
+static void test_stats_match(void) {
+    char *prog = e2e_export(LLAMA, "calib-base.okv", OKV_F32, 0);
+    if (!prog) return;
+    enum { H = 64, V = 512, BOS = 256, CTX = 16, NT = 40 };
+    int32_t ids[NT];
+    for (int i = 0; i < NT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    okv_calib c = {0};
+    okv_calib_source src = {.ids = ids, .n_ids = NT, .ctx = CTX, .n_threads = 2};
+    okv_error err = {0};
+    CHECK_OK(okv_calib_collect(prog, &src, &c, &err), &err);
+    /* independent: windows of CTX - 1 tokens after a BOS */
+    okv_st_set *set = NULL;
+    CHECK_OK(okv_st_open_dir(LLAMA, &set, &err), &err);
+    float *emb = malloc(sizeof(float) * V * H), ln[H];
+    double want[H] = {0};
+    int64_t rows = 0;
+    if (set && st_f32(set, "model.embed_tokens.weight", (int64_t)V * H, emb) &&
+        st_f32(set, "model.layers.0.input_layernorm.weight", H, ln)) {
+        for (int at = 0; at < NT; at += CTX - 1)
+            for (int j = -1; j < CTX - 1 && at + j < NT; j++) {
+                const float *e = emb + (size_t)(j < 0 ? BOS : ids[at + j]) * H;
+                double ms = 0;
+                for (int k = 0; k < H; k++) ms += (double)e[k] * e[k];
+                double inv = 1.0 / sqrt(ms / H + 1e-5);
+                for (int k = 0; k < H; k++) {
+                    double x = e[k] * inv * ln[k];
+                    want[k] += x * x;
+                }
+                rows++;
+            }
+    }
+    CHECKF(rows == NT + 3 && c.tokens == rows, "rows %lld, tokens %lld", (long long)rows, (long long)c.tokens);
+    const char *qkv[3] = {"layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
+                          "layers.0.self_attn.v_proj.weight"};
+    const okv_calib_stat *q = NULL;
+    for (int i = 0; i < c.n; i++)
+        if (strstr(c.stats[i].name, qkv[0])) q = &c.stats[i];
+    CHECKF(q != NULL, "no statistics for %s (%d tensors)", qkv[0], c.n);
+    if (q) {
+        double worst = 0;
+        for (int k = 0; k < H; k++) {
+            double rel = fabs(q->sum_x2[k] - want[k]) / want[k];
+            worst = rel > worst ? rel : worst;
+        }
+        printf("layer 0 q_proj: %lld rows, max relative difference of sum x^2 %.3g\n", (long long)q->rows, worst);
+        CHECKF(q->K == H && q->rows == rows && worst < 1e-5, "K %d rows %lld worst %.3g", q->K, (long long)q->rows, worst);
+        for (int i = 1; i < 3; i++) {
+            const okv_calib_stat *o = NULL;
+            for (int s = 0; s < c.n; s++)
+                if (strstr(c.stats[s].name, qkv[i])) o = &c.stats[s];
+            CHECKF(o && o->K == H && !memcmp(o->sum_x2, q->sum_x2, sizeof(double) * H), "%s differs from q_proj", qkv[i]);
+        }
+        float imp[H];
+        CHECK(okv_calib_importance(&c, q->name, H, imp));
+        CHECK(fabsf(imp[5] - (float)(want[5] / rows)) < 1e-3f * imp[5]);
+        CHECK(!okv_calib_importance(&c, q->name, H + 1, imp));
+    }
+    /* 4 layers x 7 linears, no head */
+    int head = 0;
+    for (int i = 0; i < c.n; i++) head += strstr(c.stats[i].name, "embed") || strstr(c.stats[i].name, "lm_head");
+    CHECKF(c.n == 28 && head == 0, "%d tensors with statistics, %d of them the head", c.n, head);
+    okv_calib_free(&c);
+    okv_st_free(set);
+    free(emb);
+    free(prog);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+static void expect_error(const char *dir, okv_export_options *o, const char *want1, const char *want2) {
+    char *out = e2e_path("calib-bad.okv");
+    okv_error err = {0};
+    okv_status st = okv_export(dir, out, o, &err);
+    printf("expected error: %s\n", err.message);
+    CHECKF(st != OKV_OK && strstr(err.message, want1) && (!want2 || strstr(err.message, want2)) &&
+               !strchr(err.message, '\n'),
+           "status %d: '%s' (want '%s')", st, err.message, want1);
+    CHECK(access(out, F_OK) != 0);
+    free(out);
+}
+
+static void test_bad_input(void) {
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.qlinear = 4;
+    char *missing = e2e_path("no-such-calibration.txt"), *empty = e2e_path("empty.txt"), *text = e2e_path("text.txt");
+    write_text(empty, "");
+    write_text(text, "Some calibration text.\n");
+    o.calibration_file = missing;
+    expect_error(LLAMA, &o, "no-such-calibration.txt", "No such file");
+    o.calibration_file = empty;
+    expect_error(LLAMA, &o, "empty.txt", "is empty");
+    o.calibration_file = text;   /* the fixture has no tokenizer.json */
+    expect_error(LLAMA, &o, "text.txt", "tokenizer");
+    o.calibration_file = NULL;
+    int32_t ids[4] = {1, 2, 999, 3};
+    o.calibration_ids = ids;
+    o.n_calibration_ids = 4;
+    expect_error(LLAMA, &o, "calibration token 2", "999");
+    o.qlinear = 0;
+    ids[2] = 5;
+    expect_error(LLAMA, &o, "calibration is only used by", NULL);
+    free(missing);
+    free(empty);
+    free(text);
+}
+
+int main(void) {
+    test_stats_match();
+    test_bad_input();
+    e2e_cleanup();
+    return okv_test_finish();
+}
