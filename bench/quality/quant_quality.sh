@@ -8,7 +8,9 @@
 # Q4_1 matrices = our q4 g32 asym exactly, so that variant is lossless there).
 #   bench/quality/quant_quality.sh [WORKDIR] [MODEL...]   (models: smollm2 gemma3; default both)
 # Env: TEXT (default /usr/share/common-licenses/GPL-3), TEXT_BYTES (cut the
-# text to this many bytes; default all), VARIANTS (names below), CTX (512).
+# text to this many bytes; default all), VARIANTS (names below), CTX (512),
+# CALIB (the calibration text of the *-cal variants; default Apache-2.0,
+# which must differ from TEXT).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-build/quant-quality}
@@ -16,7 +18,8 @@ shift || true
 models=${*:-smollm2 gemma3}
 text=${TEXT:-/usr/share/common-licenses/GPL-3}
 ctx=${CTX:-512}
-variants=${VARIANTS:-bf16 8w 8w-e8 4w 4w-e8 4w-e4 4w-g64-e8 4w-g128-e8}
+variants=${VARIANTS:-bf16 8w 8w-e8 4w 4w-e8 4w-e4 4w-g64-e8 4w-g128-e8 8w-e8-cal 4w-e8-cal 4w-e4-cal 4w-g64-e8-cal}
+calib=${CALIB:-/usr/share/common-licenses/Apache-2.0}
 cache=${OKV_MODEL_CACHE:-/root/.cache/offkv/models}
 cmake --build build -j2 --target offkv >/dev/null
 mkdir -p "$work"
@@ -31,6 +34,7 @@ flags_of() {
     4w-e4) echo "--dtype fp32 --qlinear 4w --qembedding 4w" ;;
     4w-g64-e8) echo "--dtype fp32 --qlinear 4w --qlinear-group-size 64 --qembedding 8w" ;;
     4w-g128-e8) echo "--dtype fp32 --qlinear 4w --qlinear-group-size 128 --qembedding 8w" ;;
+    *-cal) echo "$(flags_of "${1%-cal}") --calibration $calib" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
