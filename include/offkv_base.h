@@ -36,11 +36,20 @@ typedef enum okv_dtype {
     OKV_F16 = 1,
     OKV_BF16 = 2
 } okv_dtype;
+/* KV cache storage only, never a tensor dtype: blocks of 32 int8 codes + one
+ * f32 scale (src/common/okv_kvq8.h). Outside the enum's list on purpose, so
+ * the tensor-dtype switches elsewhere need no q8 case. */
+#define OKV_Q8 ((okv_dtype)3)
 
 const char *okv_status_name(okv_status s);
 const char *okv_dtype_name(okv_dtype d);
-/* Parses "f32"/"fp32"/"float32", "f16"/"fp16"/"float16", "bf16"/"bfloat16". */
+/* Parses "f32"/"fp32"/"float32", "f16"/"fp16"/"float16", "bf16"/"bfloat16"
+ * (never "q8": tensor dtypes only; okv_kv_dtype_parse adds it). */
 int okv_dtype_parse(const char *s, okv_dtype *out);
+/* okv_dtype_parse plus "q8": a KV cache storage dtype. */
+int okv_kv_dtype_parse(const char *s, okv_dtype *out);
+/* Bytes per element; q8: 1 (the codes; storage sizes with their scales come
+ * from okv_kv_row_bytes). */
 size_t okv_dtype_size(okv_dtype d);
 
 /* Reads a whole regular file into a NUL-terminated heap buffer (free() it);

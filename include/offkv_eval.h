@@ -23,6 +23,8 @@ typedef struct okv_eval_options {
     int bos_id;                 /* >= 0: the first token of each window becomes this id; -1: tokens as given */
     okv_runner_options runner;  /* threads, kernels (max_logit_rows is set by the evaluator) */
     okv_cache_options cache;    /* storage dtype etc. (capacity is set to ctx) */
+    const okv_cache_options *base_cache; /* the base side's, NULL = cache; with base = the
+                                    program itself this measures a KV storage dtype */
     /* Called after each window (may be NULL). */
     void (*progress)(void *ctx, int window, int n_windows);
     void *progress_ctx;

@@ -1,7 +1,11 @@
 /* okv_cache_kv.c — the byte layer: a kv set is one K pool and one V pool per
  * cache of a layout, all sharing one sequence controller.
  *
- * Pools are [slots_alloc, kv_heads, head_dim] elements of the storage dtype.
+ * Pools are [slots_alloc, kv_heads, head_dim] elements of the storage dtype
+ * (q8: each (slot, head) row is head_dim / 32 blocks of 32 int8 codes + an
+ * f32 scale, okv_kvq8.h; quantized by the write half of attention, so a
+ * slot's bytes depend on that slot's row only and ring, cell and rewind
+ * logic stays byte-agnostic).
  * Rings are allocated once at their full size (min(window + max_write - 1,
  * capacity) slots); flat pools start at initial_capacity slots and double (capped at
  * the capacity) when a step needs more. A step is a transaction:
@@ -14,15 +18,19 @@
 
 #include "okv_cache.h"
 #include "okv_common.h"
+#include "okv_kvq8.h"
 
 void okv_kv_options_default(okv_kv_options *o) {
     memset(o, 0, sizeof *o);
     o->storage_dtype = OKV_F32;
 }
 
-/* Bytes of one slot (one position) of one pool: kv_heads * head_dim elements. */
+/* Bytes of one slot (one position) of one pool: kv_heads * head_dim
+ * elements in the storage dtype, or 0 if that does not fit in size_t. */
 static size_t slot_bytes(const okv_cache *c) {
-    return (size_t)c->kv_heads * (size_t)c->head_dim * okv_dtype_size(c->dtype);
+    size_t n, b;
+    if (__builtin_mul_overflow((size_t)c->kv_heads, (size_t)c->head_dim, &n)) return 0;
+    return okv_kv_bytes_checked(c->dtype, n, &b) ? b : 0;
 }
 
 /* Bytes of one pool of `slots` slots, or 0 if that does not fit in size_t. */
@@ -48,8 +56,14 @@ static okv_status copy_layout(okv_layout *dst, const okv_layout *src, okv_error 
 }
 
 static okv_status check_options(const okv_layout *l, const okv_kv_options *o, okv_error *err) {
-    if (o->storage_dtype != OKV_F32 && o->storage_dtype != OKV_F16 && o->storage_dtype != OKV_BF16)
+    if (o->storage_dtype != OKV_F32 && o->storage_dtype != OKV_F16 && o->storage_dtype != OKV_BF16 &&
+        o->storage_dtype != OKV_Q8)
         return okv_fail(err, OKV_ERR_INVALID, "kv options: unknown storage dtype %d", (int)o->storage_dtype);
+    for (int c = 0; o->storage_dtype == OKV_Q8 && c < l->n_caches; c++)
+        if (l->head_dims[c] % OKV_Q8_BLOCK != 0)
+            return okv_fail(err, OKV_ERR_UNSUPPORTED,
+                            "kv options: q8 storage needs head_dim a multiple of %d, cache %d has head_dim %d",
+                            OKV_Q8_BLOCK, c, l->head_dims[c]);
     if (o->max_capacity < 0 || o->max_capacity > l->max_ctx_len)
         return okv_fail(err, OKV_ERR_INVALID, "kv options: max_capacity %d outside [0, max_ctx_len %d]",
                         o->max_capacity, l->max_ctx_len);

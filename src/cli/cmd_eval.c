@@ -40,6 +40,8 @@ int okv_cli_perplexity(int argc, char **argv) {
     const char *path = NULL, *file = NULL, *base_path = NULL, *tok_path = NULL;
     okv_eval_options eo;
     okv_eval_options_default(&eo);
+    okv_dtype base_kv = OKV_F32;
+    bool base_kv_set = false;
     for (int i = 1; i < argc; i++) {
         int r = okv_cli_run_opt(argc, argv, &i, &ro);
         if (r < 0) return 2;
@@ -47,6 +49,11 @@ int okv_cli_perplexity(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--file") && v) { file = v; i++; }
         else if (!strcmp(a, "--kl-base") && v) { base_path = v; i++; }
+        else if (!strcmp(a, "--kl-base-kv-storage-dtype") && v) {
+            if (okv_kv_dtype_parse(v, &base_kv)) return okv_cli_usage_error("--kl-base-kv-storage-dtype: '%s' is not f32, f16, bf16 or q8", v);
+            base_kv_set = true;
+            i++;
+        }
         else if (!strcmp(a, "--tokenizer") && v) { tok_path = v; i++; }
         else if (!strcmp(a, "--ctx") && v) {
             if (!okv_cli_parse_int(v, 4, 1 << 24, &eo.ctx)) return okv_cli_usage_error("--ctx: '%s' must be an integer >= 4", v);
@@ -60,6 +67,9 @@ int okv_cli_perplexity(int argc, char **argv) {
     okv_program *p = NULL, *base = NULL;
     if (okv_program_open(path, &p, &err)) return okv_cli_die(&err);
     if (base_path && okv_program_open(base_path, &base, &err)) { okv_program_free(p); return okv_cli_die(&err); }
+    /* --kl-base-kv-storage-dtype alone: the base is the program itself with
+     * that KV storage (what a KV dtype costs, same weights) */
+    const okv_program *base_run = base ? base : base_kv_set ? p : NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = tokenize_file(p, path, tok_path, file, &ids, &n);
@@ -68,14 +78,17 @@ int okv_cli_perplexity(int argc, char **argv) {
     eo.bos_id = info.bos_id;
     eo.runner = ro.runner;
     eo.cache = ro.cache;
+    okv_cache_options base_cache = ro.cache;
+    base_cache.storage_dtype = base_kv;
+    if (base_kv_set) eo.base_cache = &base_cache;
     eo.progress = eval_progress;
     okv_eval_result res;
     if (!rc && n > (size_t)INT32_MAX) rc = okv_cli_usage_error("%s: too many tokens", file);
-    if (!rc && okv_eval_perplexity(p, base, ids, (int)n, &eo, &res, &err)) rc = okv_cli_die(&err);
+    if (!rc && okv_eval_perplexity(p, base_run, ids, (int)n, &eo, &res, &err)) rc = okv_cli_die(&err);
     if (!rc) {
         printf("perplexity %.4f over %lld positions (%d windows of %d tokens, %zu tokens in %s)\n", res.ppl,
                (long long)res.n_scored, res.n_windows, eo.ctx, n, file);
-        if (base)
+        if (base_run)
             printf("base perplexity %.4f | KL(base || program) mean %.6f max %.4f nats | top-1 agreement %.2f%%\n",
                    res.base_ppl, res.kl, res.kl_max, 100.0 * res.top1);
     }

@@ -15,7 +15,7 @@
 
 #define CACHE_OPTS                                                                                            \
     "cache and runner options:\n"                                                                             \
-    "  --kv-storage-dtype f32|f16|bf16   KV cache element type (default f32)\n"                               \
+    "  --kv-storage-dtype f32|f16|bf16|q8  KV cache element type (default f32; q8: 32 int8 + a scale)\n"     \
     "  --kv-max-capacity N               most tokens the caches hold (default: the program's max_ctx_len)\n"  \
     "  --kv-initial-capacity N           first allocation; caches double as they fill\n"                       \
     "  --kv-windows W[,W...]             sliding window per cache, repeating (0 = full history)\n"            \
@@ -73,10 +73,13 @@ static const help_page PAGES[] = {
      "  --max-new-tokens N                default 32; stops early at an EOS id\n"
      "\n" CACHE_OPTS},
     {"perplexity",
-     "usage: offkv perplexity PROGRAM.okv --file TEXT [--ctx N] [--kl-base BASE.okv] [--tokenizer FILE] [cache options]\n"
+     "usage: offkv perplexity PROGRAM.okv --file TEXT [--ctx N] [--kl-base BASE.okv] [--kl-base-kv-storage-dtype DT]\n"
+     "       [--tokenizer FILE] [cache options]\n"
      "\n"
      "Perplexity of a text file in windows of --ctx tokens (default 512); with --kl-base also the KL\n"
-     "divergence from, and top-1 agreement with, another program of the same model.\n"
+     "divergence from, and top-1 agreement with, another program of the same model. With\n"
+     "--kl-base-kv-storage-dtype the base runs with that KV storage (alone: the base is the program\n"
+     "itself), e.g. --kv-storage-dtype q8 --kl-base-kv-storage-dtype f32 measures what q8 KV costs.\n"
      "\n" CACHE_OPTS},
     {"run",
      "usage: offkv run PROGRAM.okv --prompt TEXT [options]\n"

@@ -87,7 +87,7 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     if (!has_val) return -okv_cli_usage_error("%s needs a value", a);
     (*i)++;
     if (!strcmp(a, "--kv-storage-dtype")) {
-        if (okv_dtype_parse(v, &o->cache.storage_dtype)) return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not f32, f16 or bf16", v);
+        if (okv_kv_dtype_parse(v, &o->cache.storage_dtype)) return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not f32, f16, bf16 or q8", v);
     } else if (!strcmp(a, "--kv-max-capacity")) {
         if (!okv_cli_parse_int(v, 1, 1 << 30, &o->cache.max_capacity)) return -okv_cli_usage_error("--kv-max-capacity: '%s' must be a positive integer", v);
     } else if (!strcmp(a, "--kv-initial-capacity")) {
@@ -462,7 +462,7 @@ static int usage(void) {
     fprintf(stderr, "usage: offkv COMMAND ...\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(stderr, "  offkv %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
-    fprintf(stderr, "cache options: --kv-storage-dtype f32|f16|bf16 --kv-max-capacity N --kv-initial-capacity N\n"
+    fprintf(stderr, "cache options: --kv-storage-dtype f32|f16|bf16|q8 --kv-max-capacity N --kv-initial-capacity N\n"
                     "               --kv-windows W[,W...] (0 = flat) --threads N --reference-attention\n");
     return 2;
 }

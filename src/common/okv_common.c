@@ -27,6 +27,7 @@ const char *okv_status_name(okv_status s) {
 }
 
 const char *okv_dtype_name(okv_dtype d) {
+    if (d == OKV_Q8) return "q8";
     switch (d) {
     case OKV_F32: return "f32";
     case OKV_F16: return "f16";
@@ -43,7 +44,12 @@ int okv_dtype_parse(const char *s, okv_dtype *out) {
     return -1;
 }
 
-size_t okv_dtype_size(okv_dtype d) { return d == OKV_F32 ? 4 : 2; }
+int okv_kv_dtype_parse(const char *s, okv_dtype *out) {
+    if (s && !strcmp(s, "q8")) { *out = OKV_Q8; return 0; }
+    return okv_dtype_parse(s, out);
+}
+
+size_t okv_dtype_size(okv_dtype d) { return d == OKV_F32 ? 4 : d == OKV_Q8 ? 1 : 2; }
 
 okv_status okv_fail(okv_error *err, okv_status status, const char *fmt, ...) {
     if (err) {
@@ -336,6 +342,7 @@ static inline void store_elem(unsigned char *dst, okv_dtype dt, size_t i, float 
     for (size_t i = 0; i < n; i++) store_elem(d, DD, i, load_elem(s, SD, i))
 
 void okv_convert(void *dst, okv_dtype dst_dt, const void *src, okv_dtype src_dt, size_t n) {
+    if (dst_dt > OKV_BF16 || src_dt > OKV_BF16) return; /* q8 is a block format: okv_kvq8.h */
     if (dst_dt == src_dt) { memcpy(dst, src, n * okv_dtype_size(dst_dt)); return; }
     unsigned char *d = dst;
     const unsigned char *s = src;

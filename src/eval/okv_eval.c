@@ -32,11 +32,11 @@ typedef struct eval_side {
 } eval_side;
 
 static okv_status side_open(eval_side *s, const okv_program *p, const char *tag, int chunk, const okv_eval_options *o,
-                            okv_error *err) {
+                            const okv_cache_options *cache, okv_error *err) {
     s->p = p;
     okv_program_get_info(p, &s->info);
     snprintf(s->key, sizeof s->key, "okv-eval-%s-%p", tag, (void *)s);
-    okv_cache_options co = o->cache;
+    okv_cache_options co = *cache;
     co.max_capacity = o->ctx > s->info.prefill_chunk_size ? o->ctx : s->info.prefill_chunk_size;
     co.initial_capacity = co.max_capacity;
     okv_runner_options ro = o->runner;
@@ -150,8 +150,8 @@ okv_status okv_eval_perplexity(const okv_program *p, const okv_program *base, co
     if (base && bi.prefill_chunk_size < chunk) chunk = bi.prefill_chunk_size;
     eval_side sides[2] = {0};
     int n_sides = base ? 2 : 1;
-    st = side_open(&sides[0], p, "p", chunk, o, err);
-    if (!st && base) st = side_open(&sides[1], base, "b", chunk, o, err);
+    st = side_open(&sides[0], p, "p", chunk, o, &o->cache, err);
+    if (!st && base) st = side_open(&sides[1], base, "b", chunk, o, o->base_cache ? o->base_cache : &o->cache, err);
     int32_t *win = st ? NULL : malloc(sizeof(int32_t) * (size_t)o->ctx);
     if (!st && !win) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     eval_acc a = {0};

@@ -65,7 +65,7 @@ static int runs_total(const okv_run *runs, int n_runs) {
 void okv_attend_reference(const okv_attn_args *a) {
     const int D = a->kv.head_dim, Hkv = a->kv.kv_heads, G = a->n_heads / Hkv;
     const int n_keys = runs_total(a->runs, a->n_runs);
-    const size_t row = (size_t)Hkv * D, esz = okv_dtype_size(a->kv.dtype);
+    const size_t row = (size_t)Hkv * D;
     float *kf = malloc(((size_t)n_keys * row + 1) * sizeof *kf);
     float *vf = malloc(((size_t)n_keys * row + 1) * sizeof *vf);
     int32_t *kpos = malloc(((size_t)n_keys + 1) * sizeof *kpos), *kslot = malloc(((size_t)n_keys + 1) * sizeof *kslot);
@@ -81,8 +81,9 @@ void okv_attend_reference(const okv_attn_args *a) {
         for (int i = 0; i < a->runs[r].n; i++, j++) {
             size_t slot = (size_t)(a->runs[r].slot + i);
             for (size_t e = 0; e < row; e++) {
-                kf[j * row + e] = okv_k_load((const char *)a->kv.k + slot * row * esz, a->kv.dtype, e);
-                vf[j * row + e] = okv_k_load((const char *)a->kv.v + slot * row * esz, a->kv.dtype, e);
+                size_t at = okv_kv_row_bytes(a->kv.dtype, slot * row);
+                kf[j * row + e] = okv_k_load((const char *)a->kv.k + at, a->kv.dtype, e);
+                vf[j * row + e] = okv_k_load((const char *)a->kv.v + at, a->kv.dtype, e);
             }
             kpos[j] = a->runs[r].pos + i;
             kslot[j] = a->runs[r].slot + i;
@@ -207,7 +208,6 @@ typedef struct attn_job {
     const okv_attn_args *a;
     const okv_attn_ops *ops;
     attn_shape s;
-    size_t esz;
     int n_keys, n_splits, split_len;
     int32_t *qlo, *qhi; /* [T] visible logical key range of each query row */
     float *scratch;     /* [threads][thread_floats] */
@@ -323,7 +323,8 @@ static void attn_task(void *ctx, int task, int thread) {
     if (L < k0) L = k0;
     if (H > k1) H = k1;
 
-    const size_t ld = (size_t)s->Hkv * D, esz = j->esz; /* elements between consecutive keys' rows */
+    const size_t ld = (size_t)s->Hkv * D; /* elements between consecutive keys' rows */
+    const okv_dtype dt = a->kv.dtype;
     key_cursor cur = {0, 0};
     for (int32_t kb = L; kb < H;) {
         int32_t run_end, slot = cursor_slot(a, &cur, kb, &run_end);
@@ -334,13 +335,13 @@ static void attn_task(void *ctx, int task, int thread) {
             continue;
         }
         size_t off = ((size_t)slot * s->Hkv + h0) * D;
-        const char *K = (const char *)a->kv.k + off * esz, *V = (const char *)a->kv.v + off * esz;
+        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(dt, off), *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, off);
         if (HG == s->Hkv) {
             /* all kv heads: the next block (if in this run) is one contiguous
              * span of each pool; ask for it while this one is computed
              * (measured ~1.5x at 32k keys, where the cache is read from DRAM) */
             int32_t next = kb + nb, end = H < run_end ? H : run_end;
-            size_t row_bytes = ld * esz, bytes = (size_t)(end - next < KB ? end - next : KB) * row_bytes;
+            size_t row_bytes = okv_kv_row_bytes(dt, ld), bytes = (size_t)(end - next < KB ? end - next : KB) * row_bytes;
             const char *nk = K + nb * row_bytes, *nv = V + nb * row_bytes;
             for (size_t b = 0; next < end && b < bytes; b += 64) {
                 __builtin_prefetch(nk + b);
@@ -349,7 +350,7 @@ static void attn_task(void *ctx, int task, int thread) {
         }
         bool full = !a->vis && maxlo <= kb && kb + nb <= minhi;
         for (int hh = 0; hh < HG; hh++) {
-            size_t head = (size_t)hh * D * esz;
+            size_t head = okv_kv_row_bytes(dt, (size_t)hh * D);
             j->ops->scores(S, QT + (size_t)hh * D * Rp, Rp, K + head, a->kv.dtype, ld, nb, D, stage);
             if (!full) mask_block(j, S, kb, nb, slot, R, vlo, vhi, t0);
             j->ops->softmax(S, nb, Rp, m + hh * Rp, l + hh * Rp, c + hh * Rp);
@@ -402,9 +403,8 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     if (a->T <= 0) return;
     attn_job j = {0};
     j.a = a;
-    j.ops = ops;
+    j.ops = a->kv.dtype == OKV_Q8 ? okv_attn_ops_q8_for(ops) : ops; /* q8 pools: okv_attend_q8.c */
     j.s = shape_of(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim);
-    j.esz = okv_dtype_size(a->kv.dtype);
     j.n_keys = runs_total(a->runs, a->n_runs);
     int n_threads = okv_threadpool_size(tp);
     j.n_splits = splits_for(&j.s, j.n_keys, n_threads);

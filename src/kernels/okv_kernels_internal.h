@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "okv_kernels.h"
+#include "okv_kvq8.h"
 
 /* Scalar bf16 -> f32 (exact) for inner loops; f16 goes through okv_common. */
 static inline float okv_k_bf16(uint16_t b) {
@@ -39,8 +40,9 @@ static inline float okv_k_f16(uint16_t h) {
     return f;
 }
 
-/* Element i of a row stored in dt, as f32. */
+/* Element i of a row stored in dt, as f32 (q8: src at a block boundary). */
 static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
+    if (dt == OKV_Q8) return okv_q8_load(src, i);
     switch (dt) {
     case OKV_F32: return ((const float *)src)[i];
     case OKV_F16: return okv_k_f16(((const uint16_t *)src)[i]);
@@ -57,6 +59,8 @@ static inline void okv_k_load_row(float *dst, const void *src, okv_dtype dt, siz
     } else if (dt == OKV_BF16) {
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++) dst[i] = okv_k_bf16(s[i]);
+    } else if (dt == OKV_Q8) {
+        okv_q8_dequantize(dst, src, n);
     } else {
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++) dst[i] = okv_k_f16(s[i]);
@@ -87,6 +91,14 @@ typedef struct okv_attn_ops {
     void (*accumulate)(float *acc, const float *c, const float *P, int Rp, int R, const void *v, okv_dtype dt,
                        size_t ldv, int n, int D);
 } okv_attn_ops;
+
+/* The inner loops for q8 K/V (okv_attend_q8.c) that go with the f32/f16/bf16
+ * ones `base` (okv_attn_ops_plain/_avx2/_avx512; anything else gets the
+ * plain q8 loops): okv_attend_fast switches to them when the pools are q8. */
+const okv_attn_ops *okv_attn_ops_q8_for(const okv_attn_ops *base);
+extern const okv_attn_ops okv_attn_ops_q8_plain;
+extern const okv_attn_ops okv_attn_ops_q8_avx2;
+extern const okv_attn_ops okv_attn_ops_q8_avx512;
 
 /* The blocked attention algorithm (okv_attend.c) with the given inner loops. */
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);

@@ -53,10 +53,16 @@ void okv_scale(float *y, const float *x, size_t n, float s) {
 }
 
 void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
-    size_t row = (size_t)kv->kv_heads * kv->head_dim, esz = okv_dtype_size(kv->dtype);
+    size_t row = (size_t)kv->kv_heads * kv->head_dim;
     size_t t = 0; /* source row: the runs take this step's rows in order */
     for (int r = 0; r < n_runs; r++) {
-        size_t at = (size_t)runs[r].slot * row * esz, n = (size_t)runs[r].n * row;
+        size_t at = okv_kv_row_bytes(kv->dtype, (size_t)runs[r].slot * row), n = (size_t)runs[r].n * row;
+        if (kv->dtype == OKV_Q8) { /* quantized on write, per 32 channels of one (token, head) row */
+            okv_q8_quantize((char *)kv->k_w + at, k + t * row, n);
+            okv_q8_quantize((char *)kv->v_w + at, v + t * row, n);
+            t += (size_t)runs[r].n;
+            continue;
+        }
         okv_convert((char *)kv->k_w + at, kv->dtype, k + t * row, OKV_F32, n);
         okv_convert((char *)kv->v_w + at, kv->dtype, v + t * row, OKV_F32, n);
         t += (size_t)runs[r].n;
