@@ -22,7 +22,8 @@
  *      512/4k/16k/32k positions, a decode step and the prefill of the last
  *      512 tokens (one T = 512 call), flat cache and ring (window 4096, 4607
  *      slots), the previous kernel (attend_v1.c) and the blocked one
- *      interleaved rep by rep on the same data, medians, 2 threads
+ *      interleaved rep by rep on the same data, medians, 2 threads;
+ *      attnlongcpu: the same on one thread by CPU time, old vs AVX-512 vs AMX
  *
  *  11. attnkv: KV storage A/B for the same attention (Llama-3.2-1B geometry,
  *      flat cache): the same random K/V stored as bf16, q8 and f32, a decode
@@ -37,7 +38,7 @@
  *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [--kv f32|f16|bf16] [attnkv]
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv]
  * (default: all sections but attnlong and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -732,11 +733,12 @@ typedef void (*attend_fn)(okv_threadpool *tp, const okv_attn_args *a);
 
 
 /* T queries ending at position n_pos - 1 (keys 0 .. n_pos - 1 written), over
- * a flat pool or a ring of `ring` slots with `window`; old and new kernel
- * timed alternately, medians in *old_s / *new_s; returns max |old - new|. */
-static double attn_long_case(okv_threadpool *tp, attend_fn fold, attend_fn fnew, okv_dtype dt, int n_pos, int T,
-                             int32_t ring, int32_t window, int reps, double *old_s, double *new_s) {
-    enum { HQ = 32, HKV = 8, D = 64 };
+ * a flat pool or a ring of `ring` slots with `window`; the n_fn kernels
+ * timed in turn rep by rep by `clock`, medians in secs[]; returns max
+ * |fn[n_fn-1] - fn[0]|. */
+static double attn_long_case(okv_threadpool *tp, const attend_fn *fns, int n_fn, double (*clock)(void), okv_dtype dt,
+                             int n_pos, int T, int32_t ring, int32_t window, int reps, double *secs) {
+    enum { HQ = 32, HKV = 8, D = 64, MAXF = 4 };
     int32_t slots = ring ? ring : n_pos;
     size_t row = (size_t)HKV * D, esz = okv_dtype_size(dt), cnt = (size_t)slots * row;
     void *kp = malloc(cnt * esz), *vp = malloc(cnt * esz);
@@ -749,8 +751,8 @@ static double attn_long_case(okv_threadpool *tp, attend_fn fold, attend_fn fnew,
         okv_convert((char *)vp + i * esz, dt, tmp, OKV_F32, m);
     }
     free(tmp);
-    float *q = malloc(sizeof(float) * T * HQ * D), *o1 = malloc(sizeof(float) * T * HQ * D),
-          *o2 = malloc(sizeof(float) * T * HQ * D);
+    float *q = malloc(sizeof(float) * T * HQ * D), *o[MAXF];
+    for (int f = 0; f < n_fn; f++) o[f] = malloc(sizeof(float) * T * HQ * D);
     for (int i = 0; i < T * HQ * D; i++) q[i] = frand();
     int32_t *pos = malloc(sizeof(int32_t) * T);
     for (int t = 0; t < T; t++) pos[t] = n_pos - T + t;
@@ -765,30 +767,26 @@ static double attn_long_case(okv_threadpool *tp, attend_fn fold, attend_fn fnew,
         runs[0] = (okv_run){first, n1, from};
         if (n1 < n_pos - from) runs[n_runs++] = (okv_run){0, n_pos - from - n1, from + n1};
     }
-    okv_attn_args a = {q, T, HQ, pos, {kp, vp, kp, vp, dt, HKV, D}, runs, n_runs, window, 0.125f, o1, NULL};
-    double to[16], tn[16];
-    for (int r = 0; r < reps; r++) {
-        a.out = o1;
-        double t0 = now();
-        fold(tp, &a);
-        to[r] = now() - t0;
-        a.out = o2;
-        t0 = now();
-        fnew(tp, &a);
-        tn[r] = now() - t0;
+    okv_attn_args a = {q, T, HQ, pos, {kp, vp, kp, vp, dt, HKV, D}, runs, n_runs, window, 0.125f, o[0], NULL};
+    double t[MAXF][16];
+    for (int r = 0; r < reps; r++)
+        for (int f = 0; f < n_fn; f++) {
+            a.out = o[f];
+            double t0 = clock();
+            fns[f](tp, &a);
+            t[f][r] = clock() - t0;
+        }
+    for (int f = 0; f < n_fn; f++) {
+        qsort(t[f], reps, sizeof(double), cmp_double);
+        secs[f] = t[f][reps / 2];
     }
-    qsort(to, reps, sizeof *to, cmp_double);
-    qsort(tn, reps, sizeof *tn, cmp_double);
-    *old_s = to[reps / 2];
-    *new_s = tn[reps / 2];
     double md = 0;
     for (int i = 0; i < T * HQ * D; i++)
-        if (fabs(o1[i] - o2[i]) > md) md = fabs(o1[i] - o2[i]);
+        if (fabs(o[0][i] - o[n_fn - 1][i]) > md) md = fabs(o[0][i] - o[n_fn - 1][i]);
     free(kp);
     free(vp);
     free(q);
-    free(o1);
-    free(o2);
+    for (int f = 0; f < n_fn; f++) free(o[f]);
     free(pos);
     return md;
 }
@@ -810,9 +808,10 @@ static void bench_attn_long(okv_threadpool *tp, int quick, okv_dtype dt) {
             for (int m = 0; m < 2; m++) {
                 int T = m ? 512 : 1, reps = m ? (quick || npos[i] > 16384 ? 1 : 3) : (quick ? 3 : 9);
                 int32_t ring = c ? 4096 + 512 - 1 : 0, window = c ? 4096 : 0;
-                double so, sn;
-                double md = attn_long_case(tp, bench_attend_v1_avx2, k->attend, dt, npos[i], T, ring, window, reps,
-                                           &so, &sn);
+                attend_fn fns[2] = {bench_attend_v1_avx2, k->attend};
+                double sec[2];
+                double md = attn_long_case(tp, fns, 2, now, dt, npos[i], T, ring, window, reps, sec);
+                double so = sec[0], sn = sec[1];
                 /* visible (query, key) pairs x heads x (2 D for q.k + 2 D for p.v) */
                 double pairs = 0;
                 for (int t = 0; t < T; t++) {
@@ -894,6 +893,38 @@ static void bench_attn_kv(okv_threadpool *tp, int quick) {
             free(q);
             free(pos);
         }
+}
+
+/* The same cases on one thread timed by CPU time (a loaded machine): old
+ * kernel, the AVX-512 blocked one, and the table's (AMX tiles for prefill
+ * on this CPU), so the ratios hold whatever else runs. */
+static void bench_attn_long_cpu(okv_threadpool *tp1, int quick, okv_dtype dt) {
+    const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO), *k512 = okv_kernels_select(OKV_ISA_AVX512);
+    if (!okv_cpu()->avx2) return;
+    printf("\nlong-context attention, 32/8 heads x 64, kv %s, ONE thread, CPU time, medians; old = attend_v1, "
+           "avx512 = %s table's, new = %s table's (%s)\n", okv_dtype_name(dt), k512->name, k->name,
+           okv_kernels_describe(k));
+    printf("%-5s %6s %-13s %10s %10s %10s %8s %9s %9s\n", "cache", "pos", "step", "old ms", "avx512 ms", "new ms",
+           "new/512", "new GF/s", "max|diff|");
+    static const int npos[] = {512, 4096, 16384};
+    for (int c = 0; c < 2; c++)
+        for (int i = c; i < 3; i++) /* ring only past its window */
+            for (int m = 0; m < 2; m++) {
+                int T = m ? 512 : 1, reps = m ? (quick ? 1 : 3) : (quick ? 5 : 9);
+                int32_t ring = c ? 4096 + 512 - 1 : 0, window = c ? 4096 : 0;
+                attend_fn fns[3] = {bench_attend_v1_avx2, k512->attend, k->attend};
+                double sec[3];
+                double md = attn_long_case(tp1, fns, 3, cpu_now, dt, npos[i], T, ring, window, reps, sec);
+                double pairs = 0;
+                for (int t = 0; t < T; t++) {
+                    double p = npos[i] - T + t + 1;
+                    pairs += window && p > window ? window : p;
+                }
+                printf("%-5s %6d %-13s %10.3f %10.3f %10.3f %8.2f %9.1f %9.2g\n", c ? "ring" : "flat", npos[i],
+                       m ? "prefill 512" : "decode", sec[0] * 1e3, sec[1] * 1e3, sec[2] * 1e3, sec[2] / sec[1],
+                       pairs * 32 * 64 * 4 / sec[2] / 1e9, md);
+                fflush(stdout);
+            }
 }
 
 static int want(int argc, char **argv, const char *name) {
@@ -1051,6 +1082,7 @@ int main(int argc, char **argv) {
         bench_attn_long(tps[1], quick, kvdt);
     }
     if (want(argc, argv, "attnkv")) bench_attn_kv(tps[1], quick); /* 11 */
+    if (want(argc, argv, "attnlongcpu")) bench_attn_long_cpu(tps[0], quick, OKV_BF16);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

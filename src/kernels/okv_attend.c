@@ -201,7 +201,8 @@ size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, 
             b += round64(s.part_floats * ((size_t)4 * n_threads + s.base_tasks) * sizeof(float));
         if (b > most) most = b;
     }
-    return most;
+    size_t amx = okv_attend_amx_scratch_bytes(T, n_heads, kv_heads, head_dim, n_threads);
+    return amx > most ? amx : most;
 }
 
 typedef struct attn_job {
@@ -435,3 +436,6 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
             for (int qb = 0; qb < j.s.n_qblocks; qb++) merge_splits(&j, hg, qb);
     okv_kscratch_release(&ks);
 }
+
+void okv_attn_visible_range(const okv_attn_args *a, int32_t p, int32_t *lo, int32_t *hi) { visible_range(a, p, lo, hi); }
+bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot) { return key_visible(a, t, slot, 0); }

@@ -39,8 +39,8 @@ static const okv_kernels kernels_avx512_bf16 = {
 
 static const okv_kernels kernels_amx = {
     .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_amx,
-    .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f},
+    .glu = okv_glu_avx2, .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx,
+    .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}, .attend_bf16 = true,
 };
 
 static bool cpu_has_avx2(void) {

@@ -102,6 +102,17 @@ extern const okv_attn_ops okv_attn_ops_q8_avx512;
 
 /* The blocked attention algorithm (okv_attend.c) with the given inner loops. */
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);
+/* One sequence: the logical key range [lo, hi) a query at position p may
+ * see; many sequences: whether query t sees pool slot `slot` (a->vis set). */
+void okv_attn_visible_range(const okv_attn_args *a, int32_t p, int32_t *lo, int32_t *hi);
+bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
+/* Attention of prefill chunks on AMX-BF16 tiles (okv_attend_amx.c) for
+ * bf16/f16 pools with head_dim a multiple of 32 (<= 256) and at least 16
+ * query vectors per kv head; every other call (f32 pools, decode) goes to
+ * okv_attend_avx512. _tiles skips the checks (callers that made them). */
+void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a);
+void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a);
+size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 /* The inner loops per ISA: plain C (the model the others are tested
  * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (okv_attend_simd.c). */
 extern const okv_attn_ops okv_attn_ops_plain;
