@@ -2,7 +2,13 @@
  * terms of memory bandwidth (decode is memory-bound: every token streams
  * all weights once).
  *
- *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16]
+ *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16] [--longctx N]
+ *
+ * --longctx N (issue 12's long-context targets; give --kv-storage-dtype bf16
+ * for the tiles): pp512 and the median decode step at 512 positions, then a
+ * prompt of N tokens (filled in the program's largest chunks, logits of the
+ * fill skipped) whose last 512 are one timed step, and the median decode
+ * step at N positions; ratios against the targets.
  *
  * Prints prefill tok/s, decode tok/s, the weight bytes a decode step reads,
  * the GB/s that implies, and the machine's measured read bandwidth (best of
@@ -79,9 +85,89 @@ static double decode_weight_bytes(const okv_program *p) {
     return total;
 }
 
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median ms of n decode steps from position at (tokens from ids). */
+static double decode_median_ms(okv_runner *r, const int32_t *ids, int at, int n, float *logits, okv_error *err) {
+    double t[64];
+    if (n > 64) n = 64;
+    for (int i = 0; i < n; i++) {
+        int32_t id = ids[at + i], p = at + i;
+        double t0 = now();
+        if (okv_runner_step(r, &id, &p, 1, OKV_LOGITS_LAST, logits, err)) return -1;
+        t[i] = now() - t0;
+    }
+    qsort(t, n, sizeof *t, cmp_d);
+    return t[n / 2] * 1e3;
+}
+
+/* Prefill of [from, to) in steps of `chunk` tokens; seconds of the last step in *last. */
+static int prefill_range(okv_runner *r, const int32_t *ids, int from, int to, int chunk, float *logits, double *last,
+                         okv_error *err) {
+    for (int t = from; t < to; t += chunk) {
+        int T = to - t < chunk ? to - t : chunk;
+        int32_t pos[4096];
+        for (int i = 0; i < T; i++) pos[i] = t + i;
+        double t0 = now();
+        if (okv_runner_step(r, ids + t, pos, T, t + T == to ? OKV_LOGITS_LAST : OKV_LOGITS_NONE, logits, err)) return -1;
+        *last = now() - t0;
+    }
+    return 0;
+}
+
+/* --longctx N: the issue's long-context targets on one program: pp512 and
+ * decode at 512 positions, then (cache rewound) a prompt of N tokens whose
+ * last 512 are one timed chunk, and decode at N positions. */
+static int bench_longctx(okv_runner *r, const okv_program_info *info, okv_dtype kvdt, int n_ctx, int n_dec,
+                         float *logits) {
+    okv_error err = {0};
+    int chunk = info->prefill_chunk_size, total = n_ctx + n_dec;
+    if (chunk > 4096) chunk = 4096;
+    if (chunk < 512 || total > info->max_ctx_len) {
+        fprintf(stderr, "longctx: needs prefill_chunk_size >= 512 (has %d) and max_ctx_len >= %d (has %d; re-export "
+                "with --max-ctx-len)\n", info->prefill_chunk_size, total, info->max_ctx_len);
+        return 1;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)total);
+    for (int i = 0; i < total; i++) ids[i] = (i * 7919 + 13) % info->vocab_size;
+    double pp = 0, last = 0, fill0, fill1;
+    /* best of 2 for the short case (the first pays page faults) */
+    double pp_best = 1e30, dec512 = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        if (okv_cache_rewind("bench", 0, &err) || prefill_range(r, ids, 0, 512, 512, logits, &pp, &err)) goto fail;
+        if (pp < pp_best) pp_best = pp;
+    }
+    dec512 = decode_median_ms(r, ids, 512, n_dec, logits, &err);
+    if (dec512 < 0 || okv_cache_rewind("bench", 0, &err)) goto fail;
+    fill0 = now();
+    if (prefill_range(r, ids, 0, n_ctx - 512, chunk, logits, &last, &err)) goto fail;
+    fill1 = now();
+    if (prefill_range(r, ids, n_ctx - 512, n_ctx, 512, logits, &last, &err)) goto fail;
+    double decN = decode_median_ms(r, ids, n_ctx, n_dec, logits, &err);
+    if (decN < 0) goto fail;
+    printf("longctx: kernels %s; attention: %s\n", okv_runner_kernels(r),
+           strstr(okv_runner_kernels(r), "amx-bf16 (amx: granted)") && kvdt != OKV_F32
+               ? "AMX-BF16 tiles for prefill chunks when KV is bf16/f16, AVX-512 blocked kernel for decode"
+               : "blocked kernel of the table (f32 KV, or no AMX: no tiles)");
+    printf("longctx: kv storage %s\n", okv_dtype_name(kvdt));
+    printf("longctx: pp512 %.1f tok/s; last 512 of a %d-token prompt %.1f tok/s = %.0f%% of pp512 (target >= 50%%)\n",
+           512 / pp_best, n_ctx, 512 / last, 100 * pp_best / last);
+    printf("longctx: decode at 512 %.1f ms/token, at %d %.1f ms/token = %.2fx (target <= 1.3x); fill of %d tokens "
+           "in %.1f s\n", dec512, n_ctx, decN, decN / dec512, n_ctx - 512, fill1 - fill0);
+    free(ids);
+    return 0;
+fail:
+    fprintf(stderr, "longctx: %s\n", err.message);
+    free(ids);
+    return 1;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D]\n"); return 2; }
-    int prompt = 128, decode = 64, threads = 0;
+    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--longctx N]\n"); return 2; }
+    int prompt = 128, decode = 64, threads = 0, longctx = 0;
     okv_cache_options co;
     okv_cache_options_default(&co);
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -89,6 +175,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kv-storage-dtype")) okv_dtype_parse(argv[i + 1], &co.storage_dtype);
+        else if (!strcmp(argv[i], "--longctx")) longctx = atoi(argv[i + 1]);
     }
     okv_error err = {0};
     okv_program *p;
@@ -102,6 +189,15 @@ int main(int argc, char **argv) {
     if (okv_cache_install("bench", p, &co, &err) || okv_runner_create(p, "bench", &ro, &r, &err)) {
         fprintf(stderr, "%s\n", err.message);
         return 1;
+    }
+    if (longctx > 0) {
+        float *lg = malloc(sizeof(float) * (size_t)info.vocab_size);
+        int rc = bench_longctx(r, &info, co.storage_dtype, longctx, decode < 64 ? decode : 64, lg);
+        free(lg);
+        okv_runner_free(r);
+        okv_cache_remove("bench", &err);
+        okv_program_free(p);
+        return rc;
     }
     int total = prompt + decode;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)total), *pos = malloc(sizeof(int32_t) * (size_t)total);

@@ -30,9 +30,22 @@
  * mantissa bits), products exact, sums f32: outputs within ~1e-2 of the f32
  * reference for O(1) data (test_attend checks 2e-2).
  *
- * Measured (bench_kernels attnlong, Llama-3.2-1B geometry 32/8 x 64, bf16
- * KV, prefill of the last 512 tokens, one layer): see the numbers at the
- * end of this comment (filled in by the measurements below). */
+ * Super-blocks: a task holds up to NQB = 16 row blocks of one kv head and
+ * runs each K/V block (V pairs built once) past all of them, so K/V stream
+ * from memory once per 16 row blocks: with one row block per task the tiles
+ * ran at 100 GFLOP/s, waiting on strided V loads (perf), 174 with 16.
+ * Blocks are cut at multiples of KB in the logical key index, so results
+ * do not depend on the grouping (only key splits, when tasks are too few
+ * for the threads, change the order of sums).
+ *
+ * Measured (bench_kernels attnlongcpu: Llama-3.2-1B geometry 32/8 heads x
+ * 64, bf16 KV, one layer, ONE thread by CPU time, machine at load ~11, so
+ * ratios only): prefill of the last 512 tokens at 16k positions 388 ms
+ * (174 GFLOP/s) vs 1393 for the AVX-512 blocked kernel and 3882 for the
+ * previous one (attend_v1); at 4k 104 / 298 / 785 ms; at 512 16 / 28 / 54;
+ * ring (window 4096) at 16k 100 / 353 / 900. Decode on tiles (4 of 16
+ * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
+ * so calls with fewer than 16 query vectors per kv head stay on AVX-512. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -44,6 +57,7 @@
 enum { KB = 64,     /* keys per block */
        MV = 32,     /* query vectors per task (two tiles of 16 columns) */
        DMAX = 256,  /* largest head_dim on tiles */
+       OKV_AMX_ATTN_MIN_VECS = 16, /* query vectors per kv head that go on tiles (decode: AVX-512, see above) */
        NQB = 16,    /* row blocks sharing each K/V block (L2: 16 x 13 KiB at D = 64) */
        MIN_SPLIT = 512 };
 
@@ -114,14 +128,14 @@ static size_t amx_scratch(const amx_shape *s, int T, int n_threads, int n_splits
 static bool amx_attend_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
     if (dt != OKV_BF16 && dt != OKV_F16) return false;
     if (kv_heads <= 0 || n_heads % kv_heads || D % 32 || D > DMAX || n_heads / kv_heads > MV) return false;
-    return (int64_t)T * (n_heads / kv_heads) >= 16;
+    return (int64_t)T * (n_heads / kv_heads) >= OKV_AMX_ATTN_MIN_VECS;
 }
 
 size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads) {
     if (T <= 0 || kv_heads <= 0 || n_heads < kv_heads || head_dim <= 0) return 0;
     if (n_threads < 1) n_threads = 1;
     if (head_dim % 32 || head_dim > DMAX || n_heads / kv_heads > MV) return 0;
-    if ((int64_t)T * (n_heads / kv_heads) < 16) return 0; /* no call of <= T rows uses the tiles */
+    if ((int64_t)T * (n_heads / kv_heads) < OKV_AMX_ATTN_MIN_VECS) return 0; /* no call of <= T rows uses the tiles */
     /* a bound for every t <= T: the per-thread buffers are largest with
      * full super-blocks, and splits happen only below 2 n tasks, so
      * tasks x splits < 6 n */
