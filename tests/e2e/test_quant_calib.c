@@ -8,6 +8,9 @@
  *    BOS, with the row count = tokens + one BOS per window.
  *  - Every linear of every layer has statistics; the LM head has none (the
  *    pass asks for no logits).
+ *  - A calibrated 4w + 8w export changes every linear's bytes and none of
+ *    the embedding's (it has no statistics), and is deterministic (two
+ *    exports give the same file).
  *  - Bad calibration input is a one-line export error naming the file or
  *    token, and no program is left: missing file, empty file, a text with no
  *    tokenizer to read it, a token outside the vocabulary, calibration
@@ -15,6 +18,7 @@
 #include "e2e_util.h"
 
 #include "okv_calib.h"
+#include "okv_format.h"
 #include "okv_safetensors.h"
 
 #define LLAMA FIXTURES "llama32-tiny"
@@ -97,6 +101,52 @@ static void test_stats_match(void) {
     free(prog);
 }
 
+static okv_status export_cal(const char *out, bool calibrated, okv_error *err) {
+    static int32_t ids[200];
+    for (int i = 0; i < 200; i++) ids[i] = (int32_t)((i * 101 + 7) % 250);
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.qlinear = 4;
+    o.qembedding = 8;
+    if (calibrated) { o.calibration_ids = ids; o.n_calibration_ids = 200; o.calibration_ctx = 64; }
+    return okv_export(LLAMA, out, &o, err);
+}
+
+static void test_calibrated_export(void) {
+    char *a = e2e_path("cal-a.okv"), *b = e2e_path("cal-b.okv"), *u = e2e_path("cal-u.okv");
+    okv_error err = {0};
+    CHECK_OK(export_cal(a, true, &err), &err);
+    CHECK_OK(export_cal(b, true, &err), &err);
+    CHECK_OK(export_cal(u, false, &err), &err);
+    char *da = NULL, *db = NULL;
+    size_t la = 0, lb = 0;
+    CHECK_OK(okv_read_file(a, &da, &la, &err), &err);
+    CHECK_OK(okv_read_file(b, &db, &lb, &err), &err);
+    CHECKF(la == lb && la > 0 && !memcmp(da, db, la), "two calibrated exports differ (%zu, %zu bytes)", la, lb);
+    free(da);
+    free(db);
+    okv_program_file *pa = NULL, *pu = NULL;
+    CHECK_OK(okv_format_open(a, &pa, &err), &err);
+    CHECK_OK(okv_format_open(u, &pu, &err), &err);
+    int linears = 0, changed = 0, emb_same = 0;
+    for (int i = 0; pa && pu && i < pa->n_tensors && i < pu->n_tensors; i++) {
+        const okv_tensor *x = &pa->tensors[i], *y = &pu->tensors[i];
+        if (x->dtype != OKV_T_Q || strcmp(x->name, y->name) || x->nbytes != y->nbytes) continue;
+        bool same = !memcmp(x->data, y->data, x->nbytes);
+        if (strstr(x->name, "embed")) emb_same += same;
+        else { linears++; changed += !same; }
+    }
+    printf("calibrated vs unweighted: %d/%d linears changed, embedding %s\n", changed, linears, emb_same ? "same" : "changed");
+    CHECKF(linears == 28 && changed == linears && emb_same == 1, "%d/%d linears changed, embedding same %d", changed,
+           linears, emb_same);
+    okv_format_close(pa);
+    okv_format_close(pu);
+    free(a);
+    free(b);
+    free(u);
+}
+
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (f) { fputs(text, f); fclose(f); }
@@ -142,6 +192,7 @@ static void test_bad_input(void) {
 
 int main(void) {
     test_stats_match();
+    test_calibrated_export();
     test_bad_input();
     e2e_cleanup();
     return okv_test_finish();
