@@ -713,7 +713,8 @@ static void calib_progress(void *ctx, int64_t done, int64_t total, double second
 static okv_status calibrate(const char *src, const char *out_path, const okv_export_options *o, okv_calib *c,
                             okv_error *err) {
     if (!o->qlinear && !o->qembedding)
-        return okv_fail(err, OKV_ERR_INVALID, "calibration is only used by --qlinear / --qembedding quantization");
+        return okv_fail(err, OKV_ERR_INVALID,
+                        "calibration needs --qlinear or --qembedding (it only changes how weights are quantized)");
     if (o->calibration_ctx < 0 || o->calibration_ctx == 1)
         return okv_fail(err, OKV_ERR_INVALID, "calibration window of %d tokens (want >= 2, 0 = 512)", o->calibration_ctx);
     if (!o->calibration_file && o->n_calibration_ids <= 0)
@@ -731,6 +732,7 @@ static okv_status calibrate(const char *src, const char *out_path, const okv_exp
     fo.notice = NULL;
     fo.progress = NULL;
     fo.max_ctx_len = o->calibration_ctx > 0 ? o->calibration_ctx : 512;
+    fo.prefill_chunk_size = 0; /* the default for that length (the output's chunk may exceed it) */
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.calib-%ld.tmp", out_path, (long)getpid()) >= (int)sizeof tmp)
         return okv_fail(err, OKV_ERR_INVALID, "output path too long: %s", out_path);

@@ -184,7 +184,7 @@ static void test_bad_input(void) {
     expect_error(LLAMA, &o, "calibration token 2", "999");
     o.qlinear = 0;
     ids[2] = 5;
-    expect_error(LLAMA, &o, "calibration is only used by", NULL);
+    expect_error(LLAMA, &o, "calibration needs --qlinear or --qembedding", NULL);
     free(missing);
     free(empty);
     free(text);
