@@ -10,7 +10,7 @@
 
 #include "okv_common.h"
 #include "okv_hf.h"
-#include "okv_safetensors.h"
+#include "okv_st_write.h"
 
 static float next_value(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;

@@ -1,4 +1,4 @@
-/* okv_safetensors.h — reading and writing HuggingFace .safetensors files.
+/* okv_safetensors.h — reading HuggingFace .safetensors files.
  *
  * A checkpoint is either one `model.safetensors` or several shards listed by
  * `model.safetensors.index.json` ("weight_map": tensor name -> shard file).
@@ -13,9 +13,7 @@
  * false and their dtype name) so a caller can say which tensor it cannot
  * use instead of the reader refusing the whole file.
  *
- * The writer exists for tests and tools (okv-mkckpt): it writes the same
- * layout HF writes (8-byte length, JSON header padded with spaces to a
- * multiple of 8, packed data). */
+ * The writer (tests and okv-mkckpt only) is tools/mkckpt/okv_st_write.h. */
 #ifndef OKV_SAFETENSORS_H
 #define OKV_SAFETENSORS_H
 
@@ -68,30 +66,9 @@ int okv_st_file_count(const okv_st_set *set);
 
 /* Name of a supported dtype as safetensors spells it ("BF16", "F16", "F32"). */
 const char *okv_st_dtype_str(okv_dtype d);
-
-/* ---- writer ---------------------------------------------------------- */
-
-typedef struct okv_st_write_tensor {
-    const char *name;
-    okv_dtype dtype;
-    const char *dtype_name; /* optional override written instead of dtype ("I64", "U8", ...) */
-    int ndim;
-    int64_t shape[OKV_ST_MAX_DIMS];
-    const void *data;       /* numel * element size bytes */
-} okv_st_write_tensor;
-
-/* Writes one .safetensors file with the tensors in the given order and
- * __metadata__ {"format": "pt"}. */
-okv_status okv_st_write(const char *path, const okv_st_write_tensor *tensors, int n, okv_error *err);
-
-/* Writes dir/model-0000k-of-0000N.safetensors (tensors split in order into
- * n_shards runs of roughly equal bytes) and dir/model.safetensors.index.json.
- * n_shards == 1 still writes an index (use okv_st_write for a single file). */
-okv_status okv_st_write_sharded(const char *dir, const okv_st_write_tensor *tensors, int n,
-                                int n_shards, okv_error *err);
-
-/* Byte size of a write tensor (0 if the dtype name is unknown or it overflows). */
-size_t okv_st_write_tensor_bytes(const okv_st_write_tensor *t);
+/* Width in bits of any dtype the format defines ("I64" -> 64, "F4" -> 4);
+ * 0 for a name it does not define. */
+int okv_st_dtype_bits(const char *name);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
  * the fixtures with an edited config.json (weights symlinked). */
 #include "e2e_util.h"
 #include "okv_safetensors.h"
+#include "okv_st_write.h"
 
 /* Export of dir must fail with status st and a message containing needle,
  * and leave no file at the output path. */

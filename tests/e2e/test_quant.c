@@ -11,6 +11,7 @@
 #include "okv_format.h"
 #include "okv_quant.h"
 #include "okv_safetensors.h"
+#include "okv_st_write.h"
 
 /* How close the quantized program must be to the fp32 program of its own
  * dequantized weights: the gap is the kernels' arithmetic (f32 sums in

@@ -11,7 +11,7 @@
 
 #include "gguf/real_models.h"
 #include "okv_gguf.h"
-#include "okv_safetensors.h"
+#include "okv_st_write.h"
 
 #define V 262144
 

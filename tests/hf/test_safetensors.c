@@ -12,6 +12,7 @@
 
 #include "okv_common.h"
 #include "okv_safetensors.h"
+#include "okv_st_write.h"
 #include "okv_test.h"
 
 #define FIX "../shared/fixtures/models/"
@@ -179,6 +180,9 @@ static void test_roundtrip(void) {
     CHECK(okv_st_write_tensor_bytes(&w[0]) == 48 && okv_st_write_tensor_bytes(&w[1]) == 10);
     CHECK(okv_st_write_tensor_bytes(&w[2]) == 48 && okv_st_write_tensor_bytes(&w[3]) == 16);
     CHECK(okv_st_write_tensor_bytes(&w[4]) == 4 && okv_st_write_tensor_bytes(&w[5]) == 0);
+    /* the reader's dtype table the writer sizes with */
+    CHECK(okv_st_dtype_bits("BF16") == 16 && okv_st_dtype_bits("I64") == 64 && okv_st_dtype_bits("F4") == 4);
+    CHECK(okv_st_dtype_bits("Q7") == 0 && okv_st_dtype_bits(NULL) == 0);
 
     const char *path = tmp_path("rt.safetensors");
     CHECK_OK(okv_st_write(path, w, n, &err), &err);

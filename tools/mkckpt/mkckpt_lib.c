@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "okv_common.h"
-#include "okv_safetensors.h"
+#include "okv_st_write.h"
 
 /* ---- names ----------------------------------------------------------- */
 
