@@ -266,7 +266,9 @@ typedef struct okv_kv_cells {
     int n_uniq;
     int32_t *uniq;          /* [max_write] sequence ids */
     int32_t *row_uniq;      /* [max_write] index into uniq of each token */
-    /* read runs of uniq u in group g: reads[read_off[g * max_write + u] ...], read_n[...] runs */
+    int32_t *need;          /* [n_caches] scratch: pool slots the batch needs */
+    /* read runs of uniq u in group g: reads[read_off[g * max_write + u] ...], read_n[...] runs;
+     * reads_cap is planned at creation for any batch, so a step never allocates */
     okv_run *reads;
     size_t reads_cap;
     size_t *read_off;       /* [n_groups * max_write] */

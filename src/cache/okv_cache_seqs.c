@@ -38,6 +38,27 @@ static int32_t group_cells(int32_t window, int32_t max_write, int max_seqs, int3
     return bound < n_cells ? (int32_t)bound : n_cells;
 }
 
+/* Read runs of one sequence in group c: at most one per position it reads
+ * (`span` of them) and one per cell. */
+static size_t runs_cap(const okv_cells *c, int64_t span) {
+    return (size_t)(span < c->n_cells ? span : c->n_cells);
+}
+
+/* Read runs any batch can need, so begin_batch never allocates: per group,
+ * min(max_seqs, max_write) distinct sequences, each reading at most its
+ * capacity (a windowed group: window - 1 old positions + its step). Every
+ * position can be a run of its own (sequences decoded together interleave
+ * their cells), so this is also what a busy pool uses. */
+static size_t reads_capacity(const okv_kv_cells *kc, int32_t capacity) {
+    int32_t mw = kc->seqs.max_write;
+    size_t seqs = (size_t)(kc->seqs.max_seqs < mw ? kc->seqs.max_seqs : mw), n = 0;
+    for (int g = 0; g < kc->n_groups; g++) {
+        const okv_cells *c = &kc->groups[g];
+        n += seqs * runs_cap(c, c->window ? (int64_t)c->window + mw - 1 : capacity);
+    }
+    return n;
+}
+
 okv_status okv_kv_cells_create(okv_kv *kv, const okv_kv_options *opt, okv_error *err) {
     int max_seqs = opt->max_seqs ? opt->max_seqs : 64;
     if (opt->n_cells < 0)
@@ -84,8 +105,11 @@ okv_status okv_kv_cells_create(okv_kv *kv, const okv_kv_options *opt, okv_error 
     kc->step_cells = calloc((size_t)kc->n_groups * mw, sizeof *kc->step_cells);
     kc->step_runs = calloc((size_t)kc->n_groups * mw, sizeof *kc->step_runs);
     kc->n_step_runs = calloc((size_t)kc->n_groups, sizeof *kc->n_step_runs);
-    if (!kc->step_cells || !kc->step_runs || !kc->n_step_runs)
-        return okv_fail(err, OKV_ERR_NOMEM, "cell pool: out of memory for step plans");
+    kc->need = calloc((size_t)kv->n_caches, sizeof *kc->need);
+    kc->reads_cap = reads_capacity(kc, kv->seq.capacity);
+    kc->reads = malloc(kc->reads_cap * sizeof *kc->reads);
+    if (!kc->step_cells || !kc->step_runs || !kc->n_step_runs || !kc->need || !kc->reads)
+        return okv_fail(err, OKV_ERR_NOMEM, "cell pool: out of memory for step plans (%zu read runs)", kc->reads_cap);
     return OKV_OK;
 }
 
@@ -104,6 +128,7 @@ void okv_kv_cells_free(okv_kv *kv) {
     free(kc->uniq);
     free(kc->row_uniq);
     free(kc->reads);
+    free(kc->need);
     free(kc->read_off);
     free(kc->read_n);
     free(kc->slot_of);
@@ -161,14 +186,14 @@ static int32_t read_base(const okv_cells *g, int32_t len) {
     return b > 0 ? (int32_t)b : 0;
 }
 
-/* Runs the batch's reads can need at most: one per position read. */
+/* Runs this batch's reads can need at most (<= reads_capacity). */
 static size_t reads_bound(const okv_kv_cells *kc) {
     size_t n = 0;
     for (int g = 0; g < kc->n_groups; g++)
         for (int u = 0; u < kc->n_uniq; u++) {
             int s = kc->uniq[u];
             int32_t len = kc->seqs.length[s];
-            n += (size_t)(len + kc->count[s] - read_base(&kc->groups[g], len));
+            n += runs_cap(&kc->groups[g], (int64_t)len + kc->count[s] - read_base(&kc->groups[g], len));
         }
     return n;
 }
@@ -197,7 +222,6 @@ okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *po
     lock_kv(kv);
     okv_kv_cells *kc = kv->cells;
     okv_status st = OKV_OK;
-    int32_t *need = NULL;
     if (!kc) {
         st = okv_fail(err, OKV_ERR_STATE, "batched step: this cache key holds one sequence (install it with "
                       "OKV_CACHE_CELLS to step many)");
@@ -213,25 +237,16 @@ okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *po
     for (int g = 0; g < kc->n_groups && !st; g++)
         if (!pick_cells(&kc->groups[g], T, kc->step_cells + (size_t)g * mw)) st = cells_not_free(kv, g, T, err);
     if (st) goto out;
-    need = malloc((size_t)kv->n_caches * sizeof *need);
-    if (!need) {
-        st = okv_fail(err, OKV_ERR_NOMEM, "batched step: out of memory");
-        goto out;
-    }
+    int32_t *need = kc->need;
     for (int c = 0; c < kv->n_caches; c++) {
         const int32_t *cells = kc->step_cells + (size_t)kc->group_of[c] * mw;
         need[c] = cells[T - 1] + 1;   /* picked in increasing order */
     }
     find_uniq(kc, seqs, T);
     size_t bound = reads_bound(kc);
-    if (bound > kc->reads_cap) {
-        okv_run *grown = realloc(kc->reads, bound * sizeof *grown);
-        if (!grown) {
-            st = okv_fail(err, OKV_ERR_NOMEM, "batched step: out of memory planning %zu read runs", bound);
-            goto out;
-        }
-        kc->reads = grown;
-        kc->reads_cap = bound;
+    if (bound > kc->reads_cap) { /* reads_capacity covers every batch the table admits */
+        st = okv_fail(err, OKV_ERR_STATE, "batched step: %zu read runs exceed the planned %zu", bound, kc->reads_cap);
+        goto out;
     }
     st = okv_kv_grow_pools(kv, need, err);
     if (st) goto out;
@@ -252,7 +267,6 @@ okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *po
     kv->step_pos = 0;
     kv->step_T = T;
 out:
-    free(need);
     unlock_kv(kv);
     return st;
 }

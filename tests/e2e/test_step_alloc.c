@@ -10,7 +10,11 @@
  *   - counting: prefill chunks and decode steps make zero allocations;
  *   - failure injection: with every allocation failing during the steps, the
  *     logits are bit-identical to the normal run (a kernel that needed to
- *     allocate would have fallen back to another path or to NaN). */
+ *     allocate would have fallen back to another path or to NaN).
+ * Both again for batched steps of three sequences on a cell-pool key (pools
+ * full from the start): a first batch whose sequences' rows interleave (the
+ * runner's gather path), then decode steps of one token per sequence; the
+ * cache layer's read runs are planned when the key is installed. */
 #include <stdatomic.h>
 
 #include "e2e_util.h"
@@ -72,6 +76,66 @@ static int run_steps(const okv_program *p, int chunk, const okv_runner_options *
     return atomic_load(&alloc_count);
 }
 
+enum { B_SEQS = 3, B_FIRST = 8, B_DECODE = 8, B_ROWS = B_FIRST + B_SEQS * B_DECODE };
+
+/* The batched schedule on a fresh cell-pool key: rows of the first batch
+ * belong to sequences 0,0,0,1,1,2,0,2 (not adjacent), then B_DECODE steps of
+ * sequences 0,1,2. Logits of every row [B_ROWS, vocab] into out; returns the
+ * allocations counted during the steps. */
+static int run_batch_steps(const okv_program *p, const okv_runner_options *ro, const int32_t *ids, bool fail,
+                           float *out, int vocab) {
+    okv_error err = {0};
+    okv_cache_options co;
+    okv_cache_options_default(&co);
+    co.mode = OKV_CACHE_CELLS;
+    co.max_seqs = B_SEQS;
+    co.max_capacity = co.initial_capacity = co.n_cells = 64;
+    CHECK_OK(okv_cache_install("alloc_cells", p, &co, &err), &err);
+    okv_runner *r = NULL;
+    CHECK_OK(okv_runner_create(p, "alloc_cells", ro, &r, &err), &err);
+    if (!r) return -1;
+    int seq[B_SEQS];
+    for (int i = 0; i < B_SEQS; i++) CHECK_OK(okv_seq_new("alloc_cells", &seq[i], &err), &err);
+    static const int first[B_FIRST] = {0, 0, 0, 1, 1, 2, 0, 2};
+    int32_t len[B_SEQS] = {0}, seqs[B_FIRST], pos[B_FIRST], rows[B_FIRST];
+    atomic_store(&alloc_count, 0);
+    for (int step = 0, row = 0; step <= B_DECODE; step++) {
+        int T = step ? B_SEQS : B_FIRST;
+        for (int i = 0; i < T; i++) {
+            int k = step ? i : first[i];
+            seqs[i] = seq[k];
+            pos[i] = len[k]++;
+            rows[i] = i;
+        }
+        atomic_store(&failing, fail);
+        atomic_store(&counting, true);
+        okv_status st = okv_runner_step_batch(r, ids + row, seqs, pos, T, rows, T, out + (size_t)row * vocab, &err);
+        atomic_store(&counting, false);
+        atomic_store(&failing, false);
+        CHECKF(st == OKV_OK, "batched step %d: %s", step, err.message);
+        row += T;
+    }
+    okv_runner_free(r);
+    okv_cache_remove("alloc_cells", &err);
+    return atomic_load(&alloc_count);
+}
+
+/* run_batch_steps with and without failing allocations: none counted, same logits. */
+static void check_batched(const okv_program *p, const okv_runner_options *ro, const int32_t *ids, int vocab,
+                          const char *what) {
+    size_t n = (size_t)B_ROWS * vocab;
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    int count = run_batch_steps(p, ro, ids, false, a, vocab);
+    CHECKF(count == 0, "%s: %d allocations during batched steps", what, count);
+    run_batch_steps(p, ro, ids, true, b, vocab);
+    CHECKF(!memcmp(a, b, sizeof(float) * n), "%s: batched logits change when allocations fail", what);
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(a[i]);
+    CHECKF(finite, "%s: non-finite batched logits", what);
+    free(a);
+    free(b);
+}
+
 static void check_program(const char *path, int chunk, const char *what, const int32_t *ids) {
     okv_program *p = NULL;
     okv_error err = {0};
@@ -96,6 +160,9 @@ static void check_program(const char *path, int chunk, const char *what, const i
             bool finite = true;
             for (size_t i = 0; i < n; i++) finite &= isfinite(a[i]);
             CHECKF(finite, "%s: non-finite logits", what);
+            char bwhat[300];
+            snprintf(bwhat, sizeof bwhat, "%s (%s kernels, %d threads)", what, plain ? "plain" : "simd", threads);
+            check_batched(p, &ro, ids, info.vocab_size, bwhat);
         }
     free(a);
     free(b);
