@@ -84,11 +84,12 @@ static void test_sizes(void) {
     CHECK(okv_kv_create(&l, &o, &kv, &err) == OKV_ERR_UNSUPPORTED && kv == NULL && strstr(err.message, "head_dim 48"));
     okv_layout_free(&l);
     /* sizes that overflow are refused, not wrapped */
-    make_layout(&l, 1, NULL, 1 << 14, 1 << 14, 4, 1 << 30);
-    o.initial_capacity = 0;
+    make_layout(&l, 1, NULL, 1 << 20, 1 << 20, 4, 1 << 30);
+    o.initial_capacity = 1;
     kv = NULL;
     okv_status st = okv_kv_create(&l, &o, &kv, &err);
-    CHECKF(st != OKV_OK && kv == NULL, "2^28 elements per slot x 2^30 slots accepted (status %d)", (int)st);
+    CHECKF(st == OKV_ERR_INVALID && kv == NULL, "2^40 elements per slot x 2^30 slots: status %d (%s)", (int)st,
+           err.message);
     okv_layout_free(&l);
 }
 
