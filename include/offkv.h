@@ -200,6 +200,33 @@ typedef struct okv_cells_info {
 
 okv_status okv_cache_cells(const char *key, okv_cells_info *info, okv_error *err);
 
+/* ---- sequence state on disk -----------------------------------------------------
+ *
+ * okv_seq_save writes what one sequence holds (seq = -1 on a single-sequence
+ * key, else a cell key's sequence id) to path: per cache the positions, the
+ * K/V rows in the storage dtype and the oldest held position (a ring's
+ * rewind floor), the program's fingerprint and an optional opaque extra blob
+ * (at most 64 MiB; a chat session keeps its conversation there). The write
+ * is atomic: a temporary file renamed into place; on failure nothing is
+ * left and an existing file is untouched.
+ *
+ * okv_seq_load checks the file (CRC, every size and offset, the fingerprint
+ * of p, kv storage dtype, each cache's window and geometry against the key)
+ * and refuses a mismatch with an error naming the file and field. On a
+ * single-sequence key the key's sequence is replaced (a flat cache needs
+ * positions 0..length-1, a ring what it can hold); on a cell key the state
+ * becomes a new sequence (*seq, may be NULL; -1 for single keys). *extra
+ * (may be NULL) gets a heap copy of the blob (free() it; NULL if none). On
+ * any error the key is unchanged. p must be the program the key serves. */
+okv_status okv_seq_save(const char *key, const okv_program *p, int seq, const char *path, const void *extra,
+                        size_t extra_len, okv_error *err);
+okv_status okv_seq_load(const char *key, const okv_program *p, const char *path, int *seq, void **extra,
+                        size_t *extra_len, okv_error *err);
+/* The digests a state file is matched against: the cache layout, and the
+ * rest of the program (header with graph and tensor table, sampled weight
+ * bytes; the checkpoint path it was exported from does not count). */
+void okv_program_fingerprint(const okv_program *p, uint64_t *layout, uint64_t *program);
+
 /* ---- runner ------------------------------------------------------------------- */
 
 typedef struct okv_runner_options {

@@ -301,6 +301,39 @@ typedef struct okv_kv_cells_count {
 } okv_kv_cells_count;
 okv_status okv_kv_cells_count_get(okv_kv *kv, okv_kv_cells_count *out, okv_error *err);
 
+/* ---- 2c. sequence state files (okv_cache_state.c) ---------------------------
+ *
+ * One sequence (a single-sequence set's, or sequence `seq` of a cell set)
+ * saved to a file and loaded back: per cache its held positions, the K and
+ * V rows (okv_kv_slot_bytes each, raw storage bytes) and its oldest held
+ * position, plus the caller's fingerprint and an opaque extra blob. The
+ * format and the checks are described in okv_cache_state.c. */
+#define OKV_STATE_VERSION 1
+#define OKV_STATE_MAX_EXTRA (64 << 20)
+
+/* What the file must match besides the caches' geometry: digests of the
+ * program's cache layout and of the rest of the program (okv_runtime.c). */
+typedef struct okv_kv_state_id {
+    uint64_t layout, program;
+} okv_kv_state_id;
+
+/* Bytes of one position's row in cache c's K (or V) pool; 0 on overflow. */
+size_t okv_kv_slot_bytes(const okv_cache *c);
+uint32_t okv_kv_state_crc32(uint32_t crc, const void *data, size_t n);
+/* seq = -1 for a single-sequence set. Atomic: on failure no file is left
+ * and an existing one is untouched. */
+okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
+                             const char *path, okv_error *err);
+/* Checks and applies a file image (what = its name for errors): a single
+ * set's sequence is replaced; a cell set gets a new sequence (*seq). extra
+ * (may be NULL) receives a heap copy of the extra blob (NULL if empty). On
+ * any error the set is unchanged. */
+okv_status okv_kv_state_apply(okv_kv *kv, const okv_kv_state_id *id, const void *data, size_t len, const char *what,
+                              int *seq, void **extra, size_t *extra_len, okv_error *err);
+/* Reads path (refusing one larger than the set could hold) and applies it. */
+okv_status okv_kv_state_load(okv_kv *kv, const okv_kv_state_id *id, const char *path, int *seq, void **extra,
+                             size_t *extra_len, okv_error *err);
+
 /* ---- 3. registry ---------------------------------------------------------- */
 
 /* Installs a kv set under key (fails if the key exists). The registry owns it. */

@@ -29,10 +29,7 @@
 #include "okv_kernels.h"
 #include "okv_op_params.h"
 #include "okv_quant.h"
-
-struct okv_program {
-    okv_program_file *pf;
-};
+#include "okv_runtime_internal.h"
 
 okv_status okv_program_open(const char *path, okv_program **out, okv_error *err) {
     okv_program *p = calloc(1, sizeof *p);
