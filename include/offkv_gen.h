@@ -135,6 +135,14 @@ void okv_chat_session_free(okv_chat_session *s);
  * out_ids as in okv_generate. */
 okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const okv_gen_options *o, int32_t *out_ids,
                                  okv_gen_stats *stats, size_t *reused, okv_error *err);
+/* Saves the conversation and the cache's sequence to one state file
+ * (okv_seq_save; atomic). */
+okv_status okv_chat_session_save(okv_chat_session *s, const char *path, okv_error *err);
+/* Restores a saved session into s (same program, same cache options): the
+ * cache holds the saved tokens again, so the next turn prefills only what
+ * is new. On a refused file nothing changed; on a file whose cache part
+ * loaded but whose conversation is damaged the cache is cleared. */
+okv_status okv_chat_session_load(okv_chat_session *s, const char *path, okv_error *err);
 
 #ifdef __cplusplus
 }

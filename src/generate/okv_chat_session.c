@@ -5,7 +5,14 @@
  * with the model's template, rewinds the cache to the longest common prefix
  * (templates may re-tokenize the previous reply differently, so the prefix
  * is computed, not assumed) and prefills only the new tail. A ring cache
- * that cannot serve the rewind point is cleared and the prompt re-prefilled. */
+ * that cannot serve the rewind point is cleared and the prompt re-prefilled.
+ *
+ * Save/load: the cache's sequence goes to a state file (okv_seq_save) with
+ * the session's own state as the file's extra blob, a JSON object
+ * {"offkv_chat_session": 1, "messages": [...], "cached": [ids]}; a load
+ * restores both, so the next turn's re-render finds its longest cached
+ * prefix exactly as in the session that saved it and prefills only the
+ * new tail. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,4 +204,101 @@ okv_status okv_chat_session_turn(okv_chat_session *s, const char *user, const ok
     if (gen != out_ids) free(gen);
     free(ids);
     return st;
+}
+
+/* ---- state on disk ------------------------------------------------------------ */
+
+okv_status okv_chat_session_save(okv_chat_session *s, const char *path, okv_error *err) {
+    cJSON *root = cJSON_CreateObject(), *ids = cJSON_CreateArray();
+    cJSON *msgs = cJSON_Duplicate(s->messages, true);
+    if (!root || !ids || !msgs) {
+        cJSON_Delete(root);
+        cJSON_Delete(ids);
+        cJSON_Delete(msgs);
+        return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    }
+    cJSON_AddNumberToObject(root, "offkv_chat_session", 1);
+    cJSON_AddItemToObject(root, "messages", msgs);
+    for (size_t i = 0; i < s->n_cached; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(s->cached[i]));
+    cJSON_AddItemToObject(root, "cached", ids);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = okv_seq_save(s->key, okv_runner_program(s->runner), -1, path, text, strlen(text), err);
+    free(text);
+    return st;
+}
+
+/* The session part of a state file: messages and the cached ids (each a
+ * vocabulary id or -1), as many as the cache holds. */
+static okv_status parse_session(const char *text, size_t len, int32_t length, int vocab, cJSON **msgs_out,
+                                int32_t **ids_out, const char *path, okv_error *err) {
+    cJSON *root = NULL;
+    okv_status st = okv_json_parse(text, len, &root, path, err);
+    if (st) return st;
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "cached");
+    int64_t tag = 0;
+    if (okv_json_req_int(root, "offkv_chat_session", &tag, path, err) || tag != 1 || !cJSON_IsArray(msgs) ||
+        !cJSON_IsArray(ids))
+        st = okv_fail(err, OKV_ERR_FORMAT, "%s: not a chat session state (offkv_chat_session 1, messages, cached)", path);
+    int n = st ? 0 : cJSON_GetArraySize(ids);
+    if (!st && n != length)
+        st = okv_fail(err, OKV_ERR_FORMAT, "%s: cached lists %d ids, the cache holds %d positions", path, n, length);
+    const cJSON *m;
+    int k = 0;
+    const cJSON *walk = st ? NULL : msgs;
+    cJSON_ArrayForEach(m, walk) {
+        const char *role = okv_json_str(m, "role"), *content = okv_json_str(m, "content");
+        if (!role || !content) {
+            st = okv_fail(err, OKV_ERR_FORMAT, "%s: messages[%d] needs string role and content", path, k);
+            break;
+        }
+        k++;
+    }
+    int32_t *out = st ? NULL : malloc(((size_t)n + 1) * sizeof *out);
+    if (!st && !out) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !st; i++) {
+        int64_t v;
+        if (!okv_json_item_int(cJSON_GetArrayItem(ids, i), -1, vocab - 1, &v))
+            st = okv_fail(err, OKV_ERR_FORMAT, "%s: cached[%d] is not a token id in [-1, %d)", path, i, vocab);
+        else out[i] = (int32_t)v;
+    }
+    if (!st) {
+        *msgs_out = cJSON_DetachItemViaPointer(root, msgs);
+        *ids_out = out;
+        out = NULL;
+    }
+    free(out);
+    cJSON_Delete(root);
+    return st;
+}
+
+okv_status okv_chat_session_load(okv_chat_session *s, const char *path, okv_error *err) {
+    void *extra = NULL;
+    size_t extra_len = 0;
+    const okv_program *p = okv_runner_program(s->runner);
+    okv_status st = okv_seq_load(s->key, p, path, NULL, &extra, &extra_len, err);
+    if (st) return st;
+    okv_program_info info;
+    okv_program_get_info(p, &info);
+    int len = 0;
+    cJSON *msgs = NULL;
+    int32_t *ids = NULL;
+    st = okv_cache_length(s->key, &len, err);
+    if (!st && !extra) st = okv_fail(err, OKV_ERR_FORMAT, "%s: holds a cache but no chat session", path);
+    if (!st) st = parse_session(extra, extra_len, len, info.vocab_size, &msgs, &ids, path, err);
+    free(extra);
+    if (st) {   /* the cache was replaced but the conversation is unusable: start over */
+        okv_error e2;
+        okv_cache_clear(s->key, &e2);
+        s->n_cached = 0;
+        return st;
+    }
+    cJSON_Delete(s->messages);
+    s->messages = msgs;
+    free(s->cached);
+    s->cached = ids;
+    s->n_cached = s->cap_cached = (size_t)len;
+    return OKV_OK;
 }
