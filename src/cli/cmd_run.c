@@ -4,7 +4,8 @@
  *       [--temperature F] [--top-k N] [--top-p F] [--min-p F] [--repetition-penalty F] [--seed N]
  *       [--greedy] [--stop STRING]... [--max-new-tokens N] [--tokenizer FILE] [cache options]
  *   offkv run PROGRAM.okv --interactive [--drop-old-turns] [...]   a conversation on stdin, one turn per
- *       line; each turn reuses the cache up to the longest prefix it already holds (/reset, /quit). A turn
+ *       line; each turn reuses the cache up to the longest prefix it already holds (/reset, /save FILE,
+ *       /load FILE, /quit). A turn
  *       that does not fit the context is refused and the session goes on (or, with --drop-old-turns, the
  *       oldest turns are dropped until it fits)
  *
@@ -211,8 +212,27 @@ static okv_status run_once(const run_args *a, okv_cli_session *s, const okv_tok 
     return st;
 }
 
+/* /save FILE or /load FILE: the conversation and its cache to or from a
+ * state file; a refusal is reported and the session goes on as it was. */
+static void session_file_command(okv_chat_session *chat, const char *key, const char *line, okv_error *err) {
+    const char *path = line + 6;
+    while (*path == ' ') path++;
+    bool save = line[1] == 's';
+    if (!*path) {
+        okv_cli_report("error", save ? "/save needs a file name" : "/load needs a file name");
+        return;
+    }
+    okv_status st = save ? okv_chat_session_save(chat, path, err) : okv_chat_session_load(chat, path, err);
+    int len = 0;
+    okv_error e2;
+    if (st) okv_cli_report("error", err->message);
+    else if (!okv_cache_length(key, &len, &e2))
+        fprintf(stderr, "offkv: %s %s (%d cached tokens)\n", save ? "saved to" : "loaded", path, len);
+}
+
 /* A conversation read from stdin, one user turn per line (/reset starts
- * over, /quit or end of input stops); each turn reuses the cached prefix. */
+ * over, /save FILE and /load FILE keep and restore the conversation with
+ * its cache, /quit or end of input stops); each turn reuses the cached prefix. */
 static okv_status run_interactive(const run_args *a, okv_cli_session *s, const okv_tok *tok,
                                   const okv_gen_prompt_args *pa, const okv_gen_options *go, okv_error *err) {
     okv_chat_session *chat = NULL;
@@ -233,6 +253,10 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
                 okv_chat_session_free(chat);
                 chat = NULL;
                 st = okv_chat_session_create(s->runner, tok, pa, &chat, err);
+                continue;
+            }
+            if (!strncmp(line, "/save ", 6) || !strncmp(line, "/load ", 6)) {
+                session_file_command(chat, s->key, line, err);
                 continue;
             }
             if (!len) continue;

@@ -205,6 +205,36 @@ static void test_interactive_context(void) {
     free(err);
 }
 
+/* /save after two turns, /load in a new process: the third reply is the
+ * uninterrupted session's, its prompt served from the cache; a bad /load
+ * is reported and the session goes on. */
+static void test_interactive_save_load(void) {
+    write_text(tpath("sl_all.txt"), "hi\nhello there\ntell me more\n");
+    char save_in[600], load_in[600];
+    snprintf(save_in, sizeof save_in, "hi\nhello there\n/save %s\n", tpath("chat.okvseq"));
+    snprintf(load_in, sizeof load_in, "/load %s\n/load %s\ntell me more\n", tpath("missing.okvseq"), tpath("chat.okvseq"));
+    write_text(tpath("sl_save.txt"), save_in);
+    write_text(tpath("sl_load.txt"), load_in);
+    char cmd[1200], *all = NULL, *o = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 6 < %s", OKV_BIN, model,
+             tpath("sl_all.txt"));
+    CHECK(run_cmd(cmd, &all, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 6 < %s", OKV_BIN, model,
+             tpath("sl_save.txt"));
+    CHECK(run_cmd(cmd, NULL, &err) == 0 && err && strstr(err, "saved to"));
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 6 < %s", OKV_BIN, model,
+             tpath("sl_load.txt"));
+    int rc = run_cmd(cmd, &o, &err);
+    size_t na = all ? strlen(all) : 0, no = o ? strlen(o) : 0;
+    CHECKF(rc == 0 && err && strstr(err, "missing.okvseq: cannot open") && strstr(err, "loaded") &&
+           strstr(err, "reused from the cache") && no > 1 && na > no && !strcmp(all + na - no, o),
+           "exit %d: third reply '%s' vs uninterrupted '%s': %s", rc, o ? o : "", all ? all : "", err ? err : "");
+    free(all);
+    free(o);
+    free(err);
+}
+
 /* A tokenizer with more ids than the program's vocab surfaced late as
  * "sampler: token 9906 outside the vocabulary". */
 static void test_tokenizer_too_big(void) {
@@ -263,6 +293,7 @@ int main(void) {
     test_tokens_json();
     test_nan_logits();
     test_interactive_context();
+    test_interactive_save_load();
     test_tokenizer_too_big();
     test_sampling_values();
     okv_test_rm_tree(dir);
