@@ -18,7 +18,7 @@ CC=$cc cmake -S . -B build-fuzz -DOKV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo 
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_all
 
 targets=${OKV_FUZZ_TARGETS:-$(ls build-fuzz/fuzz | sed -n 's/^fuzz_\([a-z0-9]*\)$/\1/p' | grep -v '^all$' | sort)}
-declare -A max_len=([program]=65536 [tokenizer]=65536 [chat]=32768 [config]=8192 [safetensors]=16384 [gguf]=65536)
+declare -A max_len=([seqstate]=16384 [program]=65536 [tokenizer]=65536 [chat]=32768 [config]=8192 [safetensors]=16384 [gguf]=65536)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=()
