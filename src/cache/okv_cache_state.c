@@ -39,6 +39,7 @@
 
 #include "okv_cache.h"
 #include "okv_common.h"
+#include "okv_kvq8.h"
 
 #define HDR_BYTES 96
 #define ENTRY_BYTES 32
@@ -194,11 +195,11 @@ static void emit(state_writer *w, const void *data, size_t n) {
     }
 }
 
+/* The same row size the byte layer allocates (q8: codes and scales). */
 size_t okv_kv_slot_bytes(const okv_cache *c) {
-    size_t n;
+    size_t n, b;
     if (__builtin_mul_overflow((size_t)c->kv_heads, (size_t)c->head_dim, &n)) return 0;
-    if (__builtin_mul_overflow(n, okv_dtype_size(c->dtype), &n)) return 0;
-    return n;
+    return okv_kv_bytes_checked(c->dtype, n, &b) ? b : 0;
 }
 
 /* Window a cache applies, whatever its mode (0 = full history). */

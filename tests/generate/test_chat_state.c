@@ -123,7 +123,7 @@ static void run_turn(env *e, int k, turn_result *out) {
 
 static okv_dtype dtype_of(const char *s) {
     okv_dtype d = OKV_F32;
-    okv_dtype_parse(s, &d);
+    okv_kv_dtype_parse(s, &d);
     return d;
 }
 
