@@ -578,13 +578,14 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
         for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = okv_f32_to_bf16(frand() * 0.05f);
         qset q[2];
         for (int qi = 0; qi < 2; qi++) q[qi] = make_qset(&a, schemes[qi], N, K);
-        double tq[2][2][16], tb[16];
+        double tq[2][3][16], tb[16];
         for (int r = 0; r < reps; r++) {
             for (int qi = 0; qi < 2; qi++)
-                for (int p = 0; p < (amx8 ? 2 : 1); p++) {
+                for (int p = 0; p < (amx8 ? 3 : 1); p++) {
                     double t0 = clock_fn();
                     if (p == 0) okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
-                    else okv_matmul_q_amx(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else if (p == 1) okv_matmul_q_amx_tiles(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else okv_matmul_q_amx_bf16(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     tq[qi][p][r] = clock_fn() - t0;
                 }
             double t0 = clock_fn();
@@ -593,10 +594,10 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
         }
         double flop = 2.0 * T * N * K;
         for (int qi = 0; qi < 2; qi++)
-            for (int p = 0; p < (amx8 ? 2 : 1); p++) {
+            for (int p = 0; p < (amx8 ? 3 : 1); p++) {
                 char sname[32];
                 double sec = median(tq[qi][p], reps);
-                const char *path = p ? "int8-amx" : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
+                const char *path = p == 2 ? "deq-bf16-amx" : p ? "int8-amx" : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
                 printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
                        path, sec * 1e3, flop / sec / 1e9);
             }

@@ -46,6 +46,7 @@
  * the tiles; the register transpose fixed it. Llama-3.2-1B bf16 prefill of
  * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2. */
 #include <errno.h>
+#include <math.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -56,6 +57,7 @@
 #include <unistd.h>
 #endif
 
+#include "okv_common.h"
 #include "okv_kernels_internal.h"
 
 /* ---- permission ------------------------------------------------------------------- */
@@ -125,6 +127,8 @@ typedef struct amx_job {
     uint16_t *wp;       /* per thread: [NB/16][nkb] A tiles */
     float *cb;          /* per thread: [NB/16][ntb] C tiles */
     size_t wp_elems, cb_elems; /* per thread */
+    const okv_qview *q;  /* quantized W (dequantized into the A tiles), else NULL */
+    const int32_t *perm; /* quantized: [K] the k of each tile column e (W's code order), else NULL */
 } amx_job;
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
@@ -179,6 +183,14 @@ static inline __attribute__((always_inline)) TGT void transpose16x16(__m512i r[1
     for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
+/* x[perm[i]] for i < 32, rounded to bf16 (quantized W: tile columns in
+ * the codes' order). */
+static inline __attribute__((always_inline)) TGT __m512i x32_permuted(const float *row, const int32_t *perm) {
+    __m512 lo = _mm512_i32gather_ps(_mm512_loadu_si512(perm), row, 4);
+    __m512 hi = _mm512_i32gather_ps(_mm512_loadu_si512(perm + 16), row, 4);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
 /* x tile row tb: B tiles [kb] with element (kp, t, e) = x[16 tb + t][32 kb +
  * 2 kp + e] in bf16; rows past T are zero. */
 static TGT void pack_x_tiles(const amx_job *a, int tb) {
@@ -189,7 +201,9 @@ static TGT void pack_x_tiles(const amx_job *a, int tb) {
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++) {
             int row = tb * 16 + t;
-            r[t] = row < j->T ? row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K) : _mm512_setzero_si512();
+            if (row >= j->T) r[t] = _mm512_setzero_si512();
+            else if (!a->perm) r[t] = row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K);
+            else r[t] = x32_permuted(j->x + (size_t)row * j->K, a->perm + kb * 32); /* K % 32 == 0 */
         }
         transpose16x16(r); /* row kp: pair kp of the 16 x rows */
         uint16_t *tile = base + (size_t)kb * TILE_ELEMS;
@@ -203,10 +217,111 @@ static void pack_x_task(void *ctx, int task, int thread) {
     pack_x_tiles(ctx, task);
 }
 
+/* ---- quantized W: dequantized into the A tiles ----------------------------------------- */
+
+/* A quantized row's codes are stored per superblock of L <= 16 groups in
+ * 4-code units interleaved across the groups (okv_quant.c). The tiles do
+ * not care in which order K is summed as long as x uses the same order, so
+ * tile column e follows the codes' memory order and x is gathered through
+ * perm[e] = k. Within a superblock (local index el, groups l, units u of 4):
+ *   8-bit: byte el; u = el / 4L, l = (el / 4) % L
+ *   4-bit: per 64 B row v of 4L bytes, its 4L low nibbles (units 2v) then
+ *          its 4L high nibbles (units 2v + 1): v = el / 8L, h = el % 8L / 4L,
+ *          byte v 4L + el % 4L; l = (el % 4L) / 4, u = 2v + h. */
+static void quant_perm(const okv_qview *q, int32_t *perm) {
+    const int G = q->groups, gs = q->group;
+    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
+        int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, base = g0 * gs;
+        for (int el = 0; el < L * gs; el++) {
+            int l, u, b = el % 4;
+            if (q->bits == 8) {
+                u = el / (4 * L);
+                l = el / 4 % L;
+            } else {
+                int r = el % (8 * L);
+                u = 2 * (el / (8 * L)) + r / (4 * L);
+                l = r % (4 * L) / 4;
+            }
+            perm[base + el] = base + l * gs + 4 * u + b;
+        }
+    }
+}
+
+/* Row n of q (n < 0: zeros) dequantized to bf16 in tile-column order into
+ * the A tiles: column e at dst[(e / 32) TILE_ELEMS + e % 32]. Superblocks
+ * with L % 4 == 0 (every full one) go 16 columns at a time: the 16 codes
+ * are 16 consecutive bytes (4 units of 4 groups, the 4-bit ones one
+ * nibble), their scales one permute of the superblock's L scales; other
+ * tails element by element. Value w = d (c - 2^(bits-1)) or d c + m in f32
+ * (as okv_dequant_row), then rounded to bf16. */
+static TGT void dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst) {
+    if (n < 0) {
+        for (int e = 0; e < K; e += 32) _mm512_storeu_si512(dst + (size_t)(e / 32) * TILE_ELEMS, _mm512_setzero_si512());
+        return;
+    }
+    const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);
+    const uint8_t *crow = q->codes + (size_t)n * q->code_stride;
+    const uint16_t *drow = q->d + (size_t)n * q->scale_stride, *mrow = q->m ? q->m + (size_t)n * q->scale_stride : NULL;
+    const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i voff = _mm512_set1_epi32(off), nib = _mm512_set1_epi32(15);
+    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
+        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, e0 = g0 * gs;
+        const uint8_t *sb = crow + (size_t)g0 * gs * q->bits / 8;
+        if (L % 4 == 0) {
+            __mmask16 lm = (__mmask16)((1u << L) - 1);
+            __m512 ds = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, drow + g0));
+            __m512 ms = mrow ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, mrow + g0)) : _mm512_setzero_ps();
+            for (int el = 0; el < L * gs; el += 16) {
+                int byte, shift, l0;
+                if (q->bits == 8) {
+                    byte = el;
+                    shift = 0;
+                    l0 = el / 4 % L;
+                } else {
+                    int r = el % (8 * L);
+                    byte = el / (8 * L) * 4 * L + r % (4 * L);
+                    shift = r / (4 * L) * 4;
+                    l0 = r % (4 * L) / 4;
+                }
+                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + byte)));
+                if (q->bits == 4) c = _mm512_and_si512(_mm512_srli_epi32(c, (unsigned)shift), nib);
+                __m512i idx = _mm512_add_epi32(quad, _mm512_set1_epi32(l0));
+                __m512 d = _mm512_permutexvar_ps(idx, ds), cf = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, voff));
+                __m512 w = mrow ? _mm512_fmadd_ps(d, cf, _mm512_permutexvar_ps(idx, ms)) : _mm512_mul_ps(d, cf);
+                int e = e0 + el;
+                _mm256_storeu_si256((__m256i *)(dst + (size_t)(e / 32) * TILE_ELEMS + e % 32),
+                                    (__m256i)_mm512_cvtneps_pbh(w));
+            }
+            continue;
+        }
+        for (int el = 0; el < L * gs; el++) {
+            int c, l;
+            if (q->bits == 8) {
+                c = sb[el];
+                l = el / 4 % L;
+            } else {
+                int r = el % (8 * L);
+                c = sb[el / (8 * L) * 4 * L + r % (4 * L)] >> (r / (4 * L) * 4) & 15;
+                l = r % (4 * L) / 4;
+            }
+            float d = okv_k_f16(drow[g0 + l]);
+            float w = mrow ? fmaf(d, (float)c, okv_k_f16(mrow[g0 + l])) : d * (float)(c - off);
+            int e = e0 + el;
+            dst[(size_t)(e / 32) * TILE_ELEMS + e % 32] = okv_f32_to_bf16(w);
+        }
+    }
+}
+
 /* W rows [n0, n0 + rows) into A tiles: tile (g, kb) row r = W[n0 + 16 g +
  * r][32 kb .. 32 kb + 32) in bf16, zero past N and K. */
 static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     const matmul_job *j = &a->mm;
+    if (a->q) {
+        for (int i = 0; i < rows; i++)
+            dequant_row_tiles(a->q, n0 + i < j->N ? n0 + i : -1, j->K,
+                              wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32);
+        return;
+    }
     size_t esz = okv_dtype_size(j->wdt);
     for (int i = 0; i < rows; i++) {
         int n = n0 + i;
@@ -317,7 +432,7 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
         return;
     }
     int n_threads = okv_threadpool_size(tp);
-    amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0};
+    amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0, NULL, NULL};
     a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
     size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
     okv_kscratch ks;
@@ -329,6 +444,42 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
     a.xp = (uint16_t *)mem;
     a.wp = a.xp + xp_elems;
     a.cb = (float *)(a.wp + a.wp_elems * n_threads);
+    okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
+    okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
+    okv_kscratch_release(&ks);
+}
+
+/* ---- quantized W on the bf16 tiles -------------------------------------------------- */
+
+size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads) {
+    if (T <= 1 || K <= 0 || N <= 0) return 0;
+    return okv_matmul_amx_scratch(T, K, N, n_threads) + sizeof(int32_t) * (size_t)K + 64;
+}
+
+void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                           const okv_qscheme *s, int N, const float *bias) {
+    if (T <= 1 || N <= 0 || K <= 0 || K % 32 || !okv_amx_usable(NULL)) {
+        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+        return;
+    }
+    int n_threads = okv_threadpool_size(tp);
+    okv_qview q = okv_quant_view(s, W, N, K);
+    amx_job a = {{y, x, T, K, N, NULL, OKV_BF16, bias, 0, NULL}, K / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0,
+                 &q, NULL};
+    a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
+    size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
+    okv_kscratch ks;
+    char *mem = okv_kscratch_get(&ks, tp, okv_matmul_q_amx_bf16_scratch(T, K, N, n_threads));
+    if (!mem) {
+        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+        return;
+    }
+    a.xp = (uint16_t *)mem;
+    a.wp = a.xp + xp_elems;
+    a.cb = (float *)(a.wp + a.wp_elems * n_threads);
+    int32_t *perm = (int32_t *)(a.cb + a.cb_elems * n_threads);
+    quant_perm(&q, perm);
+    a.perm = perm;
     okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
     okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
     okv_kscratch_release(&ks);

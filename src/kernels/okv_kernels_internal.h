@@ -238,6 +238,13 @@ void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K
 void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_amx_int8(void);
+/* Quantized W dequantized per call into the bf16 AMX tiles (okv_kernels_amx.c):
+ * x and the dequantized weights rounded to bf16 (products within 2^-8
+ * relative of the f32 reference), sums f32. T > 1 with AMX-BF16 (else
+ * okv_matmul_q_best). */
+void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                           const okv_qscheme *s, int N, const float *bias);
+size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);

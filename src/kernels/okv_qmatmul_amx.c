@@ -307,7 +307,7 @@ static int qa_block_rows(int N, int n_threads) {
 void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                       const okv_qscheme *s, int N, const float *bias) {
     if (T < QA_MIN_T) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_amx_tiles(tp, y, x, T, K, W, s, N, bias);
+    else okv_matmul_q_amx_bf16(tp, y, x, T, K, W, s, N, bias);
 }
 
 /* Scratch bytes of one call: the activation planes, per-group values and
@@ -324,7 +324,9 @@ static size_t qa_bytes(int T, int K, int N, int groups, int n_threads) {
 }
 
 size_t okv_matmul_q_amx_scratch(int T, int K, int N, const okv_qscheme *s, int n_threads) {
-    return T < 2 || N <= 0 || K <= 0 ? 0 : qa_bytes(T, K, N, K / s->group, n_threads);
+    if (T < 2 || N <= 0 || K <= 0) return 0;
+    size_t i8 = qa_bytes(T, K, N, K / s->group, n_threads), b16 = okv_matmul_q_amx_bf16_scratch(T, K, N, n_threads);
+    return i8 > b16 ? i8 : b16;
 }
 
 void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

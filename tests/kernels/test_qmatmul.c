@@ -20,9 +20,10 @@ typedef struct impl {
     const char *name;
     qmm_fn fn;
     bool int_act; /* quantizes x to int8 per group: bounded by the x rounding */
+    bool bf16;    /* x and the dequantized W rounded to bf16 (2^-8 each): 2^-7 of each |product| */
 } impl;
 
-static impl impls[8];
+static impl impls[10];
 static int n_impls;
 
 /* A quantized W with its generating codes and f16-exact scales. */
@@ -83,7 +84,7 @@ static int qmm_errors(const impl *im, const float *y, const float *x, const qwei
                 }
                 xq += (0.5 / 32258 + 3e-7) * amax * wsum;
             }
-            double tol = (K + 8) * 1.2e-7 * abs_s + (im->int_act ? xq : 0) + 1e-30;
+            double tol = (K + 8) * 1.2e-7 * abs_s + (im->int_act ? xq : 0) + (im->bf16 ? 0x1.01p-7 * abs_s : 0) + 1e-30;
             double e = fabs(y[(size_t)t * N + n] - s);
             if (!(e <= tol)) {
                 if (bad < 3)
@@ -185,24 +186,27 @@ static void test_non_finite_x(void) {
 
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
-    impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false};
-    impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true};
+    impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false, false};
+    impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true, false};
     if (okv_qmm_have_avx512vnni()) {
-        impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true};
-        impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false};
+        impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true, false};
+        impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false, false};
     } else {
         fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
     }
-    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true};
+    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true, false};
     else fprintf(stderr, "no AVX2 here: that path is not tested\n");
     if (okv_qmm_have_amx_int8()) {
-        impls[n_impls++] = (impl){"amx-int8", okv_matmul_q_amx, true};
-        impls[n_impls++] = (impl){"amx-int8-tiles", okv_matmul_q_amx_tiles, true}; /* also T < 16 */
+        impls[n_impls++] = (impl){"amx-int8-tiles", okv_matmul_q_amx_tiles, true, false}; /* also T < 16 */
+    }
+    if (okv_amx_usable(NULL)) { /* every T > 1; the amx table's dispatcher takes it from T >= 16 */
+        impls[n_impls++] = (impl){"amx-bf16-dequant", okv_matmul_q_amx_bf16, false, true};
+        impls[n_impls++] = (impl){"amx-dispatch", okv_matmul_q_amx, false, true};
     }
     else fprintf(stderr, "no AMX-INT8 here (or no permission): that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
     if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx)
-        impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain};
+        impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain, false};
     test_shapes();
     test_non_finite_x();
     return okv_test_finish();
