@@ -44,7 +44,23 @@
  * four L1 tile loads per four tdpbf16ps (1100 with operands already in
  * tiles). Writing y column-wise (one page per element) had cost as much as
  * the tiles; the register transpose fixed it. Llama-3.2-1B bf16 prefill of
- * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2. */
+ * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2.
+ *
+ * Quantized W (okv_matmul_q_amx_bf16, the amx table's quantized prefill
+ * from T >= 16): step 2 dequantizes the block's codes and f16 scales
+ * straight into the A tiles (w = d (c - 2^(bits-1)) or d c + m in f32,
+ * rounded to bf16), and the rest is the bf16 loop above. The tile
+ * columns follow the codes' memory order (quant_perm) so a row's codes are
+ * read as a linear stream; x is gathered through the same permutation when
+ * it is packed, which leaves every dot product unchanged. The dequant is
+ * O(N K) per call against O(T N K) products. Precision: x and w each
+ * rounded to bf16 (2^-8 relative), so products within 2^-7 of the f32
+ * reference (tests/kernels/test_qmatmul.c), where the integer paths keep
+ * ~15 bits of x: the bf16 programs' precision, chosen for speed.
+ * Measured (bench_kernels qgemmcpu, one thread, CPU time, T = 512, load
+ * ~20 on the 2 vCPUs, one interleaved run), GFLOP/s for 8192x2048 /
+ * 2048x8192: q8 g32 sym 261 / 285, q4 g32 asym 240 / 244, bf16 W 259 /
+ * 293, AMX-INT8 (okv_qmatmul_amx.c) 117-124 / 111-132, VNNI 68-73 / 59-65. */
 #include <errno.h>
 #include <math.h>
 #include <immintrin.h>

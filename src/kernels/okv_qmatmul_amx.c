@@ -50,7 +50,14 @@
  * first version, with x planes in natural order (16 strided rows per A
  * tile) and the scaling reloading its pointers, ran 76-105. Software
  * pipelining the scaling one group behind the tiles changed nothing
- * measurable and stays because it keeps loads off in-flight tile stores. */
+ * measurable and stays because it keeps loads off in-flight tile stores.
+ *
+ * Dispatch: okv_matmul_q_amx now sends T >= 16 to okv_matmul_q_amx_bf16
+ * (W dequantized into bf16 tiles, okv_kernels_amx.c), which ran at 2.0-2.6x
+ * this kernel in the same run (q8 261-285 vs 111-117 GFLOP/s, q4 240-244
+ * vs 124-132) at bf16 precision (2^-7 per product instead of bit-exact
+ * with the integer model). This kernel stays as the exact AMX path
+ * (okv_matmul_q_amx_tiles; tests and bench_kernels qgemm call it). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
