@@ -8,8 +8,23 @@
  * two units per load (AND, shift+AND). Only at the end of a superblock are
  * the 16 lanes converted to f32 and scaled, with one vector of d * dx.
  *
- * Decode (T = 1): tiles of 4 W rows share each x unit load (x, K bytes of
- * int8, stays in L1); each thread streams its own contiguous range of rows.
+ * Decode (T = 1, gemv_sb): 4 W rows per pass share each x unit load (x, K
+ * bytes of int8 per plane, stays in L1); each thread streams its own
+ * contiguous range of rows. 4-bit codes: lo = c & 0x0f and hi16 = c & 0xf0
+ * (16 x the high code, no shift) into separate accumulators, summed as
+ * lo + (hi16 >> 4) once per superblock (exact); the symmetric offset is the
+ * accumulators' start value. vpdpbusd goes through a one-line asm (dpbusd)
+ * because GCC 12 copied every accumulator once per unit around the
+ * intrinsic. Measured 2026-12-01 22:40-22:53 UTC at load average 20-22 on
+ * the 2 vCPUs (so only same-run ratios count), one thread, CPU time, W
+ * 512x2048 in L2, minima of 2000 calls, main vs this, interleaved 3x:
+ * q8 g32 sym 19.4-27.0 -> 16.2-22.5 us (1.2x, up to 69 GB/s of W per
+ * core), q4 g32 asym 21-27 -> 20-25 us, q4 sym 21-26 -> 19-24 us (1.05-1.1x:
+ * two planes of 4 dots per 64 code bytes are what bounds q4). With one
+ * activation plane for 4-bit W (tried: 13.5-16 us, 42-44 GB/s per core,
+ * 1.4-1.5x) the e2e fixtures' runtime-vs-dequantized-program cosine fell
+ * from ~1 - 1e-8 to 0.9986-0.9997 (test_quant's 0.9999 line), so it is
+ * not used.
  * Prefill (T > 1): tiles of 4 W rows x 2 x rows (16 int32 accumulators:
  * two activation planes, see okv_qmatmul.c), so each W unit is unpacked
  * once for 2 rows of x and each x unit loaded once for 4 W rows; blocks of W rows stay in L2 while the x panel
@@ -109,6 +124,15 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
 
 /* ---- the tile --------------------------------------------------------------------- */
 
+/* acc += u8 c x s8 x per 32-bit lane, in place. GCC 12 compiles the
+ * intrinsic's non-destructive form into a register copy per accumulator per
+ * unit (16 vmovdqa64 per 8 vpdpbusd in the 4-row GEMV loop, measured with
+ * perf annotate); the asm keeps each accumulator in its register. */
+INLINE_TGT __m512i dpbusd(__m512i acc, __m512i c, __m512i x) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(c), "v"(x));
+    return acc;
+}
+
 /* Sum of 16 lanes, 16 -> 8 -> 4 -> 2 -> 1 (the plain model's order). */
 INLINE_TGT float reduce16(__m512 a) {
     __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
@@ -166,15 +190,11 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
 /* y[t0 + i, n0 + r] for r < RW, i < RT (both <= 4): W rows n0.. times
  * activation rows t0.. over all of K. RW, RT, bits, asym are constants
  * after inlining; 2 x RW x RT int32 accumulators. */
-INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
+INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym, int gstart,
+                          __m512 acc[4][4]) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, K = j->K;
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
-    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
+    for (int g0 = gstart; g0 < G; g0 += OKV_QSB_GROUPS) {
         const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS;
         const size_t us = (size_t)4 * L; /* bytes per unit */
         const __mmask64 km = L == OKV_QSB_GROUPS ? ~(__mmask64)0 : ((__mmask64)1 << us) - 1;
@@ -225,6 +245,15 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
             }
         }
     }
+}
+
+INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+    qtile_sbs(j, n0, t0, RW, RT, bits, asym, 0, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         if (r >= RW) continue;
@@ -235,12 +264,114 @@ INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
     }
 }
 
-/* Decode: rows [n0, n1) in 4-row tiles (one x unit load per 4 rows), then
- * single rows. */
+/* Decode, one superblock of RW W rows against the single x row (full
+ * superblocks only: 16 lanes, 64-byte units). Each x unit is loaded once
+ * for the RW rows. 4-bit: lo = c & 0x0f and hi16 = c & 0xf0 (= 16 hi, no
+ * shift) go to two accumulators, isum = ilo + (ihi16 >> 4), exact; the
+ * symmetric offset is the accumulators' start value -2^(bits-1) qsum, so
+ * isum - off qsum comes out of the dots as in the model. */
+INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, bool asym, __m512 *acc) {
+    const okv_qview *w = &j->w;
+    const int gs = w->group;
+    const size_t us = 64;
+    const uint8_t *c[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        if (r < RW) c[r] = w->codes + (size_t)(n0 + r) * w->code_stride + (size_t)g0 * gs * bits / 8;
+    const int8_t *xq = j->a.q + (size_t)g0 * gs, *xq2 = j->a.q2 + (size_t)g0 * gs;
+    __m512i start = _mm512_setzero_si512(), start2 = _mm512_setzero_si512();
+    if (!asym) {
+        start = _mm512_sub_epi32(start, _mm512_slli_epi32(_mm512_loadu_si512(j->a.qsum + g0), bits - 1));
+        start2 = _mm512_sub_epi32(start2, _mm512_slli_epi32(_mm512_loadu_si512(j->a.qsum2 + g0), bits - 1));
+    }
+    /* [r]: plane q, plane q2; 4-bit also the high-nibble halves ih, ih2 */
+    __m512i ia[4], ia2[4], ih[4], ih2[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        ia[r] = start;
+        ia2[r] = start2;
+        ih[r] = ih2[r] = _mm512_setzero_si512();
+    }
+    if (bits == 4) {
+        const __m512i m4 = _mm512_set1_epi8(0x0f), m4h = _mm512_set1_epi8((char)0xf0);
+        for (int p = 0; p < gs / 8; p++) {
+            __m512i xa = _mm512_loadu_si512(xq + 2 * p * us), xb = _mm512_loadu_si512(xq + (2 * p + 1) * us);
+            __m512i ya = _mm512_loadu_si512(xq2 + 2 * p * us), yb = _mm512_loadu_si512(xq2 + (2 * p + 1) * us);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                if (r >= RW) continue;
+                __m512i wv = _mm512_loadu_si512(c[r] + p * us);
+                __m512i lo = _mm512_and_si512(wv, m4), hi16 = _mm512_and_si512(wv, m4h);
+                ia[r] = dpbusd(ia[r], lo, xa);
+                ih[r] = dpbusd(ih[r], hi16, xb);
+                ia2[r] = dpbusd(ia2[r], lo, ya);
+                ih2[r] = dpbusd(ih2[r], hi16, yb);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            ia[r] = _mm512_add_epi32(ia[r], _mm512_srai_epi32(ih[r], 4));
+            ia2[r] = _mm512_add_epi32(ia2[r], _mm512_srai_epi32(ih2[r], 4));
+        }
+    } else {
+        for (int u = 0; u < gs / 4; u++) {
+            __m512i xa = _mm512_loadu_si512(xq + u * us), ya = _mm512_loadu_si512(xq2 + u * us);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                if (r >= RW) continue;
+                __m512i wv = _mm512_loadu_si512(c[r] + u * us);
+                ia[r] = dpbusd(ia[r], wv, xa);
+                ia2[r] = dpbusd(ia2[r], wv, ya);
+            }
+        }
+    }
+    __m512 dx = _mm512_loadu_ps(j->a.dx + g0), dx2 = _mm512_loadu_ps(j->a.dx2 + g0);
+    __m512 sx = asym ? _mm512_loadu_ps(j->a.sx + g0) : dx;
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (r >= RW) continue;
+        size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->d + srow)));
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(ia[r]), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx2), _mm512_cvtepi32_ps(ia2[r]), acc[r]);
+        if (asym)
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->m + srow))), sx, acc[r]);
+    }
+}
+
+/* Row n's superblocks from g0 on (the tail) added to acc, reduced. */
+INLINE_TGT float gemv_tail(const okv_qmm_job *j, int n, int g0, int bits, bool asym, __m512 acc) {
+    __m512 a[4][4];
+    a[0][0] = acc;
+    qtile_sbs(j, n, 0, 1, 1, bits, asym, g0, a);
+    return reduce16(a[0][0]);
+}
+
+/* y[n0 + r] for r < RW (<= 4): the full superblocks here, a tail
+ * superblock (fewer than 16 groups) through qtile's masked code, which
+ * does the model's operations in the same order. */
+INLINE_TGT void gemv_rows(const okv_qmm_job *j, int n0, int RW, int bits, bool asym) {
+    const int G = j->w.groups;
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    int g0 = 0;
+    for (; g0 + OKV_QSB_GROUPS <= G; g0 += OKV_QSB_GROUPS) gemv_sb(j, n0, g0, RW, bits, asym, acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (r >= RW) continue;
+        float v = g0 < G ? gemv_tail(j, n0 + r, g0, bits, asym, acc[r]) : reduce16(acc[r]);
+        j->y[n0 + r] = v + (j->bias ? j->bias[n0 + r] : 0.0f);
+    }
+}
+
+/* Decode: rows [n0, n1) in tiles of GEMV_RW rows, then single rows. */
+enum { GEMV_RW = 4 };
+
 INLINE_TGT void qgemv(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
     int n = n0;
-    for (; n + 4 <= n1; n += 4) qtile(j, n, 0, 4, 1, bits, asym);
-    for (; n < n1; n++) qtile(j, n, 0, 1, 1, bits, asym);
+    for (; n + GEMV_RW <= n1; n += GEMV_RW) gemv_rows(j, n, GEMV_RW, bits, asym);
+    for (; n < n1; n++) gemv_rows(j, n, 1, bits, asym);
 }
 
 /* Prefill: GEMM_RW W rows x GEMM_RT x rows per tile; each W unit is
