@@ -71,6 +71,26 @@ static inline void okv_test_write_file(const char *path, const void *data, size_
     }
 }
 
+/* Writes a NUL-terminated text to path (okv_test_write_file). */
+static inline void okv_test_write_text(const char *path, const char *text) {
+    okv_test_write_file(path, text, strlen(text));
+}
+
+/* Copies file from to file to (a fixture into a test's folder); failure exits. */
+static inline void okv_test_copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb");
+    if (!in) { fprintf(stderr, "cannot read %s\n", from); exit(1); }
+    FILE *out = fopen(to, "wb");
+    char chunk[1 << 14];
+    size_t n;
+    int ok = out != NULL;
+    while (ok && (n = fread(chunk, 1, sizeof chunk, in)) > 0) ok = fwrite(chunk, 1, n, out) == n;
+    ok = ok && !ferror(in);
+    fclose(in);
+    if (out && fclose(out) != 0) ok = 0;
+    if (!ok) { fprintf(stderr, "cannot copy %s to %s\n", from, to); exit(1); }
+}
+
 static inline int okv_test_finish(void) {
     printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);
     return okv_t_fail ? 1 : 0;

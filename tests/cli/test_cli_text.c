@@ -42,23 +42,6 @@ static int run_cmd(const char *cmdline, char **out, char **errout) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    fputs(text, f);
-    fclose(f);
-}
-
-static void copy_file(const char *from, const char *to) {
-    char *data;
-    size_t len;
-    okv_error err;
-    if (okv_read_file(from, &data, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
-    FILE *f = fopen(to, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
-    free(data);
-}
-
 static int count(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -79,9 +62,9 @@ static const char *make_ckpt(const char *name, bool with_tokenizer, int vocab) {
     if (with_tokenizer) {
         char p[450];
         snprintf(p, sizeof p, "%s/tokenizer.json", ck);
-        copy_file(TOKDIR "tokenizer.json", p);
+        okv_test_copy_file(TOKDIR "tokenizer.json", p);
         snprintf(p, sizeof p, "%s/tokenizer_config.json", ck);
-        copy_file(TOKDIR "tokenizer_config.json", p);
+        okv_test_copy_file(TOKDIR "tokenizer_config.json", p);
     }
     return ck;
 }
@@ -105,7 +88,7 @@ static void test_deep_template(void) {
     strcpy(src + o, " }}");
     char p[450];
     snprintf(p, sizeof p, "%s/chat_template.jinja", ck);
-    write_text(p, src);
+    okv_test_write_text(p, src);
     free(src);
     const char *out = tpath("deeptpl.okv");
     CHECK(export_ckpt(ck, out));
@@ -121,7 +104,7 @@ static void test_deep_template(void) {
  * object, or an earlier array, was read instead of the top-level one. */
 static void test_tokens_json(void) {
     const char *f = tpath("toks.json");
-    write_text(f, "{\"x\":{\"tokens\":null},\"shape\":[9,9],\"tokens\":[128000,791,4062]}");
+    okv_test_write_text(f, "{\"x\":{\"tokens\":null},\"shape\":[9,9],\"tokens\":[128000,791,4062]}");
     char cmd[1200], *a = NULL, *b = NULL;
     snprintf(cmd, sizeof cmd, "%s generate %s --tokens %s --max-new-tokens 3", OKV_BIN, model, f);
     CHECK(run_cmd(cmd, &a, NULL) == 0);
@@ -133,7 +116,7 @@ static void test_tokens_json(void) {
     static const char *bad[] = {"{\"tokens\":[1,2.5]}", "{\"tokens\":\"1 2\"}", "[1,-3]", "{\"x\":{\"tokens\":[1]}}",
                                 "{\"tokens\":[1,2]", "[1e20]"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        write_text(f, bad[i]);
+        okv_test_write_text(f, bad[i]);
         char *err = NULL;
         snprintf(cmd, sizeof cmd, "%s generate %s --tokens %s --max-new-tokens 1", OKV_BIN, model, f);
         int rc = run_cmd(cmd, NULL, &err);
@@ -177,7 +160,7 @@ static void test_interactive_context(void) {
     for (int i = 0; i < 300; i++) strcat(line, "word ");
     char input[8000];
     snprintf(input, sizeof input, "hi\n%s\nhello\n/quit\n", line);
-    write_text(tpath("in1.txt"), input);
+    okv_test_write_text(tpath("in1.txt"), input);
     char cmd[1200], *err = NULL;
     snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 3 --kv-max-capacity 120 < %s", OKV_BIN,
              model, tpath("in1.txt"));
@@ -189,7 +172,7 @@ static void test_interactive_context(void) {
     /* short turns until the conversation no longer fits: refused with the whole count, session alive */
     char many[2000] = "";
     for (int i = 0; i < 12; i++) strcat(many, "tell me more please\n");
-    write_text(tpath("in2.txt"), many);
+    okv_test_write_text(tpath("in2.txt"), many);
     snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 8 --kv-max-capacity 120 < %s", OKV_BIN,
              model, tpath("in2.txt"));
     rc = run_cmd(cmd, NULL, &err);
@@ -209,12 +192,12 @@ static void test_interactive_context(void) {
  * uninterrupted session's, its prompt served from the cache; a bad /load
  * is reported and the session goes on. */
 static void test_interactive_save_load(void) {
-    write_text(tpath("sl_all.txt"), "hi\nhello there\ntell me more\n");
+    okv_test_write_text(tpath("sl_all.txt"), "hi\nhello there\ntell me more\n");
     char save_in[600], load_in[600];
     snprintf(save_in, sizeof save_in, "hi\nhello there\n/save %s\n", tpath("chat.okvseq"));
     snprintf(load_in, sizeof load_in, "/load %s\n/load %s\ntell me more\n", tpath("missing.okvseq"), tpath("chat.okvseq"));
-    write_text(tpath("sl_save.txt"), save_in);
-    write_text(tpath("sl_load.txt"), load_in);
+    okv_test_write_text(tpath("sl_save.txt"), save_in);
+    okv_test_write_text(tpath("sl_load.txt"), load_in);
     char cmd[1200], *all = NULL, *o = NULL, *err = NULL;
     snprintf(cmd, sizeof cmd, "%s run %s --interactive --greedy --max-new-tokens 6 < %s", OKV_BIN, model,
              tpath("sl_all.txt"));
@@ -267,7 +250,7 @@ static void test_sampling_values(void) {
     const char *ck = make_ckpt("genconf", true, 128256);
     char p[450];
     snprintf(p, sizeof p, "%s/generation_config.json", ck);
-    write_text(p, "{\"do_sample\": true, \"top_k\": 1e20, \"bos_token_id\": 128000, \"eos_token_id\": 128009}");
+    okv_test_write_text(p, "{\"do_sample\": true, \"top_k\": 1e20, \"bos_token_id\": 128000, \"eos_token_id\": 128009}");
     const char *out = tpath("genconf.okv");
     CHECK(export_ckpt(ck, out));
     char *err = NULL;
@@ -276,7 +259,7 @@ static void test_sampling_values(void) {
     CHECKF(rc == 1 && err && strstr(err, "generation_config.json") && strstr(err, "top_k") && strstr(err, "1e+20"),
            "exit %d: %s", rc, err ? err : "");
     free(err);
-    write_text(p, "{\"do_sample\": true, \"temperature\": -0.5, \"bos_token_id\": 128000, \"eos_token_id\": 128009}");
+    okv_test_write_text(p, "{\"do_sample\": true, \"temperature\": -0.5, \"bos_token_id\": 128000, \"eos_token_id\": 128009}");
     CHECK(export_ckpt(ck, out));
     rc = run_cmd(cmd, NULL, &err);
     CHECKF(rc == 1 && err && strstr(err, "generation_config.json") && strstr(err, "temperature"), "exit %d: %s", rc,

@@ -116,22 +116,6 @@ static void test_fixture(const char *model, int max_capacity) {
     close_program(r, p, model);
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (f) { fputs(text, f); fclose(f); }
-}
-
-static void copy_file(const char *from, const char *to) {
-    char *data;
-    size_t len;
-    okv_error err;
-    if (okv_read_file(from, &data, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
-    FILE *f = fopen(to, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
-    free(data);
-}
-
 /* A checkpoint with the Llama-3.1 tokenizer: tokenizer_config.json's
  * eos_token joins the program's EOS id; a bad generation_config value is
  * refused by name. */
@@ -146,11 +130,11 @@ static void test_tokenizer_eos_and_bad_config(void) {
     okv_error err = {0};
     CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    copy_file(TOKDIR "tokenizer.json", path);
+    okv_test_copy_file(TOKDIR "tokenizer.json", path);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    copy_file(TOKDIR "tokenizer_config.json", path);
+    okv_test_copy_file(TOKDIR "tokenizer_config.json", path);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    write_file(path, "{\"eos_token_id\": 7, \"do_sample\": true, \"min_p\": 0.05}");
+    okv_test_write_text(path, "{\"eos_token_id\": 7, \"do_sample\": true, \"min_p\": 0.05}");
     okv_program *p;
     okv_runner *r = open_program(dir, "tokeos", 0, &p);
     if (!r) return;
@@ -172,7 +156,7 @@ static void test_tokenizer_eos_and_bad_config(void) {
     cJSON_Delete(tc);
     close_program(r, p, "tokeos");
 
-    write_file(path, "{\"eos_token_id\": 7, \"top_p\": 1.5}");
+    okv_test_write_text(path, "{\"eos_token_id\": 7, \"top_p\": 1.5}");
     r = open_program(dir, "badgc", 0, &p);
     if (!r) return;
     okv_status st = okv_gen_defaults_get(r, NULL, &d, &err);

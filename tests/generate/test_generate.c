@@ -25,17 +25,6 @@ static void collect(void *ctx, const char *text, size_t len) {
     b->pieces++;
 }
 
-static void copy_file(const char *from, const char *to) {
-    char *data;
-    size_t len;
-    okv_error err;
-    if (okv_read_file(from, &data, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
-    FILE *f = fopen(to, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
-    free(data);
-}
-
 static char *make_program(void) {
     okv_mkckpt_spec s;
     okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
@@ -48,9 +37,9 @@ static char *make_program(void) {
     okv_error err = {0};
     CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    copy_file(TOKDIR "tokenizer.json", path);
+    okv_test_copy_file(TOKDIR "tokenizer.json", path);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    copy_file(TOKDIR "tokenizer_config.json", path);
+    okv_test_copy_file(TOKDIR "tokenizer_config.json", path);
     char *out = malloc(300);
     snprintf(out, 300, "%s/model.okv", tmpdir);
     okv_export_options o;
