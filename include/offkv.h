@@ -240,6 +240,9 @@ typedef struct okv_runner_options {
      * statistics this way); NULL = none. */
     void (*matmul_input)(void *ctx, const char *weight, const float *x, int rows, int K);
     void *matmul_input_ctx;
+    bool deterministic;       /* batch invariance: one matmul kernel per weight dtype for every T and
+                                 one attention variant, so a row's logits are bit for bit the same
+                                 whatever else shares the step and whatever its size */
 } okv_runner_options;
 
 typedef enum okv_logits_rows { OKV_LOGITS_ALL = 0, OKV_LOGITS_LAST = 1, OKV_LOGITS_NONE = 2 } okv_logits_rows;

@@ -109,6 +109,19 @@ okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *
                               const okv_gen_options *o, okv_gen_seq **out, okv_error *err);
 void okv_gen_seq_free(okv_gen_seq *g);
 okv_status okv_gen_seq_step(okv_gen_seq *g, bool *done, okv_error *err);
+/* Caller-driven sequences, for a scheduler that batches many of them into
+ * one okv_runner_step_batch: the sequence samples, stops and streams text,
+ * the caller runs the model. okv_gen_seq_pending gives the tokens still to
+ * run (the prompt's rest, or the one sampled token to feed back) and the
+ * position of the first; the caller steps any leading part of them and
+ * reports it with okv_gen_seq_fed, passing the next-token logits row
+ * (vocab floats) when that part ends the pending tokens (NULL otherwise):
+ * the sequence then samples from it. seconds is the step's time charged to
+ * the sequence's stats. okv_gen_seq_step refuses such a sequence. */
+okv_status okv_gen_seq_create_fed(const okv_program *p, const okv_tok *tok, const int32_t *prompt, size_t n,
+                                  int start_pos, const okv_gen_options *o, okv_gen_seq **out, okv_error *err);
+size_t okv_gen_seq_pending(const okv_gen_seq *g, const int32_t **ids, int *pos);
+okv_status okv_gen_seq_fed(okv_gen_seq *g, size_t n, const float *logits, double seconds, bool *done, okv_error *err);
 /* True while prompt tokens are still to be prefilled. */
 bool okv_gen_seq_prefilling(const okv_gen_seq *g);
 /* Counts and times so far (final once done). */

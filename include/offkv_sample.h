@@ -50,6 +50,8 @@ typedef struct okv_sampler_params {
     float min_p;               /* in [0, 1]; 0 = off */
     float repetition_penalty;  /* > 0; 1 = off */
     uint64_t seed;
+    float frequency_penalty;   /* in [-2, 2]; 0 = off (OpenAI: over generated ids) */
+    float presence_penalty;    /* in [-2, 2]; 0 = off */
 } okv_sampler_params;
 
 /* HuggingFace GenerationConfig defaults: do_sample false, temperature 1.0,
@@ -75,6 +77,12 @@ void okv_sampler_free(okv_sampler *s);
 /* Records a prompt or generated token for the repetition penalty.
  * OKV_ERR_INVALID if token is outside [0, vocab). */
 okv_status okv_sampler_accept(okv_sampler *s, int32_t token, okv_error *err);
+
+/* Records a generated token: as okv_sampler_accept, and counted for the
+ * OpenAI penalties (logit - count * frequency_penalty - presence_penalty
+ * for each id generated count > 0 times, applied after the repetition
+ * penalty and before temperature, greedy included). */
+okv_status okv_sampler_accept_generated(okv_sampler *s, int32_t token, okv_error *err);
 
 /* Chooses the next token from logits[0..vocab). The caller's row is not
  * modified. Does not accept the token (call okv_sampler_accept with it).

@@ -1,11 +1,14 @@
 /* offkv_serve.h — `offkv serve`: an OpenAI-compatible HTTP server over one
  * program (POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
  * GET /health, GET /metrics). It is a layer above generation and uses only
- * the public API: one scheduler thread steps up to `parallel` sequences,
- * each in its own cache key, round-robin (a prompt is prefilled in chunks
- * between the other sequences' decode steps); a finished sequence's tokens
- * stay in its cache so a later prompt that starts with them is served from
- * there (usage.prompt_tokens_details.cached_tokens).
+ * the public API: one scheduler thread runs up to `parallel` sequences of
+ * one cell-pool cache key with continuous batching (one
+ * okv_runner_step_batch per iteration: every decoding sequence's next
+ * token plus a bounded chunk of pending prompt tokens); a prompt starting
+ * with ids a running or finished sequence holds forks those cells
+ * (okv_seq_fork, zero copy) and prefills only the rest
+ * (usage.prompt_tokens_details.cached_tokens); finished sequences are kept
+ * as an LRU prefix cache.
  *
  * The server binds the given IPv4 address (tests and the default: 127.0.0.1)
  * and answers on libmicrohttpd's threads; nothing here prints. */
@@ -33,6 +36,8 @@ typedef struct okv_server_options {
     int prefill_chunk;           /* largest prefill step between other sequences' decode steps (default 64) */
     int max_tokens_default;      /* when a request sets none (0 = up to the context) */
     double shutdown_grace_s;     /* on stop, streams may finish for this long, then are cancelled (default 5) */
+    size_t prefix_cache_bytes;   /* K/V bytes finished sequences may keep as prefix-cache entries (0 = as
+                                    many as the pool holds; evicted LRU when cells are needed) */
     const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
     okv_cache_options cache;     /* max_capacity is replaced by ctx_per_seq */
     okv_runner_options runner;

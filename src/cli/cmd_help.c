@@ -20,7 +20,9 @@
     "  --kv-initial-capacity N           first allocation; caches double as they fill\n"                       \
     "  --kv-windows W[,W...]             sliding window per cache, repeating (0 = full history)\n"            \
     "  --threads N                       worker threads (default: all cores)\n"                               \
-    "  --reference-attention             the simple, slow attention kernel (for checking)\n"
+    "  --reference-attention             the simple, slow attention kernel (for checking)\n"          \
+    "  --deterministic                   batch-invariant kernels: a row's logits do not depend on the\n" \
+    "                                    step's other rows or size (slower)\n"
 
 typedef struct help_page {
     const char *command;
@@ -114,7 +116,9 @@ static const help_page PAGES[] = {
      "\n"
      "  --host ADDR                       IPv4 address to bind (default 127.0.0.1)\n"
      "  --port N                          TCP port (default 8080; 0 = any free port, printed at start)\n"
-     "  --parallel N                      sequences generated at once, one cache each (default 4)\n"
+     "  --parallel N                      sequences generated at once, batched into one step (default 4)\n"
+     "  --prefix-cache-bytes N            K/V bytes finished sequences keep as prefix cache (default: until\n"
+     "                                    their cells are needed)\n"
      "  --ctx-per-seq N                   positions per sequence (default: the program's max_ctx_len)\n"
      "  --api-key KEY                     require \"Authorization: Bearer KEY\" on /v1/* and /metrics\n"
      "  --max-queue N                     requests waiting for a free sequence before 429 (default 64)\n"

@@ -43,6 +43,11 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
         } else if (!strcmp(a, "--max-body")) {
             if (!okv_cli_parse_int(v, 1, 1 << 30, &n)) return okv_cli_usage_error("--max-body: '%s' must be a positive byte count", v);
             o->max_body_bytes = (size_t)n;
+        } else if (!strcmp(a, "--prefix-cache-bytes")) {
+            char *end = NULL;
+            unsigned long long b = strtoull(v, &end, 10);
+            if (!*v || *end || v[0] == '-') return okv_cli_usage_error("--prefix-cache-bytes: '%s' must be a byte count", v);
+            o->prefix_cache_bytes = (size_t)b;
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (!okv_cli_parse_int(v, 1, 1 << 20, &o->prefill_chunk)) return okv_cli_usage_error("--prefill-chunk: '%s' must be a positive integer", v);
         } else if (!strcmp(a, "--max-tokens")) {
@@ -55,7 +60,6 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
     if (!o->program_path) return okv_cli_usage_error("usage: offkv serve PROGRAM.okv [--host 127.0.0.1] [--port 8080] [options]%s", "");
     o->cache = run->cache;
     o->runner = run->runner;
-    o->runner.max_logit_rows = 1;   /* generation only reads the last row */
     return 0;
 }
 

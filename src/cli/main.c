@@ -81,6 +81,7 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     const char *v = has_val ? argv[*i + 1] : NULL;
     if (!strcmp(a, "--reference-attention")) { o->runner.reference_attention = true; return 1; }
     if (!strcmp(a, "--plain-kernels")) { o->runner.plain_kernels = true; return 1; }
+    if (!strcmp(a, "--deterministic")) { o->runner.deterministic = true; return 1; }
     if (strcmp(a, "--kv-storage-dtype") && strcmp(a, "--kv-max-capacity") && strcmp(a, "--kv-initial-capacity") &&
         strcmp(a, "--kv-windows") && strcmp(a, "--threads"))
         return 0;

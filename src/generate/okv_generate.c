@@ -120,6 +120,8 @@ struct okv_gen_seq {
     int32_t *gen;                /* generated ids (EOS not included) */
     size_t n_gen, cap_gen;
     bool done;
+    bool fed;                    /* the caller runs the steps (okv_gen_seq_fed) */
+    bool has_next;               /* fed mode: gen's last id is sampled but not yet fed */
     okv_gen_stats stats;
 };
 
@@ -192,27 +194,36 @@ static okv_status prefill_chunk(okv_gen_seq *g, okv_error *err) {
     return OKV_OK;
 }
 
-/* Samples the next token, streams it and, unless generation ends here, feeds it back. */
-static okv_status decode_token(okv_gen_seq *g, okv_error *err) {
-    double t0 = now_seconds();
+/* Samples the next token from row and streams it; *feed when generation
+ * goes on (the token must be fed back). */
+static okv_status sample_token(okv_gen_seq *g, const float *row, bool *feed, okv_error *err) {
     okv_status st = OKV_OK;
-    int32_t id = okv_sampler_sample(g->sampler, g->logits);
+    *feed = false;
+    int32_t id = okv_sampler_sample(g->sampler, row);
     if (id < 0) return okv_fail(err, OKV_ERR_STATE, "the model produced no finite logit (NaN or -inf everywhere)");
     if (g->o.on_token) g->o.on_token(g->o.ctx, id);
     bool stopped = false;
-    if (is_eos(&g->o, id)) finish(g, OKV_STOP_EOS);
-    else {
-        st = record_id(g, id, err);
-        if (!st) st = okv_sampler_accept(g->sampler, id, err);
-        if (!st) st = push_text(g, id, &stopped, err);
-        if (st) ;
-        else if (stopped) finish(g, OKV_STOP_STRING);
-        else if (g->n_gen >= (size_t)g->o.max_new_tokens) finish(g, OKV_STOP_MAX_TOKENS);
-        else if (g->pos >= g->o.context_limit) finish(g, OKV_STOP_CONTEXT);
-        else {
-            st = okv_runner_step(g->r, &id, &g->pos, 1, OKV_LOGITS_LAST, g->logits, err);
-            if (!st) g->pos++;
-        }
+    if (is_eos(&g->o, id)) { finish(g, OKV_STOP_EOS); return OKV_OK; }
+    st = record_id(g, id, err);
+    if (!st) st = okv_sampler_accept_generated(g->sampler, id, err);
+    if (!st) st = push_text(g, id, &stopped, err);
+    if (st) ;
+    else if (stopped) finish(g, OKV_STOP_STRING);
+    else if (g->n_gen >= (size_t)g->o.max_new_tokens) finish(g, OKV_STOP_MAX_TOKENS);
+    else if (g->pos >= g->o.context_limit) finish(g, OKV_STOP_CONTEXT);
+    else *feed = true;
+    return st;
+}
+
+/* Samples the next token, streams it and, unless generation ends here, feeds it back. */
+static okv_status decode_token(okv_gen_seq *g, okv_error *err) {
+    double t0 = now_seconds();
+    bool feed = false;
+    okv_status st = sample_token(g, g->logits, &feed, err);
+    if (!st && feed) {
+        int32_t id = g->gen[g->n_gen - 1];
+        st = okv_runner_step(g->r, &id, &g->pos, 1, OKV_LOGITS_LAST, g->logits, err);
+        if (!st) g->pos++;
     }
     g->stats.decode_seconds += now_seconds() - t0;
     return st;
@@ -230,13 +241,13 @@ okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv
 }
 
 
-okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
-                              const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
+static okv_status seq_create(const okv_program *p, okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n,
+                             int start_pos, const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
     *out = NULL;
     okv_program_info info;
-    okv_program_get_info(okv_runner_program(r), &info);
+    okv_program_get_info(p, &info);
     if (n == 0) return okv_fail(err, OKV_ERR_INVALID, "the prompt is empty");
-    okv_status st = tok ? okv_gen_check_tokenizer(okv_runner_program(r), tok, err) : OKV_OK;
+    okv_status st = tok ? okv_gen_check_tokenizer(p, tok, err) : OKV_OK;
     if (st) return st;
     if (start_pos < 0 || start_pos + (int64_t)n > o->context_limit) {
         if (start_pos > 0)
@@ -249,6 +260,7 @@ okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *
     if (!g) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     g->o = *o;
     g->r = r;
+    g->fed = r == NULL;
     g->tok = tok;
     g->n_prompt = n;
     g->start_pos = g->pos = start_pos;
@@ -269,6 +281,16 @@ okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *
     return OKV_OK;
 }
 
+okv_status okv_gen_seq_create(okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n, int start_pos,
+                              const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
+    return seq_create(okv_runner_program(r), r, tok, prompt, n, start_pos, o, out, err);
+}
+
+okv_status okv_gen_seq_create_fed(const okv_program *p, const okv_tok *tok, const int32_t *prompt, size_t n,
+                                  int start_pos, const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
+    return seq_create(p, NULL, tok, prompt, n, start_pos, o, out, err);
+}
+
 void okv_gen_seq_free(okv_gen_seq *g) {
     if (!g) return;
     okv_sampler_free(g->sampler);
@@ -283,6 +305,7 @@ void okv_gen_seq_free(okv_gen_seq *g) {
 
 okv_status okv_gen_seq_step(okv_gen_seq *g, bool *done, okv_error *err) {
     okv_status st = OKV_OK;
+    if (g->fed) return okv_fail(err, OKV_ERR_STATE, "okv_gen_seq_step on a sequence the caller steps (okv_gen_seq_fed)");
     if (!g->done) st = g->prefilled < g->n_prompt ? prefill_chunk(g, err) : decode_token(g, err);
     if (st) g->done = true;
     *done = g->done;
@@ -290,6 +313,47 @@ okv_status okv_gen_seq_step(okv_gen_seq *g, bool *done, okv_error *err) {
 }
 
 bool okv_gen_seq_prefilling(const okv_gen_seq *g) { return g->prefilled < g->n_prompt; }
+
+size_t okv_gen_seq_pending(const okv_gen_seq *g, const int32_t **ids, int *pos) {
+    *pos = g->pos;
+    *ids = NULL;
+    if (g->done) return 0;
+    if (g->prefilled < g->n_prompt) { *ids = g->prompt + g->prefilled; return g->n_prompt - g->prefilled; }
+    if (g->has_next) { *ids = g->gen + g->n_gen - 1; return 1; }
+    return 0;
+}
+
+okv_status okv_gen_seq_fed(okv_gen_seq *g, size_t n, const float *logits, double seconds, bool *done, okv_error *err) {
+    okv_status st = OKV_OK;
+    const int32_t *ids;
+    int pos;
+    size_t pending = okv_gen_seq_pending(g, &ids, &pos);
+    if (!g->fed) st = okv_fail(err, OKV_ERR_STATE, "okv_gen_seq_fed on a sequence that steps its own runner");
+    else if (g->done) st = okv_fail(err, OKV_ERR_STATE, "okv_gen_seq_fed after the sequence ended");
+    else if (n == 0 || n > pending) st = okv_fail(err, OKV_ERR_INVALID, "okv_gen_seq_fed: %zu tokens fed, %zu pending", n, pending);
+    else if (n == pending && !logits) st = okv_fail(err, OKV_ERR_INVALID, "okv_gen_seq_fed: the last pending token needs its logits row");
+    if (st) { *done = g->done; return st; }
+    bool prompt = g->prefilled < g->n_prompt;
+    g->pos += (int)n;
+    if (prompt) {
+        g->prefilled += n;
+        g->stats.prefill_seconds += seconds;
+    } else {
+        g->has_next = false;
+        g->stats.decode_seconds += seconds;
+    }
+    if (n == pending) {
+        if (prompt && g->o.max_new_tokens <= 0) finish(g, OKV_STOP_MAX_TOKENS);
+        else {
+            bool feed = false;
+            st = sample_token(g, logits, &feed, err);
+            g->has_next = !st && feed;
+        }
+    }
+    if (st) g->done = true;
+    *done = g->done;
+    return st;
+}
 
 const okv_gen_stats *okv_gen_seq_stats(const okv_gen_seq *g) { return &g->stats; }
 

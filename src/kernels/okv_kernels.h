@@ -150,6 +150,10 @@ typedef struct okv_kernels {
  * OKV_ISA_AUTO the environment variable OKV_KERNELS (plain, avx2, avx512 or
  * amx) caps the choice, so one build can be benchmarked per path. */
 const okv_kernels *okv_kernels_select(okv_isa isa);
+/* The batch-invariant table (okv_runner_options.deterministic): for every
+ * weight dtype one matmul for every T (no GEMV/GEMM or AMX switch, no
+ * split K); plain when isa or the CPU gives plain (already invariant). */
+const okv_kernels *okv_kernels_select_deterministic(okv_isa isa);
 /* Whether this process may use AMX tiles, asking the OS once
  * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static
  * sentence such as "granted" or "refused by the OS (...)". */

@@ -268,6 +268,13 @@ void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, 
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
                     const void *W, okv_dtype wdt, int N, const float *bias);
 
+/* The batch-invariant matmuls (okv_kernels_det.c; AVX2 + FMA + F16C):
+ * every output computed the same way for every T. */
+void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
+                    const float *bias);
+void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
+                      int N, const float *bias);
+
 /* Scratch bytes of each matmul path for up to T rows (the paths take them
  * from the pool's workspace; okv_matmul_scratch_bytes is their maximum). */
 size_t okv_matmul_plain_scratch(int K, okv_dtype wdt, int n_threads);

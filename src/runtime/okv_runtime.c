@@ -361,10 +361,11 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->p = p;
     r->max_T = p->pf->layout.prefill_chunk_size;
     r->max_logit_rows = o->max_logit_rows > 0 && o->max_logit_rows < r->max_T ? o->max_logit_rows : r->max_T;
-    r->ref_attn = o->reference_attention;
+    r->ref_attn = o->reference_attention || o->deterministic;   /* one attention variant, row by row */
     r->matmul_input = o->matmul_input;
     r->matmul_input_ctx = o->matmul_input_ctx;
-    r->k = okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
+    r->k = o->deterministic ? okv_kernels_select_deterministic(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO)
+                            : okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
     r->key = okv_strdup(cache_key);
     okv_status st = r->key ? okv_registry_acquire(cache_key, &r->kv, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     if (!st) {

@@ -32,6 +32,9 @@ struct okv_sampler {
     uint8_t *seen;      /* [vocab] 1 once the id was accepted */
     int32_t *seen_ids;  /* the accepted ids, each once */
     int32_t n_seen;
+    uint32_t *gen_count; /* [vocab] times the id was generated (okv_sampler_accept_generated) */
+    int32_t *gen_ids;    /* the generated ids, each once */
+    int32_t n_gen;
     float *work;        /* [vocab] penalised (and temperature-scaled) logits */
     okv_cand *cand;     /* [vocab] candidates still in the running */
     float *heap;        /* [min(top_k, vocab)] min-heap for top-k */
@@ -50,6 +53,8 @@ okv_sampler_params okv_sampler_params_default(void) {
     p.min_p = 0.0f;
     p.repetition_penalty = 1.0f;
     p.seed = 0;
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.0f;
     return p;
 }
 
@@ -66,6 +71,12 @@ okv_status okv_sampler_params_check(const okv_sampler_params *p, okv_error *err)
     if (!(isfinite(p->repetition_penalty) && p->repetition_penalty > 0))
         return okv_fail(err, OKV_ERR_INVALID, "sampler: repetition_penalty must be finite and > 0 (got %g)",
                         (double)p->repetition_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: frequency_penalty must be in [-2, 2] (got %g)",
+                        (double)p->frequency_penalty);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return okv_fail(err, OKV_ERR_INVALID, "sampler: presence_penalty must be in [-2, 2] (got %g)",
+                        (double)p->presence_penalty);
     return OKV_OK;
 }
 
@@ -82,11 +93,13 @@ okv_status okv_sampler_create(int32_t vocab, const okv_sampler_params *params,
     s->p = *params;
     s->seen = calloc((size_t)vocab, 1);
     s->seen_ids = malloc((size_t)vocab * sizeof *s->seen_ids);
+    s->gen_count = calloc((size_t)vocab, sizeof *s->gen_count);
+    s->gen_ids = malloc((size_t)vocab * sizeof *s->gen_ids);
     s->work = malloc((size_t)vocab * sizeof *s->work);
     s->cand = malloc((size_t)vocab * sizeof *s->cand);
     size_t heap_len = params->top_k > 0 && params->top_k < vocab ? (size_t)params->top_k : 1;
     s->heap = malloc(heap_len * sizeof *s->heap);
-    if (!s->seen || !s->seen_ids || !s->work || !s->cand || !s->heap) {
+    if (!s->seen || !s->seen_ids || !s->gen_count || !s->gen_ids || !s->work || !s->cand || !s->heap) {
         okv_sampler_free(s);
         return okv_fail(err, OKV_ERR_NOMEM, "sampler: out of memory for vocab %d", (int)vocab);
     }
@@ -99,6 +112,8 @@ void okv_sampler_free(okv_sampler *s) {
     if (!s) return;
     free(s->seen);
     free(s->seen_ids);
+    free(s->gen_count);
+    free(s->gen_ids);
     free(s->work);
     free(s->cand);
     free(s->heap);
@@ -116,9 +131,18 @@ okv_status okv_sampler_accept(okv_sampler *s, int32_t token, okv_error *err) {
     return OKV_OK;
 }
 
+okv_status okv_sampler_accept_generated(okv_sampler *s, int32_t token, okv_error *err) {
+    okv_status st = okv_sampler_accept(s, token, err);
+    if (st) return st;
+    if (!s->gen_count[token]++) s->gen_ids[s->n_gen++] = token;
+    return OKV_OK;
+}
+
 void okv_sampler_reset(okv_sampler *s) {
     for (int32_t i = 0; i < s->n_seen; i++) s->seen[s->seen_ids[i]] = 0;
     s->n_seen = 0;
+    for (int32_t i = 0; i < s->n_gen; i++) s->gen_count[s->gen_ids[i]] = 0;
+    s->n_gen = 0;
     okv_rng_seed(&s->rng, s->p.seed);
 }
 
@@ -152,6 +176,32 @@ static int32_t argmax_penalised(const okv_sampler *s, const float *logits) {
     return best;
 }
 
+static bool openai_penalties_on(const okv_sampler *s) {
+    return s->n_gen > 0 && (s->p.frequency_penalty != 0.0f || s->p.presence_penalty != 0.0f);
+}
+
+/* OpenAI's penalties over the generated ids: l - count * frequency_penalty
+ * - presence_penalty (after the repetition penalty, before temperature). */
+static void apply_openai_penalties(okv_sampler *s, const float *logits, float *w, float t) {
+    if (!openai_penalties_on(s)) return;
+    float penalty = s->p.repetition_penalty;
+    for (int32_t j = 0; j < s->n_gen; j++) {
+        int32_t id = s->gen_ids[j];
+        float l = logits[id];
+        if (penalty != 1.0f && s->seen[id]) l = penalise(l, penalty);
+        w[id] = (l - (float)s->gen_count[id] * s->p.frequency_penalty - s->p.presence_penalty) / t;
+    }
+}
+
+/* Lowest-id argmax of work (after prepare_logits), -1 if nothing is above -inf. */
+static int32_t argmax_work(const okv_sampler *s) {
+    int32_t best = -1;
+    float best_v = -INFINITY;
+    for (int32_t i = 0; i < s->vocab; i++)
+        if (s->work[i] > best_v) { best_v = s->work[i]; best = i; }
+    return best;
+}
+
 /* work = penalised logits / temperature, in that order (HF applies the
  * penalty processor before the temperature warper). Returns the largest
  * value (NaN ignored; -inf if there is none). */
@@ -159,6 +209,7 @@ static float prepare_logits(okv_sampler *s, const float *logits) {
     int32_t n = s->vocab;
     float t = s->p.temperature, penalty = s->p.repetition_penalty;
     float *w = s->work;
+    if (!(t > 0)) t = 1.0f;   /* greedy with OpenAI penalties comes here too */
     if (t == 1.0f) memcpy(w, logits, (size_t)n * sizeof *w);
     else for (int32_t i = 0; i < n; i++) w[i] = logits[i] / t;
     if (penalty != 1.0f) {
@@ -167,6 +218,7 @@ static float prepare_logits(okv_sampler *s, const float *logits) {
             w[id] = penalise(logits[id], penalty) / t;
         }
     }
+    apply_openai_penalties(s, logits, w, t);
     float m = -INFINITY;
     for (int32_t i = 0; i < n; i++)
         if (w[i] > m) m = w[i];
@@ -395,6 +447,10 @@ static float lowest_drawable_logit(okv_sampler *s, float lmax) {
 
 int32_t okv_sampler_sample(okv_sampler *s, const float *logits) {
     const okv_sampler_params *p = &s->p;
+    if (is_greedy(p) && openai_penalties_on(s)) {
+        prepare_logits(s, logits);
+        return argmax_work(s);
+    }
     if (is_greedy(p)) return argmax_penalised(s, logits);
 
     float lmax = prepare_logits(s, logits);

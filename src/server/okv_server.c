@@ -263,20 +263,44 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     return OKV_OK;
 }
 
-static okv_status make_slots(okv_server *s, okv_error *err) {
-    s->n_slots = s->o.parallel;
-    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
-    if (!s->slots) return fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
+/* The cell-pool key all sequences share: ctx_per_seq positions each for
+ * `parallel` running sequences (so running ones never wait for cells),
+ * ids for as many more kept prefix entries; one runner returning a logits
+ * row per running sequence. */
+static okv_status make_key(okv_server *s, okv_error *err) {
     okv_cache_options co = s->o.cache;
+    co.mode = OKV_CACHE_CELLS;
     co.max_capacity = s->o.ctx_per_seq;
-    for (int i = 0; i < s->n_slots; i++) {
-        srv_slot *sl = &s->slots[i];
-        snprintf(sl->key, sizeof sl->key, "serve-%p-%d", (void *)s, i);
-        okv_status st = okv_cache_install(sl->key, s->program, &co, err);
-        if (!st) st = okv_runner_create(s->program, sl->key, &s->o.runner, &sl->runner, err);
-        if (st) { okv_error e; okv_cache_remove(sl->key, &e); sl->key[0] = 0; return st; }
-    }
-    return okv_gen_defaults_get(s->slots[0].runner, s->tok, &s->defaults, err);
+    int64_t cells = (int64_t)s->o.parallel * s->o.ctx_per_seq;
+    co.n_cells = cells > (1 << 30) ? 1 << 30 : (int)cells;
+    co.max_seqs = s->o.parallel * 2 + 16 < OKV_MAX_SEQS ? s->o.parallel * 2 + 16 : OKV_MAX_SEQS;
+    co.initial_capacity = co.n_cells < 256 ? co.n_cells : 256;
+    s->step_tokens = s->info.prefill_chunk_size;
+    s->max_running = s->o.parallel < s->step_tokens ? s->o.parallel : s->step_tokens;
+    okv_runner_options ro = s->o.runner;
+    ro.max_logit_rows = s->max_running;
+    snprintf(s->key, sizeof s->key, "serve-%p", (void *)s);
+    okv_status st = okv_cache_install(s->key, s->program, &co, err);
+    if (st) { s->key[0] = 0; return st; }
+    size_t bytes = 0;
+    okv_error e;
+    s->bytes_per_cell = okv_cache_bytes(s->key, &bytes, &e) ? 0 : (double)bytes / co.initial_capacity;
+    st = okv_runner_create(s->program, s->key, &ro, &s->runner, err);
+    if (st) return st;
+    s->n_slots = co.max_seqs;
+    s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
+    size_t T = (size_t)s->step_tokens;
+    s->b_ids = malloc(T * sizeof(int32_t));
+    s->b_seqs = malloc(T * sizeof(int32_t));
+    s->b_pos = malloc(T * sizeof(int32_t));
+    s->b_rows = malloc(T * sizeof(int32_t));
+    s->b_slot = malloc(T * sizeof(int));
+    s->b_n = malloc(T * sizeof(int));
+    s->b_logits = malloc((size_t)s->max_running * (size_t)s->info.vocab_size * sizeof(float));
+    if (!s->slots || !s->b_ids || !s->b_seqs || !s->b_pos || !s->b_rows || !s->b_slot || !s->b_n || !s->b_logits)
+        return fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
+    for (int i = 0; i < s->n_slots; i++) s->slots[i].seq = -1;
+    return okv_gen_defaults_get(s->runner, s->tok, &s->defaults, err);
 }
 
 static okv_status start_http(okv_server *s, okv_error *err) {
@@ -310,7 +334,7 @@ okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_e
     pthread_cond_init(&s->wake, NULL);
     s->model_name = o->model_name ? strdup(o->model_name) : default_model_name(o->program_path);
     okv_status st = s->model_name ? load_model(s, err) : fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
-    if (!st) st = make_slots(s, err);
+    if (!st) st = make_key(s, err);
     if (!st) st = srv_sched_start(s, err);
     if (!st) st = start_http(s, err);
     if (st) { okv_server_free(s); return st; }
@@ -331,14 +355,18 @@ void okv_server_stop(okv_server *s) {
 void okv_server_free(okv_server *s) {
     if (!s) return;
     okv_server_stop(s);
-    for (int i = 0; s->slots && i < s->n_slots; i++) {
-        srv_slot *sl = &s->slots[i];
-        okv_runner_free(sl->runner);
-        okv_error e;
-        if (sl->key[0]) okv_cache_remove(sl->key, &e);
-        free(sl->cached);
-    }
+    for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].ids);
+    okv_runner_free(s->runner);
+    okv_error e;
+    if (s->key[0]) okv_cache_remove(s->key, &e);
     free(s->slots);
+    free(s->b_ids);
+    free(s->b_seqs);
+    free(s->b_pos);
+    free(s->b_rows);
+    free(s->b_slot);
+    free(s->b_n);
+    free(s->b_logits);
     free(s->queue);
     okv_tok_free(s->tok);
     okv_program_free(s->program);

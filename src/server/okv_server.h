@@ -80,21 +80,25 @@ void srv_request_unref(srv_request *r);
 
 /* ---- the scheduler ------------------------------------------------------ */
 
+/* One sequence of the server's cell-pool cache key: running a request, or
+ * finished and kept as a prefix-cache entry (req NULL, seq >= 0) whose
+ * cells a later prompt starting with the same ids forks. seq < 0: unused. */
 typedef struct srv_slot {
-    char key[64];
-    okv_runner *runner;
-    int32_t *cached;              /* ids the slot's cache holds, in position order */
-    size_t n_cached, cap_cached;
-    srv_request *req;             /* NULL = free */
-    okv_gen_seq *seq;
-    size_t n_reused;
-    int64_t last_used;            /* admission counter, for LRU among equal matches */
+    int seq;
+    int32_t *ids;                 /* ids its cells hold, in position order */
+    size_t n_ids, cap_ids;
+    srv_request *req;             /* NULL = a kept entry (or unused) */
+    okv_gen_seq *gen;
+    int64_t last_used;            /* admission / finish counter, for LRU */
+    int64_t admitted;             /* admission order, for prefill fairness */
 } srv_slot;
 
 typedef struct srv_metrics {
     int64_t requests, requests_ok, requests_cancelled, requests_rejected;
-    int64_t prompt_tokens, cached_tokens, generated_tokens, prefix_hits;
-    int64_t steps;
+    int64_t prompt_tokens, cached_tokens, generated_tokens, prefix_hits, prefix_evictions;
+    int64_t steps, batch_tokens;
+    int last_batch_tokens, last_batch_seqs;
+    int cells_used, cells_free, cells_total;
     double ttft_sum;
     int64_t ttft_count;
 } srv_metrics;
@@ -110,8 +114,16 @@ struct okv_server {
     okv_gen_defaults defaults;
     pthread_mutex_t tok_lock;          /* tokenization and template renders */
 
-    int n_slots;
+    char key[64];                      /* the cell-pool cache key */
+    okv_runner *runner;
+    int max_running;                   /* sequences decoding at once (parallel, <= the step's rows) */
+    int step_tokens;                   /* most tokens one batched step takes (the program's chunk) */
+    double bytes_per_cell;             /* K/V bytes of one position (all caches) */
+    int n_slots;                       /* = the key's max_seqs */
     srv_slot *slots;
+    int32_t *b_ids, *b_seqs, *b_pos, *b_rows;  /* [step_tokens] the step being built */
+    int *b_slot, *b_n;                 /* [max_running + 1] slot and token count of each part */
+    float *b_logits;                   /* [max_running, vocab] */
     pthread_mutex_t lock;              /* queue, slots' req pointers, metrics, stopping */
     pthread_cond_t wake;
     srv_request **queue;

@@ -131,11 +131,10 @@ static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request
     if (status) return status;
     if (opt_int(c, j, "seed", -9.2e18, 9.2e18, &ll, &status)) sp.seed = (uint64_t)ll;
     if (status) return status;
-    static const char *const unsupported_penalties[] = {"frequency_penalty", "presence_penalty"};
-    for (int i = 0; i < 2; i++)
-        if (opt_number(c, j, unsupported_penalties[i], -2, 2, &d, &status) && d != 0)
-            return bad(c, unsupported_penalties[i], "'%s' other than 0 is not supported (the sampler has repetition_penalty)%s", NULL);
-        else if (status) return status;
+    if (opt_number(c, j, "frequency_penalty", -2, 2, &d, &status)) sp.frequency_penalty = (float)d;
+    if (status) return status;
+    if (opt_number(c, j, "presence_penalty", -2, 2, &d, &status)) sp.presence_penalty = (float)d;
+    if (status) return status;
     if ((status = parse_stops(c, j, r))) return status;
     okv_error err;
     if (okv_sampler_params_check(&sp, &err)) return bad(c, "temperature", "sampling parameters: %s", err.message);

@@ -1,15 +1,22 @@
-/* okv_server_sched.c — the scheduler: one thread that owns every slot's
- * runner and steps the active sequences round-robin, one unit of work each
- * per turn (a prefill chunk of at most prefill_chunk tokens, or one decoded
- * token), so a long prompt is prefilled between the other streams' tokens
- * instead of stalling them.
+/* okv_server_sched.c — the scheduler: one thread that owns the server's
+ * runner and its cell-pool cache key, and runs continuous batching over it.
  *
- * Each slot is one cache key (one sequence per key until a multi-sequence
- * cache is in the public API). A finished sequence's tokens stay in its
- * slot, so admission picks the free slot whose cached ids share the longest
- * prefix with the new prompt and rewinds to it (a shared system prompt or
- * the previous turn of a chat is not recomputed); the least recently used
- * slot is taken when nothing matches. */
+ * Each iteration builds ONE okv_runner_step_batch: every decoding
+ * sequence's next token (one row each), then pending prompt tokens of the
+ * sequences still prefilling, oldest admission first, at most
+ * prefill_chunk of them per step (a long prompt is prefilled over several
+ * steps while the others keep decoding). Each sequence's okv_gen_seq
+ * samples from its own row, stops and streams text; the scheduler only
+ * runs the model (okv_gen_seq_fed).
+ *
+ * Prefix reuse: a finished sequence stays in the key as a prefix-cache
+ * entry holding its ids' cells. A new prompt forks (okv_seq_fork, zero
+ * copy) the running or kept sequence sharing its longest prefix and
+ * prefills only the rest; entries are evicted least recently used first
+ * when sequence ids or cells are needed, or when their positions'
+ * bytes pass prefix_cache_bytes. An entry whose ids are a prefix of a newer
+ * entry's is dropped (the newer one holds those cells). Cancelled or failed
+ * sequences free their cells at once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +73,13 @@ bool srv_submit(okv_server *s, srv_request *r, bool *stopping) {
     return ok;
 }
 
-/* ---- slots ------------------------------------------------------------------ */
+/* ---- sequences ------------------------------------------------------------ */
+
+static okv_status set_error(okv_error *e, okv_status st, const char *msg) {
+    e->status = st;
+    snprintf(e->message, sizeof e->message, "%s", msg);
+    return st;
+}
 
 static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     size_t k = 0;
@@ -74,22 +87,72 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
     return k;
 }
 
-/* The free slot that shares the longest prefix with prompt (ties: least
- * recently used), or -1. */
-static int pick_slot(okv_server *s, const srv_request *r, size_t *match) {
-    int best = -1;
-    size_t best_n = 0;
+static bool append_ids(srv_slot *sl, const int32_t *ids, size_t n) {
+    int32_t *p = okv_grow(sl->ids, &sl->cap_ids, sl->n_ids + n, sizeof *p);
+    if (!p) return false;
+    sl->ids = p;
+    memcpy(sl->ids + sl->n_ids, ids, n * sizeof *ids);
+    sl->n_ids += n;
+    return true;
+}
+
+/* Drops slot sl's sequence and its cells (running or kept). */
+static void drop_seq(okv_server *s, srv_slot *sl) {
+    okv_error e;
+    if (sl->seq >= 0) okv_seq_free(s->key, sl->seq, &e);
+    sl->seq = -1;
+    sl->n_ids = 0;
+}
+
+static bool is_entry(const srv_slot *sl) { return sl->seq >= 0 && !sl->req; }
+
+/* The least recently used kept entry other than `except`, or NULL. */
+static srv_slot *lru_entry(okv_server *s, const srv_slot *except) {
+    srv_slot *best = NULL;
     for (int i = 0; i < s->n_slots; i++) {
         srv_slot *sl = &s->slots[i];
-        if (sl->req) continue;
-        size_t n = common_prefix(sl->cached, sl->n_cached, r->prompt, r->n_prompt);
-        if (best < 0 || n > best_n || (n == best_n && sl->last_used < s->slots[best].last_used)) { best = i; best_n = n; }
+        if (is_entry(sl) && sl != except && (!best || sl->last_used < best->last_used)) best = sl;
     }
-    *match = best_n;
     return best;
 }
 
-/* Text of the sequence in slot sl's request, as the generator streams it. */
+static void evict(okv_server *s, srv_slot *sl) {
+    drop_seq(s, sl);
+    pthread_mutex_lock(&s->lock);
+    s->m.prefix_evictions++;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int free_cells(okv_server *s) {
+    okv_cells_info ci;
+    okv_error e;
+    return okv_cache_cells(s->key, &ci, &e) ? 0 : ci.free_cells;
+}
+
+/* Evicts entries (LRU, never `keep`) until n cells are free; false if they cannot be. */
+static bool make_room(okv_server *s, int n, const srv_slot *keep) {
+    while (free_cells(s) < n) {
+        srv_slot *v = lru_entry(s, keep);
+        if (!v) return false;
+        evict(s, v);
+    }
+    return true;
+}
+
+/* Keeps the kept entries' positions within prefix_cache_bytes (0 = no cap). */
+static void enforce_byte_cap(okv_server *s) {
+    if (!s->o.prefix_cache_bytes) return;
+    for (;;) {
+        double held = 0;
+        for (int i = 0; i < s->n_slots; i++)
+            if (is_entry(&s->slots[i])) held += (double)s->slots[i].n_ids * s->bytes_per_cell;
+        srv_slot *v = held > (double)s->o.prefix_cache_bytes ? lru_entry(s, NULL) : NULL;
+        if (!v) return;
+        evict(s, v);
+    }
+}
+
+/* Text of slot sl's request, as its generator streams it. */
 static void on_text(void *ctx, const char *text, size_t len) {
     srv_slot *sl = ctx;
     srv_request *r = sl->req;
@@ -100,77 +163,85 @@ static void on_text(void *ctx, const char *text, size_t len) {
     pthread_mutex_unlock(&r->lock);
 }
 
-/* Starts r in slot i: rewinds to the shared prefix (keeping one token to
- * prefill, which yields the next-token logits) or clears. */
-static void start_in_slot(okv_server *s, int i, srv_request *r, size_t match) {
-    srv_slot *sl = &s->slots[i];
-    okv_error err = {0};
-    size_t keep = match < r->n_prompt ? match : r->n_prompt - 1;
-    if (okv_cache_rewind(sl->key, (int)keep, &err) != OKV_OK) {
-        okv_cache_clear(sl->key, &err);
-        keep = 0;
+/* The sequence (running or kept) sharing the longest prefix with prompt, usable up to *keep tokens. */
+static srv_slot *best_prefix(okv_server *s, const srv_request *r, size_t *keep) {
+    srv_slot *best = NULL;
+    size_t best_n = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->seq < 0) continue;
+        size_t n = common_prefix(sl->ids, sl->n_ids, r->prompt, r->n_prompt);
+        if (n > best_n) { best = sl; best_n = n; }
     }
-    pthread_mutex_lock(&s->lock);
-    sl->req = r;
-    pthread_mutex_unlock(&s->lock);
-    sl->n_reused = keep;
-    sl->last_used = ++s->admissions;
+    *keep = best_n < r->n_prompt ? best_n : r->n_prompt - 1;  /* one token left to prefill gives the logits */
+    return *keep ? best : NULL;
+}
+
+static srv_slot *unused_slot(okv_server *s, const srv_slot *keep) {
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].seq < 0 && !s->slots[i].req) return &s->slots[i];
+    srv_slot *v = lru_entry(s, keep);
+    if (v) evict(s, v);
+    return v;
+}
+
+static void end_request(srv_request *r, const okv_gen_stats *st, const char *error) {
+    pthread_mutex_lock(&r->lock);
+    srv_emit_end(r, st, error);
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Starts r in a sequence: forks the longest cached prefix (or a new
+ * sequence) and prepares its generator. False when it must wait for cells;
+ * r is ended (and released) when it cannot run at all. */
+static bool start_request(okv_server *s, srv_request *r) {
+    size_t keep = 0;
+    srv_slot *src = best_prefix(s, r, &keep);
+    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) return false;
+    srv_slot *sl = unused_slot(s, src);
+    if (!sl) return false;
+    okv_error err = {0};
+    int seq = -1;
+    if (!src || okv_seq_fork(s->key, src->seq, (int)keep, &seq, &err)) {
+        keep = 0;
+        if (okv_seq_new(s->key, &seq, &err)) return false;   /* ids all taken by running sequences */
+    }
+    sl->seq = seq;
+    sl->n_ids = 0;
     okv_gen_options go = r->go;
-    go.context_limit = okv_runner_capacity(sl->runner);
-    go.prefill_chunk = s->o.prefill_chunk;
+    go.context_limit = s->o.ctx_per_seq;
     go.on_text = on_text;
     go.ctx = sl;
-    okv_status st = okv_gen_seq_create(sl->runner, s->tok, r->prompt + keep, r->n_prompt - keep, (int)keep, &go, &sl->seq, &err);
+    okv_status st = append_ids(sl, r->prompt, keep) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
+    if (!st) st = okv_gen_seq_create_fed(s->program, s->tok, r->prompt + keep, r->n_prompt - keep, (int)keep, &go,
+                                         &sl->gen, &err);
     pthread_mutex_lock(&s->lock);
     s->m.prompt_tokens += (int64_t)r->n_prompt;
-    s->m.cached_tokens += (int64_t)keep;
-    if (keep) s->m.prefix_hits++;
+    if (!st) {
+        s->m.cached_tokens += (int64_t)keep;
+        if (keep) s->m.prefix_hits++;
+        sl->req = r;
+        sl->last_used = sl->admitted = ++s->admissions;
+    }
     pthread_mutex_unlock(&s->lock);
+    if (st) {
+        drop_seq(s, sl);
+        end_request(r, NULL, err.message);
+        srv_request_unref(r);
+        return true;
+    }
     pthread_mutex_lock(&r->lock);
     r->cached_tokens = (int64_t)keep;
-    if (st) {
-        srv_emit_end(r, NULL, err.message);
-        pthread_cond_broadcast(&r->cond);
-    }
     pthread_mutex_unlock(&r->lock);
-    if (st) {
-        pthread_mutex_lock(&s->lock);
-        sl->req = NULL;
-        pthread_mutex_unlock(&s->lock);
-        srv_request_unref(r);
-        sl->n_cached = 0;
-        okv_cache_clear(sl->key, &err);
-    }
+    return true;
 }
 
-/* What the slot's cache holds after a sequence: the prompt, then the
- * generated ids that were fed back. */
-static void remember_cached(srv_slot *sl) {
-    okv_error err;
-    int len = 0;
-    sl->n_cached = 0;
-    if (okv_cache_length(sl->key, &len, &err) || len <= 0) return;
-    int32_t *p = okv_grow(sl->cached, &sl->cap_cached, (size_t)len, sizeof *p);
-    if (!p) return;
-    sl->cached = p;
-    size_t n_gen = 0;
-    const int32_t *gen = sl->seq ? okv_gen_seq_ids(sl->seq, &n_gen) : NULL;
-    const srv_request *r = sl->req;
-    for (size_t k = 0; k < (size_t)len; k++) {
-        if (k < r->n_prompt) sl->cached[k] = r->prompt[k];
-        else if (k - r->n_prompt < n_gen) sl->cached[k] = gen[k - r->n_prompt];
-        else return;   /* unknown ids: keep the prefix we know */
-        sl->n_cached = k + 1;
-    }
-}
-
-/* Ends the slot's sequence: reports, keeps its tokens as a prefix cache
- * entry (unless it failed or was cancelled mid-step), frees the slot. */
+/* Ends slot sl's request: reports, keeps its cells as a prefix entry
+ * (unless it failed or was cancelled) and releases the request. */
 static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool cancelled) {
     srv_request *r = sl->req;
-    const okv_gen_stats *st = sl->seq ? okv_gen_seq_stats(sl->seq) : NULL;
-    if (error) { okv_error e; okv_cache_clear(sl->key, &e); sl->n_cached = 0; }
-    else remember_cached(sl);
+    const okv_gen_stats *st = sl->gen ? okv_gen_seq_stats(sl->gen) : NULL;
     pthread_mutex_lock(&s->lock);
     if (st) s->m.generated_tokens += st->generated_tokens;
     if (cancelled) s->m.requests_cancelled++;
@@ -188,12 +259,20 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool can
         s->m.ttft_count++;
         pthread_mutex_unlock(&s->lock);
     }
-    okv_gen_seq_free(sl->seq);
-    sl->seq = NULL;
+    okv_gen_seq_free(sl->gen);
+    sl->gen = NULL;
     pthread_mutex_lock(&s->lock);
     sl->req = NULL;
+    sl->last_used = ++s->admissions;
     pthread_mutex_unlock(&s->lock);
     srv_request_unref(r);
+    if (error || cancelled || !sl->n_ids) { drop_seq(s, sl); return; }
+    for (int i = 0; i < s->n_slots; i++) {   /* entries this one contains add nothing */
+        srv_slot *o = &s->slots[i];
+        if (o != sl && is_entry(o) && o->n_ids <= sl->n_ids && common_prefix(o->ids, o->n_ids, sl->ids, sl->n_ids) == o->n_ids)
+            drop_seq(s, o);
+    }
+    enforce_byte_cap(s);
 }
 
 static bool is_cancelled(srv_request *r) {
@@ -203,39 +282,131 @@ static bool is_cancelled(srv_request *r) {
     return c;
 }
 
-/* Moves queued requests into free slots (FIFO). Called with s->lock held. */
+static int n_running(const okv_server *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) n += s->slots[i].req != NULL;
+    return n;
+}
+
+/* Moves queued requests into sequences (FIFO) while fewer than max_running
+ * run. Called with s->lock held; drops it around each start. */
 static void admit(okv_server *s) {
-    while (s->n_queue) {
-        size_t match;
-        int i = pick_slot(s, s->queue[0], &match);
-        if (i < 0) return;
+    while (s->n_queue && n_running(s) < s->max_running) {
         srv_request *r = s->queue[0];
-        memmove(s->queue, s->queue + 1, (size_t)(--s->n_queue) * sizeof *s->queue);
         if (is_cancelled(r)) {
-            pthread_mutex_lock(&r->lock);
-            srv_emit_end(r, NULL, "cancelled");
-            pthread_cond_broadcast(&r->cond);
-            pthread_mutex_unlock(&r->lock);
+            memmove(s->queue, s->queue + 1, (size_t)(--s->n_queue) * sizeof *s->queue);
+            end_request(r, NULL, "cancelled");
             s->m.requests_cancelled++;
             srv_request_unref(r);
             continue;
         }
         pthread_mutex_unlock(&s->lock);
-        start_in_slot(s, i, r, match);
+        bool started = start_request(s, r);
         pthread_mutex_lock(&s->lock);
+        if (!started) return;   /* waits for cells to be freed by running sequences */
+        memmove(s->queue, s->queue + 1, (size_t)(--s->n_queue) * sizeof *s->queue);
     }
 }
 
-/* Stopping: queued requests are refused; past the grace time running ones are cancelled. */
+/* Stopping: queued requests are refused. */
 static void drain_on_stop(okv_server *s) {
     while (s->n_queue) {
         srv_request *r = s->queue[--s->n_queue];
-        pthread_mutex_lock(&r->lock);
-        srv_emit_end(r, NULL, "the server is shutting down");
-        pthread_cond_broadcast(&r->cond);
-        pthread_mutex_unlock(&r->lock);
+        end_request(r, NULL, "the server is shutting down");
         srv_request_unref(r);
     }
+}
+
+/* ---- the batched step --------------------------------------------------------- */
+
+/* Adds up to `n` of slot i's pending tokens to the step; returns how many. */
+static int add_part(okv_server *s, int i, int *T, int *parts, int *rows, int n) {
+    srv_slot *sl = &s->slots[i];
+    const int32_t *ids;
+    int pos;
+    size_t pending = okv_gen_seq_pending(sl->gen, &ids, &pos);
+    int take = pending < (size_t)n ? (int)pending : n;
+    if (take <= 0) return 0;
+    for (int k = 0; k < take; k++) {
+        s->b_ids[*T + k] = ids[k];
+        s->b_seqs[*T + k] = sl->seq;
+        s->b_pos[*T + k] = pos + k;
+    }
+    *T += take;
+    s->b_slot[*parts] = i;
+    s->b_n[*parts] = take;
+    (*parts)++;
+    if ((size_t)take == pending) s->b_rows[(*rows)++] = *T - 1;
+    return take;
+}
+
+/* Builds one step: decoders first (one token each), then prompt tokens of
+ * the oldest prefilling sequences, at most prefill_chunk of them. */
+static void build_step(okv_server *s, int *T, int *parts, int *rows) {
+    *T = *parts = *rows = 0;
+    for (int i = 0; i < s->n_slots; i++)
+        if (s->slots[i].req && !okv_gen_seq_prefilling(s->slots[i].gen) && *T < s->step_tokens)
+            add_part(s, i, T, parts, rows, 1);
+    int budget = s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->step_tokens;
+    for (;;) {
+        int oldest = -1;
+        for (int i = 0; i < s->n_slots; i++) {
+            srv_slot *sl = &s->slots[i];
+            bool taken = false;
+            for (int p = 0; p < *parts; p++) taken |= s->b_slot[p] == i;
+            if (sl->req && !taken && okv_gen_seq_prefilling(sl->gen) && (oldest < 0 || sl->admitted < s->slots[oldest].admitted))
+                oldest = i;
+        }
+        int room = s->step_tokens - *T < budget ? s->step_tokens - *T : budget;
+        if (oldest < 0 || room <= 0) break;
+        budget -= add_part(s, oldest, T, parts, rows, room);
+    }
+}
+
+static void update_cell_metrics(okv_server *s, int T, int n_seqs) {
+    okv_cells_info ci;
+    okv_error e;
+    bool ok = !okv_cache_cells(s->key, &ci, &e);
+    pthread_mutex_lock(&s->lock);
+    if (ok) { s->m.cells_used = ci.used_cells; s->m.cells_free = ci.free_cells; s->m.cells_total = ci.n_cells; }
+    if (T) {
+        s->m.steps++;
+        s->m.batch_tokens += T;
+    }
+    s->m.last_batch_tokens = T;
+    s->m.last_batch_seqs = n_seqs;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* One batched step over every running sequence, each fed its part. */
+static void run_step(okv_server *s) {
+    int T, parts, rows;
+    build_step(s, &T, &parts, &rows);
+    if (!T) return;
+    okv_error err = {0};
+    okv_status st = make_room(s, T, NULL) ? OKV_OK : set_error(&err, OKV_ERR_CAPACITY, "the cache has no free cells for this step");
+    double t0 = srv_now();
+    if (!st) st = okv_runner_step_batch(s->runner, s->b_ids, s->b_seqs, s->b_pos, T, s->b_rows, rows, s->b_logits, &err);
+    double dt = srv_now() - t0;
+    int row = 0, t = 0;
+    for (int p = 0; p < parts; p++) {
+        srv_slot *sl = &s->slots[s->b_slot[p]];
+        int n = s->b_n[p];
+        bool ends = rows > row && s->b_rows[row] == t + n - 1;
+        const float *lg = ends ? s->b_logits + (size_t)row * (size_t)s->info.vocab_size : NULL;
+        row += ends;
+        bool done = false;
+        okv_error e2 = {0};
+        okv_status fs = st;
+        if (!fs) {
+            if (!append_ids(sl, s->b_ids + t, (size_t)n)) fs = set_error(&e2, OKV_ERR_NOMEM, "out of memory");
+            else fs = okv_gen_seq_fed(sl->gen, (size_t)n, lg, dt * n / T, &done, &e2);
+        } else e2 = err;
+        t += n;
+        if (fs) finish_slot(s, sl, e2.message, false);
+        else if (done) finish_slot(s, sl, NULL, false);
+    }
+    update_cell_metrics(s, T, parts);
 }
 
 static void *sched_main(void *arg) {
@@ -245,28 +416,21 @@ static void *sched_main(void *arg) {
         if (s->stopping) drain_on_stop(s);
         else admit(s);
         bool past_grace = s->stopping && srv_now() > s->stop_deadline;
-        int active = 0;
-        for (int i = 0; i < s->n_slots; i++) active += s->slots[i].req != NULL;
-        if (!active) {
+        if (!n_running(s)) {
             if (s->stopping) { pthread_mutex_unlock(&s->lock); break; }
-            pthread_cond_wait(&s->wake, &s->lock);
+            pthread_mutex_unlock(&s->lock);
+            update_cell_metrics(s, 0, 0);
+            pthread_mutex_lock(&s->lock);
+            if (!s->n_queue && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
             pthread_mutex_unlock(&s->lock);
             continue;
         }
         pthread_mutex_unlock(&s->lock);
         for (int i = 0; i < s->n_slots; i++) {
             srv_slot *sl = &s->slots[i];
-            if (!sl->req) continue;
-            if (past_grace || is_cancelled(sl->req)) { finish_slot(s, sl, NULL, true); continue; }
-            bool done = false;
-            okv_error err = {0};
-            okv_status st = okv_gen_seq_step(sl->seq, &done, &err);
-            pthread_mutex_lock(&s->lock);
-            s->m.steps++;
-            pthread_mutex_unlock(&s->lock);
-            if (st) finish_slot(s, sl, err.message, false);
-            else if (done) finish_slot(s, sl, NULL, false);
+            if (sl->req && (past_grace || is_cancelled(sl->req))) finish_slot(s, sl, NULL, true);
         }
+        run_step(s);
     }
     return NULL;
 }
@@ -296,8 +460,7 @@ void srv_sched_stop(okv_server *s) {
 
 int srv_sched_active(okv_server *s) {
     pthread_mutex_lock(&s->lock);
-    int n = 0;
-    for (int i = 0; i < s->n_slots; i++) n += s->slots[i].req != NULL;
+    int n = n_running(s);
     pthread_mutex_unlock(&s->lock);
     return n;
 }
@@ -313,34 +476,34 @@ static void metric(okv_buf *o, const char *name, const char *type, const char *h
 char *srv_metrics_text(okv_server *s) {
     pthread_mutex_lock(&s->lock);
     srv_metrics m = s->m;
-    int queued = s->n_queue, active = 0;
-    for (int i = 0; i < s->n_slots; i++) active += s->slots[i].req != NULL;
+    int queued = s->n_queue, active = n_running(s), entries = 0;
+    int64_t entry_tokens = 0;
+    for (int i = 0; i < s->n_slots; i++)
+        if (is_entry(&s->slots[i])) { entries++; entry_tokens += (int64_t)s->slots[i].n_ids; }
     pthread_mutex_unlock(&s->lock);
-    size_t bytes = 0, cached = 0;
-    for (int i = 0; i < s->n_slots; i++) {
-        size_t b = 0;
-        okv_error err;
-        if (!okv_cache_bytes(s->slots[i].key, &b, &err)) bytes += b;
-        int len = 0;
-        if (!okv_cache_length(s->slots[i].key, &len, &err)) cached += (size_t)len;
-    }
     okv_buf o = {0};
     metric(&o, "offkv_requests_total", "counter", "Requests admitted to the queue.", (double)m.requests);
     metric(&o, "offkv_requests_finished_total", "counter", "Requests that finished normally.", (double)m.requests_ok);
     metric(&o, "offkv_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", (double)m.requests_cancelled);
     metric(&o, "offkv_requests_rejected_total", "counter", "Requests refused because the queue was full or the server stopping.", (double)m.requests_rejected);
     metric(&o, "offkv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m.prompt_tokens);
-    metric(&o, "offkv_prompt_tokens_cached_total", "counter", "Prompt tokens served from a slot's cache (not recomputed).", (double)m.cached_tokens);
-    metric(&o, "offkv_prefix_cache_hits_total", "counter", "Requests that reused a cached prefix.", (double)m.prefix_hits);
+    metric(&o, "offkv_prompt_tokens_cached_total", "counter", "Prompt tokens served from forked cells (not recomputed).", (double)m.cached_tokens);
+    metric(&o, "offkv_prefix_cache_hits_total", "counter", "Requests that forked a cached prefix.", (double)m.prefix_hits);
+    metric(&o, "offkv_prefix_cache_evictions_total", "counter", "Prefix-cache entries evicted.", (double)m.prefix_evictions);
     metric(&o, "offkv_generated_tokens_total", "counter", "Tokens generated.", (double)m.generated_tokens);
-    metric(&o, "offkv_steps_total", "counter", "Scheduler steps (prefill chunks and decoded tokens).", (double)m.steps);
+    metric(&o, "offkv_steps_total", "counter", "Batched steps run.", (double)m.steps);
+    metric(&o, "offkv_batch_tokens_total", "counter", "Tokens over all batched steps.", (double)m.batch_tokens);
     metric(&o, "offkv_time_to_first_token_seconds_sum", "counter", "Sum of times to first text.", m.ttft_sum);
     metric(&o, "offkv_time_to_first_token_seconds_count", "counter", "Requests with a first text.", (double)m.ttft_count);
-    metric(&o, "offkv_queue_depth", "gauge", "Requests waiting for a slot.", queued);
-    metric(&o, "offkv_active_sequences", "gauge", "Sequences being generated (the batch size).", active);
-    metric(&o, "offkv_slots_free", "gauge", "Slots without a running sequence.", s->n_slots - active);
-    metric(&o, "offkv_slots_total", "gauge", "Slots (cache keys).", s->n_slots);
-    metric(&o, "offkv_cache_tokens", "gauge", "Positions held by all slots' caches (running and kept prefixes).", (double)cached);
-    metric(&o, "offkv_cache_bytes", "gauge", "Bytes held by all slots' K/V pools.", (double)bytes);
+    metric(&o, "offkv_queue_depth", "gauge", "Requests waiting for a sequence.", queued);
+    metric(&o, "offkv_active_sequences", "gauge", "Sequences being generated.", active);
+    metric(&o, "offkv_batch_size", "gauge", "Sequences in the last batched step.", m.last_batch_seqs);
+    metric(&o, "offkv_batch_step_tokens", "gauge", "Tokens in the last batched step.", m.last_batch_tokens);
+    metric(&o, "offkv_max_running", "gauge", "Most sequences generated at once (--parallel).", s->max_running);
+    metric(&o, "offkv_prefix_cache_entries", "gauge", "Finished sequences kept as prefix-cache entries.", entries);
+    metric(&o, "offkv_prefix_cache_tokens", "gauge", "Positions held by prefix-cache entries (shared cells counted per entry).", (double)entry_tokens);
+    metric(&o, "offkv_cache_cells_used", "gauge", "Cells owned by a sequence (tightest cache).", m.cells_used);
+    metric(&o, "offkv_cache_cells_free", "gauge", "Cells free (tightest cache).", m.cells_free);
+    metric(&o, "offkv_cache_cells_total", "gauge", "Cells of the tightest cache.", m.cells_total);
     return okv_buf_detach(&o, NULL);
 }

@@ -89,7 +89,7 @@ def test_errors(s):
     expect_error(s, "/v1/chat/completions", chat("hi", max_tokens=0), 400, "max_tokens")
     expect_error(s, "/v1/chat/completions", chat("hi", stop=["x"] * 17), 400, "stop")
     expect_error(s, "/v1/chat/completions", chat("hi", stream="yes"), 400, "stream")
-    expect_error(s, "/v1/chat/completions", chat("hi", frequency_penalty=0.5), 400, "frequency_penalty")
+    expect_error(s, "/v1/chat/completions", chat("hi", frequency_penalty=2.5), 400, "frequency_penalty")
     expect_error(s, "/v1/completions", {"prompt": [1, 2, 10 ** 9]}, 400, "prompt")
     expect_error(s, "/v1/completions", {"prompt": 7}, 400, "prompt")
     expect_error(s, "/v1/completions", {"prompt": list(range(1, 300))}, 400, "prompt", needle="longer than the context")
