@@ -8,9 +8,8 @@
  * converted exactly to f32). Register tiles (4 x rows by 3 W rows, or 1 x
  * row by 8 W rows for the rows left over and for decode) only decide which
  * chains run side by side, never how one chain sums; threads split N only
- * (never K). Quantized weights: the integer-dot GEMV of okv_matmul_q_best
- * run row by row (the per-row activation quantization and the integer dots
- * are exact; only the GEMV's float reduction order is fixed this way).
+ * (never K). Quantized weights: okv_matmul_q_best (VNNI/AVX2 integer
+ * dots, GEMV and GEMM bit-equal per output), never the AMX-INT8 tiles.
  * Attention: the runtime takes the reference kernel (one row at a time)
  * when deterministic. Without AVX2 the plain matmul (one dot per output)
  * is already invariant.
@@ -108,7 +107,11 @@ void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, 
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, det_task, &j);
 }
 
+/* The integer-dot GEMV and GEMM of okv_matmul_q_best give each output the
+ * same bits (per-row activation quantization, exact integer dots, the same
+ * per-group float order: test_deterministic checks it); only the AMX-INT8
+ * path (T >= 16) is left out. */
 void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
                       int N, const float *bias) {
-    for (int t = 0; t < T; t++) okv_matmul_q_best(tp, y + (size_t)t * N, x + (size_t)t * K, 1, K, W, s, N, bias);
+    okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }
