@@ -175,6 +175,42 @@ def test_concurrent(s):
         check(got == alone, "concurrent %r vs one at a time %r" % (got, alone))
 
 
+def test_deterministic(program):
+    """--deterministic: 8 concurrent streamed greedy chats (batched together,
+    prompts of different lengths so prefill chunks mix with decode tokens)
+    give exactly the text of the same 8 run one at a time; a shared system
+    prompt is served from forked cells (cached_tokens)."""
+    s = Server(OFFKV, program, "--deterministic", "--parallel", "8", "--ctx-per-seq", "256", "--prefill-chunk", "8")
+    try:
+        prompts = ["Number %d: %s" % (i, "la " * (i * 5)) for i in range(8)]
+        def one(p, stream):
+            body = chat(p, max_tokens=16, stream=stream)
+            if not stream:
+                return s.post("/v1/chat/completions", body)[1]["choices"][0]["message"]["content"]
+            return chat_text(s.stream("/v1/chat/completions", body)[0])[0]
+        alone = [one(p, False) for p in prompts]
+        got = [None] * 8
+        def run(i):
+            got[i] = one(prompts[i], True)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(s.metric("offkv_batch_tokens_total") > s.metric("offkv_steps_total"), "steps were batched")
+        check(got == alone, "deterministic: 8 concurrent %r vs one at a time %r" % (got, alone))
+        system = "You are a terse assistant. " * 12
+        def sys_chat(q):
+            body = {"model": "m", "temperature": 0, "max_tokens": 2, "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": q}]}
+            return s.post("/v1/chat/completions", body)[1]["usage"]
+        u1, u2 = sys_chat("First question?"), sys_chat("Another one entirely?")
+        check(u2["prompt_tokens_details"]["cached_tokens"] >= u1["prompt_tokens"] - 12,
+              "shared system prompt from cached cells: %s then %s" % (u1, u2))
+    finally:
+        check(s.stop() == 0, "deterministic server exits 0")
+
+
 def raw_stream_then_close(port, body, read_events=1):
     """Starts a streamed request on a raw socket, reads a few events, then drops the connection."""
     data = json.dumps(body).encode()
@@ -194,9 +230,17 @@ def raw_stream_then_close(port, body, read_events=1):
 def test_disconnect(s):
     before = s.metric("offkv_requests_cancelled_total")
     check(s.wait_metric("offkv_active_sequences", 0) == 0, "idle before")
-    got = raw_stream_then_close(s.port, chat("Keep talking", max_tokens=480, stream=True))
+    time.sleep(0.2)
+    cells, evictions = s.metric("offkv_cache_cells_used"), s.metric("offkv_prefix_cache_evictions_total")
+    got = raw_stream_then_close(s.port, chat("Keep talking", max_tokens=480, stream=True), read_events=20)
     check(b"data: " in got, "got a first event before closing")
     check(s.wait_metric("offkv_active_sequences", 0) == 0, "the sequence is dropped after the disconnect")
+    time.sleep(0.2)
+    after = s.metric("offkv_cache_cells_used")
+    if s.metric("offkv_prefix_cache_evictions_total") == evictions:
+        check(after == cells, "the disconnected sequence's cells are freed: %d used before, %d after" % (cells, after))
+    else:   # admission evicted kept prefixes meanwhile: fewer cells, never more
+        check(after <= cells, "the disconnected sequence's cells are freed: %d used before, %d after" % (cells, after))
     check(s.metric("offkv_requests_cancelled_total") == before + 1, "counted as cancelled")
     # a non-streamed request whose client hangs up is cancelled too
     got = raw_stream_then_close(s.port, chat("Keep talking", max_tokens=480), read_events=0)
@@ -348,6 +392,7 @@ def main():
         finally:
             rc = s.stop()
         check(rc == 0, "SIGTERM exits 0 (got %s): %s" % (rc, "".join(s.log)[-800:]))
+        test_deterministic(llama)
         test_queue_full(llama)
         test_thinking_kwargs(qwen)
         test_reasoning_opened_by_template(thinker)
