@@ -2,6 +2,7 @@
  * cell-pool key, against one sequence on a single-sequence key.
  *
  *   bench_batch PROGRAM.okv [--seqs 1,4,16] [--prompt N] [--decode N] [--threads N] [--reps N]
+ *               [--deterministic 0|1]   (okv_runner_options.deterministic for every runner)
  *
  * For the single key: prefill N prompt tokens, then decode one token per
  * okv_runner_step (the single-sequence fast path). For each S in --seqs: S
@@ -17,6 +18,8 @@
 #include <time.h>
 
 #include "offkv.h"
+
+static bool g_deterministic;   /* --deterministic 1 */
 
 static double now(void) {
     struct timespec ts;
@@ -48,6 +51,7 @@ static double bench_single(okv_program *p, const okv_program_info *info, int thr
     okv_runner_options_default(&ro);
     ro.n_threads = threads;
     ro.max_logit_rows = 1;
+    ro.deterministic = g_deterministic;
     okv_runner *r = NULL;
     if (okv_cache_install("single", p, NULL, &err) || okv_runner_create(p, "single", &ro, &r, &err)) die("single key", &err);
     float *logits = malloc(sizeof(float) * (size_t)info->vocab_size);
@@ -81,6 +85,7 @@ static double bench_cells(okv_program *p, const okv_program_info *info, int thre
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = threads;
+    ro.deterministic = g_deterministic;
     ro.max_logit_rows = S < info->prefill_chunk_size ? S : info->prefill_chunk_size;
     okv_runner *r = NULL;
     if (okv_cache_install("cells", p, &co, &err) || okv_runner_create(p, "cells", &ro, &r, &err)) die("cell key", &err);
@@ -127,6 +132,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--deterministic")) g_deterministic = atoi(argv[i + 1]) != 0;
     }
     if (prompt < 1 || prompt > 4000 || decode < 1 || reps < 1 || reps > 64) {
         fprintf(stderr, "bench_batch: --prompt 1..4000, --decode >= 1, --reps 1..64\n");

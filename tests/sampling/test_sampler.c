@@ -3,6 +3,7 @@
  * the repetition penalty on hand examples, bad parameters, odd logits
  * (NaN, -inf, +inf) and that the caller's row is left alone. */
 #include <math.h>
+#include <string.h>
 
 #include "offkv_sample.h"
 #include "okv_test.h"
@@ -137,6 +138,40 @@ static void test_reproducible(void) {
     okv_sampler_free(s3);
 }
 
+/* OpenAI penalties: l - count * frequency - presence, over generated ids
+ * only (prompt ids accepted with okv_sampler_accept are not counted). */
+static void test_openai_penalties_hand(void) {
+    okv_error err;
+    okv_sampler_params p = okv_sampler_params_default();
+    p.presence_penalty = 0.6f;
+    okv_sampler *s = NULL;
+    CHECK_OK(okv_sampler_create(3, &p, &s, &err), &err);
+    float l[3] = {2.0f, 1.5f, -3.0f};
+    CHECK_OK(okv_sampler_accept(s, 0, &err), &err);          /* a prompt id: no penalty */
+    CHECK(okv_sampler_sample(s, l) == 0);
+    CHECK_OK(okv_sampler_accept_generated(s, 0, &err), &err); /* 2.0 - 0.6 = 1.4 < 1.5 */
+    CHECK(okv_sampler_sample(s, l) == 1);
+    okv_sampler_free(s);
+
+    p = okv_sampler_params_default();
+    p.frequency_penalty = 0.3f;                              /* once: 2.0 - 0.3 = 1.7; twice: 1.4 */
+    CHECK_OK(okv_sampler_create(3, &p, &s, &err), &err);
+    CHECK_OK(okv_sampler_accept_generated(s, 0, &err), &err);
+    CHECK(okv_sampler_sample(s, l) == 0);
+    CHECK_OK(okv_sampler_accept_generated(s, 0, &err), &err);
+    CHECK(okv_sampler_sample(s, l) == 1);
+    okv_sampler_reset(s);                                    /* forgets the counts */
+    CHECK(okv_sampler_sample(s, l) == 0);
+    okv_sampler_free(s);
+
+    p = okv_sampler_params_default();
+    p.frequency_penalty = 2.5f;
+    CHECK(okv_sampler_params_check(&p, &err) == OKV_ERR_INVALID && strstr(err.message, "frequency_penalty"));
+    p.frequency_penalty = 0;
+    p.presence_penalty = -2.1f;
+    CHECK(okv_sampler_params_check(&p, &err) == OKV_ERR_INVALID && strstr(err.message, "presence_penalty"));
+}
+
 static void test_repetition_penalty_hand(void) {
     okv_error err;
     /* positive logits are divided: 2.0 / 2 = 1.0 < 1.5 */
@@ -255,6 +290,7 @@ int main(void) {
     test_top_k_one_is_greedy();
     test_reproducible();
     test_repetition_penalty_hand();
+    test_openai_penalties_hand();
     test_bad_params();
     test_odd_logits_when_sampling();
     return okv_test_finish();
