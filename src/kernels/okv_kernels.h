@@ -198,5 +198,7 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
  * kv heads, head_dim) on a pool of n_threads, for ANY number of keys, runs
  * and any visibility. */
 size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
+/* The same for the deterministic table's attention (okv_attend_det.c). */
+size_t okv_attend_det_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 
 #endif

@@ -107,11 +107,116 @@ void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, 
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, det_task, &j);
 }
 
-/* The integer-dot GEMV and GEMM of okv_matmul_q_best give each output the
- * same bits (per-row activation quantization, exact integer dots, the same
- * per-group float order: test_deterministic checks it); only the AMX-INT8
- * path (T >= 16) is left out. */
+/* ---- AVX-512: the same rule on 16 lanes ------------------------------------------ */
+
+#define TGT5 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+#define INLINE5 static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+
+enum { KC5 = 1024 }; /* K chunk (a function of K only): 4 x rows of it stay in L1 */
+
+/* 16 elements of a row in dt from element k as f32; lanes off m are 0. */
+INLINE5 __m512 det5_load(const void *p, okv_dtype dt, size_t k, __mmask16 m) {
+    if (dt == OKV_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)p + k);
+    if (dt == OKV_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Fixed lane order: (i + 8), then det_hsum8. */
+INLINE5 float det5_hsum16(__m512 v) {
+    __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    return _mm_cvtss_f32(q);
+}
+
+/* y[t0..t0+RT, n0..n0+NT) over K chunk [k0, k1): one 16-lane FMA chain per
+ * output (the last vector of K masked), reduced by det5_hsum16; the first
+ * chunk writes sum + bias, later chunks add their sum. */
+INLINE5 void det5_tile(const matmul_job *j, int t0, int n0, okv_dtype dt, int k0, int k1, int RT, int NT) {
+    const size_t esz = dt == OKV_F32 ? 4 : 2, K = (size_t)j->K;
+    __m512 acc[4][12];
+#pragma GCC unroll 4
+    for (int r = 0; r < RT; r++)
+#pragma GCC unroll 12
+        for (int n = 0; n < NT; n++) acc[r][n] = _mm512_setzero_ps();
+    for (int k = k0; k < k1; k += 16) {
+        __mmask16 m = k1 - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k1 - k)) - 1);
+        __m512 w[12];
+#pragma GCC unroll 12
+        for (int n = 0; n < NT; n++) w[n] = det5_load((const char *)j->W + (size_t)(n0 + n) * K * esz, dt, (size_t)k, m);
+#pragma GCC unroll 4
+        for (int r = 0; r < RT; r++) {
+            __m512 x = _mm512_maskz_loadu_ps(m, j->x + (size_t)(t0 + r) * K + k);
+#pragma GCC unroll 12
+            for (int n = 0; n < NT; n++) acc[r][n] = _mm512_fmadd_ps(x, w[n], acc[r][n]);
+        }
+    }
+    for (int r = 0; r < RT; r++)
+        for (int n = 0; n < NT; n++) {
+            float sum = det5_hsum16(acc[r][n]), *out = &j->y[(size_t)(t0 + r) * j->N + n0 + n];
+            if (k0 == 0) *out = sum + (j->bias ? j->bias[n0 + n] : 0.0f);
+            else *out += sum;
+        }
+}
+
+/* W rows [n0, n1) for all T rows, chunk by chunk: 4 x rows by 6 W rows
+ * (24 + 6 + 1 zmm) for T >= 4, 1 row by 12 W rows for the rest and decode. */
+INLINE5 void det5_block(const matmul_job *j, int n0, int n1, okv_dtype dt) {
+    const int T4 = j->T / 4 * 4;
+    for (int k0 = 0; k0 < j->K; k0 += KC5) { /* chunk outside: 4 x rows of a chunk in L1 */
+        int k1 = k0 + KC5 < j->K ? k0 + KC5 : j->K;
+        for (int t = 0; t < T4; t += 4) {
+            int n = n0;
+            for (; n + 6 <= n1; n += 6) det5_tile(j, t, n, dt, k0, k1, 4, 6);
+            for (; n < n1; n++) det5_tile(j, t, n, dt, k0, k1, 4, 1);
+        }
+    }
+    for (int t = T4; t < j->T; t++) { /* chunks inside: each W row streamed in order */
+        int n = n0;
+        for (; n + 12 <= n1; n += 12)
+            for (int k0 = 0; k0 < j->K; k0 += KC5) det5_tile(j, t, n, dt, k0, k0 + KC5 < j->K ? k0 + KC5 : j->K, 1, 12);
+        for (; n < n1; n++)
+            for (int k0 = 0; k0 < j->K; k0 += KC5) det5_tile(j, t, n, dt, k0, k0 + KC5 < j->K ? k0 + KC5 : j->K, 1, 1);
+    }
+}
+
+static TGT5 void det5_block_f32(const matmul_job *j, int n0, int n1) { det5_block(j, n0, n1, OKV_F32); }
+static TGT5 void det5_block_f16(const matmul_job *j, int n0, int n1) { det5_block(j, n0, n1, OKV_F16); }
+static TGT5 void det5_block_bf16(const matmul_job *j, int n0, int n1) { det5_block(j, n0, n1, OKV_BF16); }
+
+static void det5_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const matmul_job *j = ctx;
+    int n0 = task * j->block_rows, n1 = n0 + j->block_rows < j->N ? n0 + j->block_rows : j->N;
+    switch (j->wdt) {
+    case OKV_F32: det5_block_f32(j, n0, n1); break;
+    case OKV_F16: det5_block_f16(j, n0, n1); break;
+    case OKV_BF16: det5_block_bf16(j, n0, n1); break;
+    }
+}
+
+void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                           int N, const float *bias) {
+    if (T <= 0 || N <= 0) return;
+    matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
+    int nt = okv_threadpool_size(tp);
+    if (T < 4) /* GEMV-like: one contiguous range of W per thread streams best (okv_kernels_avx2.c) */
+        j.block_rows = ((N + nt - 1) / nt + 11) / 12 * 12;
+    else
+        j.block_rows = okv_matmul_block_rows(N, K, wdt, nt, 12);
+    okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, det5_task, &j);
+}
+
+/* The integer-dot GEMV and GEMM of okv_matmul_q_best and the AMX-INT8
+ * tiles (okv_matmul_q_amx_tiles) all compute the plain integer model of
+ * okv_qmatmul.c bit for bit (per-row activation quantization, exact integer
+ * dots, the same per-group lanes and 16 -> 1 float order), so any T may use
+ * any of them: T >= 16 takes the tiles. Never the dequant-to-bf16 AMX path
+ * the default table uses for prefill (bf16 products: not the GEMV's bits). */
 void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
                       int N, const float *bias) {
-    okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    if (T >= 16 && okv_qmm_have_amx_int8()) okv_matmul_q_amx_tiles(tp, y, x, T, K, W, s, N, bias);
+    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }

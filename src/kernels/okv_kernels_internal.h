@@ -272,8 +272,15 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
  * every output computed the same way for every T. */
 void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
                     const float *bias);
+void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                           int N, const float *bias);
 void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
                       int N, const float *bias);
+
+/* The batch-invariant attention (okv_attend_det.c) on the AVX2 / AVX-512
+ * inner loops, and its workspace for up to T rows. */
+void okv_attend_det_avx2(okv_threadpool *tp, const okv_attn_args *a);
+void okv_attend_det_avx512(okv_threadpool *tp, const okv_attn_args *a);
 
 /* Scratch bytes of each matmul path for up to T rows (the paths take them
  * from the pool's workspace; okv_matmul_scratch_bytes is their maximum). */

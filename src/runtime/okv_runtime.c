@@ -262,6 +262,8 @@ static size_t kernel_workspace_bytes(const okv_runner *r) {
             okv_op_attend_params ap = okv_op_attend_get(nd);
             const okv_layout *l = &r->kv->layout;
             b = okv_attend_scratch_bytes(r->max_T, ap.n_heads, l->kv_heads[ap.cache], l->head_dims[ap.cache], nt);
+            size_t bd = okv_attend_det_scratch_bytes(r->max_T, ap.n_heads, l->kv_heads[ap.cache], l->head_dims[ap.cache], nt);
+            if (bd > b) b = bd; /* the deterministic table's attention */
         }
         if (b > most) most = b;
     }
@@ -361,7 +363,7 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->p = p;
     r->max_T = p->pf->layout.prefill_chunk_size;
     r->max_logit_rows = o->max_logit_rows > 0 && o->max_logit_rows < r->max_T ? o->max_logit_rows : r->max_T;
-    r->ref_attn = o->reference_attention || o->deterministic;   /* one attention variant, row by row */
+    r->ref_attn = o->reference_attention;
     r->matmul_input = o->matmul_input;
     r->matmul_input_ctx = o->matmul_input_ctx;
     r->k = o->deterministic ? okv_kernels_select_deterministic(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO)
