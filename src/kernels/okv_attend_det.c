@@ -219,5 +219,6 @@ static void det_attend(okv_threadpool *tp, const okv_attn_args *a, const okv_att
     okv_kscratch_release(&ks);
 }
 
+void okv_attend_det_plain(okv_threadpool *tp, const okv_attn_args *a) { det_attend(tp, a, &okv_attn_ops_plain); }
 void okv_attend_det_avx2(okv_threadpool *tp, const okv_attn_args *a) { det_attend(tp, a, &okv_attn_ops_avx2); }
 void okv_attend_det_avx512(okv_threadpool *tp, const okv_attn_args *a) { det_attend(tp, a, &okv_attn_ops_avx512); }

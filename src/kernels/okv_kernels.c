@@ -48,6 +48,10 @@ static const okv_kernels kernels_det = {
     .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", .matmul = okv_matmul_det, .rmsnorm = okv_rmsnorm_avx2,
     .glu = okv_glu_avx2, .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det,
 };
+static const okv_kernels kernels_det_plain = {
+    .isa = OKV_ISA_PLAIN, .name = "deterministic-plain", .matmul = okv_matmul_plain, .rmsnorm = okv_rmsnorm_plain,
+    .glu = okv_glu_plain, .attend = okv_attend_det_plain, .matmul_q = okv_matmul_q_plain,
+};
 static const okv_kernels kernels_det_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "deterministic-avx512", .matmul = okv_matmul_det_avx512, .rmsnorm = okv_rmsnorm_avx2,
     .glu = okv_glu_avx2, .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det,
@@ -83,17 +87,17 @@ const okv_kernels *okv_kernels_select(okv_isa isa) {
 
 const okv_kernels *okv_kernels_select_deterministic(okv_isa isa) {
     const okv_kernels *k = okv_kernels_select(isa);
-    if (k == &kernels_plain) return k;
+    if (k == &kernels_plain) return &kernels_det_plain; /* plain matmuls: one dot per output, already invariant */
     return k == &kernels_avx2 ? &kernels_det : &kernels_det_avx512;
 }
 
 /* One line per table, built once (the AMX answer does not change). */
-enum { N_TABLES = 7 };
+enum { N_TABLES = 8 };
 static char describe_buf[N_TABLES][192];
 static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
 static const okv_kernels *const all_tables[N_TABLES] = {&kernels_plain, &kernels_avx2, &kernels_avx512,
                                                          &kernels_avx512_bf16, &kernels_amx, &kernels_det,
-                                                         &kernels_det_avx512};
+                                                         &kernels_det_avx512, &kernels_det_plain};
 
 static void build_descriptions(void) {
     const char *why;

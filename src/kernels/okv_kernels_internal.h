@@ -277,8 +277,9 @@ void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, 
 void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
                       int N, const float *bias);
 
-/* The batch-invariant attention (okv_attend_det.c) on the AVX2 / AVX-512
+/* The batch-invariant attention (okv_attend_det.c) on the plain / AVX2 / AVX-512
  * inner loops, and its workspace for up to T rows. */
+void okv_attend_det_plain(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_det_avx2(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_det_avx512(okv_threadpool *tp, const okv_attn_args *a);
 

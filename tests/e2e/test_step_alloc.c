@@ -5,7 +5,8 @@
  * This binary is linked with -Wl,--wrap for malloc, calloc, realloc,
  * aligned_alloc and posix_memalign, so every allocation the library makes
  * passes through the wrappers below. Two checks per program (fixtures in
- * f32, bf16, q8 and q4, SIMD and plain kernels, 1 and 2 threads; caches
+ * f32, bf16, q8 and q4, SIMD and plain kernels, default and deterministic
+ * tables, 1 and 2 threads; caches
  * created at full capacity, so no growth is due):
  *   - counting: prefill chunks and decode steps make zero allocations;
  *   - failure injection: with every allocation failing during the steps, the
@@ -145,23 +146,25 @@ static void check_program(const char *path, int chunk, const char *what, const i
     okv_program_get_info(p, &info);
     size_t n = (size_t)N_TOK * info.vocab_size;
     float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    for (int det = 0; det < 2; det++) /* deterministic: the batch-invariant table */
     for (int plain = 0; plain < 2; plain++)
         for (int threads = 1; threads <= 2; threads++) {
             okv_runner_options ro;
             okv_runner_options_default(&ro);
             ro.n_threads = threads;
             ro.plain_kernels = plain;
+            ro.deterministic = det;
+            const char *kinds = det ? (plain ? "deterministic plain" : "deterministic simd") : plain ? "plain" : "simd";
             int count = run_steps(p, chunk, &ro, ids, false, a, info.vocab_size);
-            CHECKF(count == 0, "%s (%s kernels, %d threads): %d allocations during steps", what, plain ? "plain" : "simd",
-                   threads, count);
+            CHECKF(count == 0, "%s (%s kernels, %d threads): %d allocations during steps", what, kinds, threads, count);
             run_steps(p, chunk, &ro, ids, true, b, info.vocab_size);
             CHECKF(!memcmp(a, b, sizeof(float) * n), "%s (%s kernels, %d threads): logits change when allocations fail",
-                   what, plain ? "plain" : "simd", threads);
+                   what, kinds, threads);
             bool finite = true;
             for (size_t i = 0; i < n; i++) finite &= isfinite(a[i]);
             CHECKF(finite, "%s: non-finite logits", what);
             char bwhat[300];
-            snprintf(bwhat, sizeof bwhat, "%s (%s kernels, %d threads)", what, plain ? "plain" : "simd", threads);
+            snprintf(bwhat, sizeof bwhat, "%s (%s kernels, %d threads)", what, kinds, threads);
             check_batched(p, &ro, ids, info.vocab_size, bwhat);
         }
     free(a);
