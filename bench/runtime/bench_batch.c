@@ -2,7 +2,9 @@
  * cell-pool key, against one sequence on a single-sequence key.
  *
  *   bench_batch PROGRAM.okv [--seqs 1,4,16] [--prompt N] [--decode N] [--threads N] [--reps N]
- *               [--deterministic 0|1]   (okv_runner_options.deterministic for every runner)
+ *               [--deterministic 0|1|both]   (okv_runner_options.deterministic for every runner;
+ *                                             both: default and deterministic runners alternate
+ *                                             rep by rep in this one process, medians side by side)
  *
  * For the single key: prefill N prompt tokens, then decode one token per
  * okv_runner_step (the single-sequence fast path). For each S in --seqs: S
@@ -19,7 +21,7 @@
 
 #include "offkv.h"
 
-static bool g_deterministic;   /* --deterministic 1 */
+static bool g_deterministic;   /* the runners of the configuration being measured */
 
 static double now(void) {
     struct timespec ts;
@@ -120,10 +122,11 @@ static double bench_cells(okv_program *p, const okv_program_info *info, int thre
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_batch PROGRAM.okv [--seqs 1,4,16] [--prompt N] [--decode N] [--threads N] [--reps N]\n");
+        fprintf(stderr, "usage: bench_batch PROGRAM.okv [--seqs 1,4,16] [--prompt N] [--decode N] [--threads N] [--reps N] [--deterministic 0|1|both]\n");
         return 2;
     }
     int list[16] = {1, 4, 16}, n_list = 3, prompt = 64, decode = 32, threads = 0, reps = 3;
+    bool both = false;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--seqs")) {
             n_list = 0;
@@ -132,7 +135,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--deterministic")) g_deterministic = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "--deterministic")) {
+            both = !strcmp(argv[i + 1], "both");
+            g_deterministic = !both && atoi(argv[i + 1]) != 0;
+        }
     }
     if (prompt < 1 || prompt > 4000 || decode < 1 || reps < 1 || reps > 64) {
         fprintf(stderr, "bench_batch: --prompt 1..4000, --decode >= 1, --reps 1..64\n");
@@ -140,11 +146,30 @@ int main(int argc, char **argv) {
     }
     for (int k = 0; k < n_list; k++)
         if (list[k] < 1 || list[k] > 256) { fprintf(stderr, "bench_batch: --seqs entries must be 1..256\n"); return 2; }
+    if (both && reps > 32) reps = 32;
     okv_error err = {0};
     okv_program *p = NULL;
     if (okv_program_open(argv[1], &p, &err)) die(argv[1], &err);
     okv_program_info info;
     okv_program_get_info(p, &info);
+    if (both) { /* default and deterministic alternate rep by rep (order flipped each rep) */
+        double d[32], q[32];
+        for (int k = -1; k < n_list; k++) {
+            for (int i = 0; i < reps; i++)
+                for (int w = 0; w < 2; w++) {
+                    g_deterministic = (w + i) % 2;
+                    double v = k < 0 ? bench_single(p, &info, threads, prompt, decode)
+                                     : bench_cells(p, &info, threads, list[k], prompt, decode);
+                    (g_deterministic ? q : d)[i] = v;
+                }
+            double md = median(d, reps), mq = median(q, reps);
+            if (k < 0) printf("single key, 1 sequence: ");
+            else printf("cell key, %3d sequences: ", list[k]);
+            printf("default %.2f tok/s, deterministic %.2f tok/s (%.3fx; medians of %d, interleaved)\n", md, mq, mq / md, reps);
+        }
+        okv_program_free(p);
+        return 0;
+    }
     double x[64];
     for (int i = 0; i < reps; i++) x[i] = bench_single(p, &info, threads, prompt, decode);
     double single = median(x, reps);
