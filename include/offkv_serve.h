@@ -8,10 +8,14 @@
  * with ids a running or finished sequence holds forks those cells
  * (okv_seq_fork, zero copy) and prefills only the rest
  * (usage.prompt_tokens_details.cached_tokens); finished sequences are kept
- * as an LRU prefix cache.
+ * as an LRU prefix cache. With prefix_cache_dir those entries outlive the
+ * process: written to the directory (okv_seq_save) when evicted from memory
+ * and at a graceful stop, indexed at start, and loaded (okv_seq_load)
+ * instead of prefilled when a prompt starts with one.
  *
  * The server binds the given IPv4 address (tests and the default: 127.0.0.1)
- * and answers on libmicrohttpd's threads; nothing here prints. */
+ * and answers on libmicrohttpd's threads; nothing here prints (notes go to
+ * the options' log callback). */
 #ifndef OFFKV_SERVE_H
 #define OFFKV_SERVE_H
 
@@ -39,6 +43,12 @@ typedef struct okv_server_options {
     size_t prefix_cache_bytes;   /* K/V bytes finished sequences may keep as prefix-cache entries (0 = as
                                     many as the pool holds; evicted LRU when cells are needed) */
     const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
+    const char *prefix_cache_dir; /* NULL = prefix-cache entries live in memory only; else a directory (created if
+                                    missing) keeping them across restarts, one sequence state file per entry */
+    uint64_t prefix_cache_dir_bytes; /* files in prefix_cache_dir beyond this are removed, least recently used
+                                        first (0 = 1 GiB) */
+    void (*log)(void *ctx, const char *line); /* one line per note (a skipped file, ...); NULL = silent */
+    void *log_ctx;
     okv_cache_options cache;     /* max_capacity is replaced by ctx_per_seq */
     okv_runner_options runner;
 } okv_server_options;

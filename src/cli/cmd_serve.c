@@ -48,6 +48,14 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
             unsigned long long b = strtoull(v, &end, 10);
             if (!*v || *end || v[0] == '-') return okv_cli_usage_error("--prefix-cache-bytes: '%s' must be a byte count", v);
             o->prefix_cache_bytes = (size_t)b;
+        } else if (!strcmp(a, "--prefix-cache-dir")) {
+            o->prefix_cache_dir = v;
+        } else if (!strcmp(a, "--prefix-cache-dir-bytes")) {
+            char *end = NULL;
+            unsigned long long b = strtoull(v, &end, 10);
+            if (!*v || *end || v[0] == '-' || !b)
+                return okv_cli_usage_error("--prefix-cache-dir-bytes: '%s' must be a positive byte count", v);
+            o->prefix_cache_dir_bytes = (uint64_t)b;
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (!okv_cli_parse_int(v, 1, 1 << 20, &o->prefill_chunk)) return okv_cli_usage_error("--prefill-chunk: '%s' must be a positive integer", v);
         } else if (!strcmp(a, "--max-tokens")) {
@@ -63,10 +71,17 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
     return 0;
 }
 
+/* The server's notes (a skipped prefix-cache file, ...), one stderr line each. */
+static void log_line(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "offkv: %s\n", line);
+}
+
 int okv_cli_serve(int argc, char **argv) {
     okv_server_options o;
     okv_server_options_default(&o);
     o.port = 8080;
+    o.log = log_line;
     okv_cli_run_opts run;
     int rc = parse_serve_args(argc, argv, &o, &run);
     if (rc) return rc;

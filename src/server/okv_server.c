@@ -100,7 +100,7 @@ static void release_events(void *cls) {
 /* ---- requests ------------------------------------------------------------------ */
 
 typedef struct conn_state {
-    okv_buf body;
+    srv_buf body;
     bool too_large;
 } conn_state;
 
@@ -208,7 +208,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size) {
         if (cs->body.len + *upload_size > s->o.max_body_bytes) cs->too_large = true;
-        if (!cs->too_large) okv_buf_put(&cs->body, upload, *upload_size);
+        if (!cs->too_large) srv_buf_put(&cs->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -219,7 +219,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     conn_state *cs = *con_cls;
     if (!cs) return;
-    okv_buf_free(&cs->body);
+    srv_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
 }
@@ -335,6 +335,7 @@ okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_e
     s->model_name = o->model_name ? strdup(o->model_name) : default_model_name(o->program_path);
     okv_status st = s->model_name ? load_model(s, err) : fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
     if (!st) st = make_key(s, err);
+    if (!st) st = srv_dir_open(s, err);
     if (!st) st = srv_sched_start(s, err);
     if (!st) st = start_http(s, err);
     if (st) { okv_server_free(s); return st; }
@@ -356,6 +357,7 @@ void okv_server_free(okv_server *s) {
     if (!s) return;
     okv_server_stop(s);
     for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].ids);
+    srv_dir_free(s);
     okv_runner_free(s->runner);
     okv_error e;
     if (s->key[0]) okv_cache_remove(s->key, &e);

@@ -1,8 +1,9 @@
 /* okv_server.h — the server's internal types, shared by the HTTP layer
  * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
  * the scheduler (okv_server_sched.c) and the reasoning splitter
- * (okv_think.c). Below this one only public offkv headers and the common
- * okv_buf are used. */
+ * (okv_think.c), the prefix-cache directory (okv_server_dir.c) and the
+ * byte buffer (okv_server_buf.c). Below this one only public offkv headers
+ * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
 
@@ -14,10 +15,29 @@
 #include <cjson/cJSON.h>
 
 #include "offkv_gen.h"
-#include "okv_buf.h"
 #include "offkv_serve.h"
 
 #define SRV_MAX_STOPS 16
+
+/* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
+
+/* A growable byte buffer: `srv_buf b = {0};` is empty; a failed append sets
+ * the sticky oom flag (later appends do nothing); data[len] == 0 once
+ * anything was written. */
+typedef struct srv_buf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} srv_buf;
+
+void srv_buf_put(srv_buf *b, const void *p, size_t n);
+void srv_buf_puts(srv_buf *b, const char *s);
+/* The heap string (free() it; "" when empty), b left empty; NULL (freed) after oom. */
+char *srv_buf_detach(srv_buf *b);
+void srv_buf_free(srv_buf *b);
+/* Grows array p of *cap elements of elem bytes to hold need (doubling from
+ * 8, checked); NULL leaves p and *cap as they were. */
+void *srv_grow(void *p, size_t *cap, size_t need, size_t elem);
 
 /* ---- reasoning: <think>...</think> split out of the streamed text ---------- */
 
@@ -63,9 +83,9 @@ typedef struct srv_request {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int refs;
-    okv_buf out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
+    srv_buf out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
     size_t out_sent;
-    okv_buf content, reasoning;   /* non-streamed: the reply so far */
+    srv_buf content, reasoning;   /* non-streamed: the reply so far */
     srv_think splitter;
     bool role_sent;
     bool done, cancelled;
@@ -91,12 +111,26 @@ typedef struct srv_slot {
     okv_gen_seq *gen;
     int64_t last_used;            /* admission / finish counter, for LRU */
     int64_t admitted;             /* admission order, for prefill fairness */
+    bool on_disk;                 /* a kept entry loaded from (so already in) the prefix-cache directory */
 } srv_slot;
+
+/* One file of the prefix-cache directory: a kept entry's sequence state
+ * (okv_seq_save), its ids in the extra blob. */
+typedef struct srv_disk_entry {
+    char *name;                   /* file name inside the directory */
+    int32_t *ids;                 /* the ids its positions hold, in order */
+    size_t n_ids;
+    uint64_t bytes;
+    int64_t stamp;                /* last use, ns since the epoch (the file's mtime) */
+} srv_disk_entry;
 
 typedef struct srv_metrics {
     int64_t requests, requests_ok, requests_cancelled, requests_rejected;
     int64_t prompt_tokens, cached_tokens, generated_tokens, prefix_hits, prefix_evictions;
     int64_t steps, batch_tokens;
+    int64_t disk_loads, disk_writes, disk_removed;
+    int disk_files;
+    uint64_t disk_bytes;
     int last_batch_tokens, last_batch_seqs;
     int cells_used, cells_free, cells_total;
     double ttft_sum;
@@ -136,6 +170,12 @@ struct okv_server {
     bool sched_started;
     struct MHD_Daemon *daemon;
     int port;
+    char *dir;                         /* prefix-cache directory (NULL = none); the scheduler's alone once started */
+    uint64_t dir_cap;
+    srv_disk_entry *disk;
+    int n_disk;
+    size_t cap_disk;
+    int64_t last_stamp;
 };
 
 double srv_now(void);
@@ -146,6 +186,32 @@ void srv_sched_stop(okv_server *s);
 int srv_sched_active(okv_server *s);
 /* Prometheus text exposition of the server's counters and gauges (caller frees). */
 char *srv_metrics_text(okv_server *s);
+
+/* One note through the options' log callback (printf-style). */
+void srv_log(okv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the prefix-cache directory (okv_server_dir.c) ----------------------------- */
+
+/* Creates the directory if missing and indexes its files (each loaded once
+ * into the key to check it, then dropped): a corrupt or truncated one is
+ * removed, one of another program or cache setup is left alone, both with
+ * a note; then the byte cap is applied. Only an unusable directory fails. */
+okv_status srv_dir_open(okv_server *s, okv_error *err);
+/* Writes kept entry sl to the directory unless it (or an entry it is a
+ * prefix of) is there already; drops stored entries it contains; applies
+ * the byte cap. Failures are noted, never fatal. */
+void srv_dir_store(okv_server *s, srv_slot *sl);
+/* The stored entry sharing the most (more than `have`) leading ids with
+ * prompt: its index (true), or false if none shares more. */
+bool srv_dir_best(okv_server *s, const int32_t *prompt, size_t n_prompt, size_t have, int *index);
+/* Cells loading stored entry i takes. */
+int srv_dir_cells(const okv_server *s, int i);
+/* Loads stored entry i into unused slot `into` as a kept entry; false if it
+ * cannot be (a corrupt file is removed from the directory, with a note). */
+bool srv_dir_load(okv_server *s, int i, srv_slot *into);
+/* At a graceful stop: every kept entry stored, least recently used first. */
+void srv_dir_flush(okv_server *s);
+void srv_dir_free(okv_server *s);
 
 /* ---- OpenAI shapes (okv_server_api.c) ----------------------------------------- */
 

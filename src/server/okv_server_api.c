@@ -150,14 +150,14 @@ static char *content_text(const cJSON *content) {
     if (cJSON_IsString(content)) return strdup(content->valuestring);
     if (cJSON_IsNull(content)) return strdup("");
     if (!cJSON_IsArray(content)) return NULL;
-    okv_buf o = {0};
+    srv_buf o = {0};
     const cJSON *part;
     cJSON_ArrayForEach(part, content) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t)) { okv_buf_free(&o); return NULL; }
-        okv_buf_puts(&o, t->valuestring);
+        if (!cJSON_IsString(t)) { srv_buf_free(&o); return NULL; }
+        srv_buf_puts(&o, t->valuestring);
     }
-    return okv_buf_detach(&o, NULL);
+    return srv_buf_detach(&o);
 }
 
 /* messages -> a clean [{role, content}] array for the template. */
@@ -297,9 +297,9 @@ static void put_event(srv_request *r, cJSON *o) {
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) { r->out.oom = true; return; }
-    okv_buf_puts(&r->out, "data: ");
-    okv_buf_puts(&r->out, text);
-    okv_buf_puts(&r->out, "\n\n");
+    srv_buf_puts(&r->out, "data: ");
+    srv_buf_puts(&r->out, text);
+    srv_buf_puts(&r->out, "\n\n");
     free(text);
 }
 
@@ -326,7 +326,7 @@ static void put_chunk(srv_request *r, srv_part part, const char *text, size_t le
 static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
     srv_request *r = ctx;
     if (r->stream) put_chunk(r, part, text, len, NULL);
-    else okv_buf_put(part == SRV_REASONING ? &r->reasoning : &r->content, text, len);
+    else srv_buf_put(part == SRV_REASONING ? &r->reasoning : &r->content, text, len);
 }
 
 void srv_emit_text(srv_request *r, const char *text, size_t len) {
@@ -356,7 +356,7 @@ static void put_body(srv_request *r) {
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (text) okv_buf_puts(&r->out, text);
+    if (text) srv_buf_puts(&r->out, text);
     else r->out.oom = true;
     free(text);
 }
@@ -370,9 +370,9 @@ void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
     if (r->stream) {
         if (error) {
             char *e = srv_error_json(error, "server_error", NULL);
-            okv_buf_puts(&r->out, "data: ");
-            okv_buf_puts(&r->out, e ? e : "{}");
-            okv_buf_puts(&r->out, "\n\n");
+            srv_buf_puts(&r->out, "data: ");
+            srv_buf_puts(&r->out, e ? e : "{}");
+            srv_buf_puts(&r->out, "\n\n");
             free(e);
         } else put_chunk(r, SRV_CONTENT, NULL, 0, r->finish_reason);
         if (r->include_usage) {
@@ -381,7 +381,7 @@ void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
             cJSON_AddItemToObject(o, "usage", usage_json(r));
             put_event(r, o);
         }
-        okv_buf_puts(&r->out, "data: [DONE]\n\n");
+        srv_buf_puts(&r->out, "data: [DONE]\n\n");
     } else if (!error) put_body(r);
     r->done = true;
 }

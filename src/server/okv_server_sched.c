@@ -16,7 +16,12 @@
  * when sequence ids or cells are needed, or when their positions'
  * bytes pass prefix_cache_bytes. An entry whose ids are a prefix of a newer
  * entry's is dropped (the newer one holds those cells). Cancelled or failed
- * sequences free their cells at once. */
+ * sequences free their cells at once.
+ *
+ * With a prefix-cache directory (okv_server_dir.c) an evicted entry is
+ * written there first, every kept entry is written when the scheduler
+ * stops, and a prompt whose stored prefix beats everything in memory loads
+ * that file as a kept entry, which is then forked as above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +54,9 @@ void srv_request_unref(srv_request *r) {
     if (left) return;
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->prompt);
-    okv_buf_free(&r->out);
-    okv_buf_free(&r->content);
-    okv_buf_free(&r->reasoning);
+    srv_buf_free(&r->out);
+    srv_buf_free(&r->content);
+    srv_buf_free(&r->reasoning);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -88,7 +93,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 }
 
 static bool append_ids(srv_slot *sl, const int32_t *ids, size_t n) {
-    int32_t *p = okv_grow(sl->ids, &sl->cap_ids, sl->n_ids + n, sizeof *p);
+    int32_t *p = srv_grow(sl->ids, &sl->cap_ids, sl->n_ids + n, sizeof *p);
     if (!p) return false;
     sl->ids = p;
     memcpy(sl->ids + sl->n_ids, ids, n * sizeof *ids);
@@ -102,6 +107,7 @@ static void drop_seq(okv_server *s, srv_slot *sl) {
     if (sl->seq >= 0) okv_seq_free(s->key, sl->seq, &e);
     sl->seq = -1;
     sl->n_ids = 0;
+    sl->on_disk = false;
 }
 
 static bool is_entry(const srv_slot *sl) { return sl->seq >= 0 && !sl->req; }
@@ -117,6 +123,7 @@ static srv_slot *lru_entry(okv_server *s, const srv_slot *except) {
 }
 
 static void evict(okv_server *s, srv_slot *sl) {
+    srv_dir_store(s, sl);
     drop_seq(s, sl);
     pthread_mutex_lock(&s->lock);
     s->m.prefix_evictions++;
@@ -192,12 +199,32 @@ static void end_request(srv_request *r, const okv_gen_stats *st, const char *err
     pthread_mutex_unlock(&r->lock);
 }
 
+/* Loads the directory's entry for r's prompt as a kept entry when it
+ * shares more than the `keep` ids memory has (src, protected); making room
+ * may write entries and so move the index, hence the second look. */
+static void fetch_from_dir(okv_server *s, const srv_request *r, const srv_slot *src, size_t keep) {
+    int di;
+    if (!srv_dir_best(s, r->prompt, r->n_prompt, keep, &di)) return;
+    if (!make_room(s, srv_dir_cells(s, di), src)) return;
+    srv_slot *into = unused_slot(s, src);
+    if (!into || !srv_dir_best(s, r->prompt, r->n_prompt, keep, &di) || srv_dir_cells(s, di) > free_cells(s)) return;
+    if (!srv_dir_load(s, di, into)) return;
+    pthread_mutex_lock(&s->lock);
+    into->req = NULL;
+    into->last_used = ++s->admissions;
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Starts r in a sequence: forks the longest cached prefix (or a new
  * sequence) and prepares its generator. False when it must wait for cells;
  * r is ended (and released) when it cannot run at all. */
 static bool start_request(okv_server *s, srv_request *r) {
     size_t keep = 0;
     srv_slot *src = best_prefix(s, r, &keep);
+    if (s->dir) {
+        fetch_from_dir(s, r, src, keep);
+        src = best_prefix(s, r, &keep);
+    }
     if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) return false;
     srv_slot *sl = unused_slot(s, src);
     if (!sl) return false;
@@ -209,6 +236,7 @@ static bool start_request(okv_server *s, srv_request *r) {
     }
     sl->seq = seq;
     sl->n_ids = 0;
+    sl->on_disk = false;
     okv_gen_options go = r->go;
     go.context_limit = s->o.ctx_per_seq;
     go.on_text = on_text;
@@ -417,7 +445,7 @@ static void *sched_main(void *arg) {
         else admit(s);
         bool past_grace = s->stopping && srv_now() > s->stop_deadline;
         if (!n_running(s)) {
-            if (s->stopping) { pthread_mutex_unlock(&s->lock); break; }
+            if (s->stopping) { pthread_mutex_unlock(&s->lock); srv_dir_flush(s); break; }
             pthread_mutex_unlock(&s->lock);
             update_cell_metrics(s, 0, 0);
             pthread_mutex_lock(&s->lock);
@@ -467,10 +495,10 @@ int srv_sched_active(okv_server *s) {
 
 /* ---- metrics ------------------------------------------------------------------ */
 
-static void metric(okv_buf *o, const char *name, const char *type, const char *help, double v) {
+static void metric(srv_buf *o, const char *name, const char *type, const char *help, double v) {
     char line[512];
     snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
-    okv_buf_puts(o, line);
+    srv_buf_puts(o, line);
 }
 
 char *srv_metrics_text(okv_server *s) {
@@ -481,7 +509,7 @@ char *srv_metrics_text(okv_server *s) {
     for (int i = 0; i < s->n_slots; i++)
         if (is_entry(&s->slots[i])) { entries++; entry_tokens += (int64_t)s->slots[i].n_ids; }
     pthread_mutex_unlock(&s->lock);
-    okv_buf o = {0};
+    srv_buf o = {0};
     metric(&o, "offkv_requests_total", "counter", "Requests admitted to the queue.", (double)m.requests);
     metric(&o, "offkv_requests_finished_total", "counter", "Requests that finished normally.", (double)m.requests_ok);
     metric(&o, "offkv_requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", (double)m.requests_cancelled);
@@ -502,8 +530,15 @@ char *srv_metrics_text(okv_server *s) {
     metric(&o, "offkv_max_running", "gauge", "Most sequences generated at once (--parallel).", s->max_running);
     metric(&o, "offkv_prefix_cache_entries", "gauge", "Finished sequences kept as prefix-cache entries.", entries);
     metric(&o, "offkv_prefix_cache_tokens", "gauge", "Positions held by prefix-cache entries (shared cells counted per entry).", (double)entry_tokens);
+    if (s->dir) {
+        metric(&o, "offkv_prefix_cache_dir_files", "gauge", "Entries stored in --prefix-cache-dir.", m.disk_files);
+        metric(&o, "offkv_prefix_cache_dir_bytes", "gauge", "Bytes of the entries stored in --prefix-cache-dir.", (double)m.disk_bytes);
+        metric(&o, "offkv_prefix_cache_dir_loads_total", "counter", "Stored entries loaded instead of prefilled.", (double)m.disk_loads);
+        metric(&o, "offkv_prefix_cache_dir_writes_total", "counter", "Entries written to --prefix-cache-dir.", (double)m.disk_writes);
+        metric(&o, "offkv_prefix_cache_dir_removed_total", "counter", "Files removed (byte cap, damaged, superseded).", (double)m.disk_removed);
+    }
     metric(&o, "offkv_cache_cells_used", "gauge", "Cells owned by a sequence (tightest cache).", m.cells_used);
     metric(&o, "offkv_cache_cells_free", "gauge", "Cells free (tightest cache).", m.cells_free);
     metric(&o, "offkv_cache_cells_total", "gauge", "Cells of the tightest cache.", m.cells_total);
-    return okv_buf_detach(&o, NULL);
+    return srv_buf_detach(&o);
 }

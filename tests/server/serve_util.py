@@ -16,12 +16,14 @@ class Server:
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.default_headers = {}   # sent when a call gives no headers (e.g. the API key)
-        line = self.proc.stderr.readline()
-        self.log.append(line)
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError("server did not start: " + line + self.proc.stderr.read())
+        m = None
+        while not m:   # notes (e.g. about --prefix-cache-dir files) may come before the port line
+            line = self.proc.stderr.readline()
+            self.log.append(line)
+            m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if not line:
+                self.proc.kill()
+                raise RuntimeError("server did not start: " + "".join(self.log))
         self.port = int(m.group(1))
         threading.Thread(target=self._drain, daemon=True).start()
 

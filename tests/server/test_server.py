@@ -211,6 +211,100 @@ def test_deterministic(program):
         check(s.stop() == 0, "deterministic server exits 0")
 
 
+def prefix_files(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(".okvprefix") and os.path.isfile(os.path.join(d, f)))
+
+
+def dir_bytes(d):
+    return sum(os.path.getsize(os.path.join(d, f)) for f in prefix_files(d))
+
+
+def test_prefix_dir(program, qwen, tmp):
+    """--prefix-cache-dir: entries kept at SIGTERM are loaded by the next
+    process instead of prefilled (usage counts them as cached) and give the
+    same greedy text byte for byte (--deterministic); damaged files and
+    garbage are skipped with a note, never fatal; the byte cap removes the
+    least recently used files; another program's server leaves them alone."""
+    d = os.path.join(tmp, "pcd")
+    os.mkdir(d)
+    garbage = os.path.join(d, "00000000deadbeef-40.okvprefix")
+    with open(garbage, "wb") as f:
+        f.write(os.urandom(3000))
+    with open(os.path.join(d, "notes.txt"), "w") as f:
+        f.write("not ours")
+    os.mkdir(os.path.join(d, "sub.okvprefix"))
+    system = "You are a careful assistant who answers in full sentences. " * 6
+
+    def ask(s, sysprompt, q="What is a prefix cache?"):
+        body = {"model": "m", "temperature": 0, "max_tokens": 12, "messages": [
+            {"role": "system", "content": sysprompt}, {"role": "user", "content": q}]}
+        code, r = s.post("/v1/chat/completions", body)
+        check(code == 200, "prefix-dir chat: %s %s" % (code, r))
+        return r["choices"][0]["message"]["content"], r["usage"]
+
+    args = ("--deterministic", "--parallel", "2", "--ctx-per-seq", "256", "--prefill-chunk", "8", "--prefix-cache-dir", d)
+    s = Server(OFFKV, program, *args)
+    try:
+        text1, u1 = ask(s, system)
+        check(u1["prompt_tokens"] > 80 and u1["prompt_tokens_details"]["cached_tokens"] == 0, "first run prefills: %s" % u1)
+    finally:
+        check(s.stop() == 0, "prefix-dir server exits 0")
+    log = "".join(s.log)
+    check("damaged" in log and "00000000deadbeef-40.okvprefix" not in os.listdir(d), "garbage entry removed with a note: " + log[-600:])
+    check(os.path.exists(os.path.join(d, "notes.txt")), "other files are left alone")
+    files = prefix_files(d)
+    check(len(files) == 1, "one entry written at shutdown: %s" % files)
+    if len(files) != 1:
+        return
+    one = os.path.getsize(os.path.join(d, files[0]))
+    with open(os.path.join(d, files[0]), "rb") as f:
+        data = f.read()
+    with open(os.path.join(d, "0000000000000001-9.okvprefix"), "wb") as f:   # truncated copy
+        f.write(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 3] ^= 0x40
+    with open(os.path.join(d, "0000000000000002-9.okvprefix"), "wb") as f:   # one flipped byte
+        f.write(bytes(flipped))
+
+    cap = one * 2 + one // 2
+    # --prefix-cache-bytes 1: every finished entry is evicted from memory at once, so written then
+    s = Server(OFFKV, program, *args, "--prefix-cache-dir-bytes", str(cap), "--prefix-cache-bytes", "1")
+    try:
+        check(s.metric("offkv_prefix_cache_dir_files") == 1, "indexed one entry, skipped the damaged copies")
+        text2, u2 = ask(s, system)
+        check(u2["prompt_tokens_details"]["cached_tokens"] == u2["prompt_tokens"] - 1,
+              "restart: the stored prefix is loaded, not prefilled: %s" % u2)
+        check(text2 == text1, "restart: same greedy text %r vs %r" % (text2, text1))
+        check(s.metric("offkv_prefix_cache_dir_loads_total") == 1, "counted as a load")
+        ask(s, system.replace("careful", "cheerful"))
+        ask(s, system.replace("careful", "curious"))
+        check(s.wait_metric("offkv_prefix_cache_dir_writes_total", 2) == 2 and s.metric("offkv_prefix_cache_dir_files") == 2,
+              "entries evicted from memory are written at once, the cap applied")
+    finally:
+        check(s.stop() == 0, "capped prefix-dir server exits 0")
+    files = prefix_files(d)
+    check(len(files) == 2 and dir_bytes(d) <= cap, "cap %d: %s hold %d bytes" % (cap, files, dir_bytes(d)))
+    log = "".join(s.log)
+    check(log.count("damaged") == 2, "both damaged copies noted: " + log[-800:])
+    check("least recently used" in log, "the cap removal is noted")
+    # the first entry (least recently used) went: asking it again prefills
+    s = Server(OFFKV, program, *args, "--prefix-cache-dir-bytes", str(cap))
+    try:
+        _, u3 = ask(s, system)
+        # (only the template's head and "You are a" are shared with the stored entries)
+        check(u3["prompt_tokens_details"]["cached_tokens"] < 20, "the least recently used entry was removed: %s" % u3)
+        _, u4 = ask(s, system.replace("careful", "curious"))
+        check(u4["prompt_tokens_details"]["cached_tokens"] == u4["prompt_tokens"] - 1, "the newest entry stayed: %s" % u4)
+    finally:
+        check(s.stop() == 0, "third prefix-dir server exits 0")
+    # another program's server leaves these files alone
+    before = prefix_files(d)
+    s = Server(OFFKV, qwen, "--parallel", "1", "--prefix-cache-dir", d)
+    check(s.stop() == 0, "qwen3 server on the same directory exits 0")
+    check(all(f in prefix_files(d) for f in before), "files of another program are left in place")
+    check("another program" in "".join(s.log) or "different" in "".join(s.log), "noted: " + "".join(s.log)[-400:])
+
+
 def raw_stream_then_close(port, body, read_events=1):
     """Starts a streamed request on a raw socket, reads a few events, then drops the connection."""
     data = json.dumps(body).encode()
@@ -393,6 +487,7 @@ def main():
             rc = s.stop()
         check(rc == 0, "SIGTERM exits 0 (got %s): %s" % (rc, "".join(s.log)[-800:]))
         test_deterministic(llama)
+        test_prefix_dir(llama, qwen, tmp)
         test_queue_full(llama)
         test_thinking_kwargs(qwen)
         test_reasoning_opened_by_template(thinker)
