@@ -236,7 +236,11 @@ okv_status srv_dir_open(okv_server *s, okv_error *err) {
     if (!s->o.prefix_cache_dir) return OKV_OK;
     s->dir = strdup(s->o.prefix_cache_dir);
     s->dir_cap = s->o.prefix_cache_dir_bytes ? s->o.prefix_cache_dir_bytes : DEFAULT_CAP;
-    if (!s->dir) return err->status = OKV_ERR_NOMEM, snprintf(err->message, sizeof err->message, "out of memory"), OKV_ERR_NOMEM;
+    if (!s->dir) {
+        err->status = OKV_ERR_NOMEM;
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return OKV_ERR_NOMEM;
+    }
     if (mkdir(s->dir, 0755) != 0 && errno != EEXIST) {
         err->status = OKV_ERR_IO;
         snprintf(err->message, sizeof err->message, "--prefix-cache-dir %s: cannot create it: %s", s->dir, strerror(errno));
