@@ -202,6 +202,8 @@ size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, 
         if (b > most) most = b;
     }
     size_t amx = okv_attend_amx_scratch_bytes(T, n_heads, kv_heads, head_dim, n_threads);
+    size_t dec = okv_attend_decode_scratch_bytes(T, n_heads, kv_heads, head_dim, n_threads);
+    if (dec > amx) amx = dec;
     return amx > most ? amx : most;
 }
 

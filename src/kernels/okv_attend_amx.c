@@ -45,7 +45,8 @@
  * previous one (attend_v1); at 4k 104 / 298 / 785 ms; at 512 16 / 28 / 54;
  * ring (window 4096) at 16k 100 / 353 / 900. Decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
- * so calls with fewer than 16 query vectors per kv head stay on AVX-512. */
+ * so calls with fewer than 16 query vectors per kv head go to the
+ * vdpbf16ps decode kernel (okv_attend_decode.c), else AVX-512. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -628,6 +629,8 @@ void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a) {
     if (amx_attend_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype) && okv_amx_usable(NULL))
         okv_attend_amx_tiles(tp, a);
+    else if (okv_attend_decode_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+        okv_attend_decode(tp, a);
     else
         okv_attend_avx512(tp, a);
 }

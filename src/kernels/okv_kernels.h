@@ -140,8 +140,9 @@ typedef struct okv_kernels {
      * 2^-7 = x and W (f16 -> bf16) are both rounded. Tests derive their
      * tolerance from it; f32 weights always get 0. */
     float matmul_rounding[3];
-    /* attend rounds q, k, p, v to bf16 (AMX tiles) when the pools are f16
-     * or bf16 and T x (heads per kv head) >= 16; f32 pools stay exact */
+    /* attend rounds q, k, p, v to bf16 when the pools are f16 or bf16 (AMX
+     * tiles for T x heads per kv head >= 16, vdpbf16ps decode below);
+     * f32 pools stay exact */
     bool attend_bf16;
 } okv_kernels;
 

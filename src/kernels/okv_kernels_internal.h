@@ -113,6 +113,12 @@ bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
+/* Decode-sized calls (T x heads per kv head <= 15) on bf16/f16 pools with
+ * head_dim % 32 == 0 (<= 256), AVX-512 BF16 dot products
+ * (okv_attend_decode.c); _fits says whether a call qualifies. */
+bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
+size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 /* The inner loops per ISA: plain C (the model the others are tested
  * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (okv_attend_simd.c). */
 extern const okv_attn_ops okv_attn_ops_plain;
