@@ -6,12 +6,14 @@
  * and MQA, head_dim 16..512 (and odd ones), T = 1 and T > 1, positions not
  * starting at 0, storage f32/f16/bf16, tens of thousands of keys; many
  * sequences in one pool (okv_attn_vis); the planned workspace. Tables: plain,
- * AVX2 and AVX-512 inner loops (those the CPU has); tolerance 1e-5 absolute
+ * AVX2 and AVX-512 inner loops (those the CPU has), and the vdpbf16ps
+ * decode kernel called directly over its odd shapes; tolerance 1e-5 absolute
  * against the reference (outputs are O(1): averages of values in [-1, 1)). */
 #include <stdint.h>
 
 #include "okv_common.h"
 #include "okv_kernels.h"
+#include "okv_kernels_internal.h"
 #include "okv_test.h"
 #include "kernel_test_util.h"
 
@@ -474,6 +476,47 @@ static void test_workspace(const okv_kernels **tables, int n_tables) {
     free(o2);
 }
 
+/* The vdpbf16ps decode kernel on its own (reached through the AMX table
+ * only where AMX is usable): every head_dim it takes (32..256, each
+ * accumulator tiling), GQA ratios up to its 15 query vectors, T = 1..3,
+ * key counts off the 16-key blocks and across the thread splits, windows,
+ * ring wraps, a peaky softmax; 1 and 2 threads against the reference. */
+static void test_decode_kernel(okv_threadpool *tp2) {
+    static const okv_kernels dec = {.name = "decode-bf16", .attend = okv_attend_decode, .attend_bf16 = true};
+    const okv_kernels *tables[1] = {&dec};
+    static const scenario cases[] = {
+        /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
+        {"dec first token",              4, 2, 64, OKV_BF16, 1,  0,    0,  0,  0, 1},
+        {"dec head_dim 32",              8, 2, 32, OKV_F16,  1, 33,    0,  0,  0, 1},
+        {"dec head_dim 96",              6, 2, 96, OKV_BF16, 1, 300,   0,  0,  0, 1},
+        {"dec head_dim 128 T=3",        12, 4, 128, OKV_F16, 3, 517,   0,  0,  0, 1},
+        {"dec head_dim 160",             5, 1, 160, OKV_BF16, 1, 1000, 0,  0,  0, 2},
+        {"dec head_dim 192",             2, 2, 192, OKV_F16, 2, 95,    0,  0,  0, 1},
+        {"dec head_dim 224",             3, 3, 224, OKV_BF16, 1, 270,  0,  0,  0, 1},
+        {"dec head_dim 256 gqa 7",      14, 2, 256, OKV_BF16, 2, 2049, 0,  0,  0, 1},
+        {"dec 15 vectors",              15, 1, 64, OKV_BF16, 1, 4111,  0,  0,  0, 1},
+        {"dec 15 vectors T=5",           3, 1, 64, OKV_F16,  5, 700,   0,  0,  0, 1},
+        {"dec gqa 5 splits",            40, 8, 64, OKV_BF16, 1, 5003,  0,  0,  0, 1},
+        {"dec gqa 4 T=3",               32, 8, 64, OKV_BF16, 3, 1499,  0,  0,  0, 1},
+        {"dec peaky",                    8, 2, 64, OKV_BF16, 1, 2500,  0,  0,  0, 8},
+        {"dec window",                   8, 2, 64, OKV_BF16, 2, 3000,  0, 333, 0, 1},
+        {"dec window 1",                 4, 1, 64, OKV_F16,  3, 70,    0,  1,  0, 1},
+        {"dec ring wrap",               32, 8, 64, OKV_BF16, 1, 9000, 8001, 1000, 1031, 1},
+        {"dec ring wrap T=2 d128",       8, 4, 128, OKV_F16, 2, 777,  700, 77, 93, 1},
+    };
+    if (!okv_attend_decode_fits(1, 4, 2, 64, OKV_BF16)) {
+        printf("decode kernel: skipped (no AVX-512 BF16)\n");
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        scenario s = cases[i];
+        CHECKF(okv_attend_decode_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: decode kernel refuses", s.what);
+        run_scenario(&s, tables, 1, tp2, false);
+    }
+    CHECK(!okv_attend_decode_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_fits(1, 4, 2, 80, OKV_BF16) &&
+          !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32));
+}
+
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
     test_kv_write();
@@ -484,6 +527,7 @@ int main(void) {
     okv_threadpool *tp2 = okv_threadpool_create(2);
     test_visibility(tables, n_tables, tp2);
     test_workspace(tables, n_tables);
+    test_decode_kernel(tp2);
     okv_threadpool_free(tp2);
     printf("largest difference of bf16 attention (AMX tiles) from the reference: %.3g\n", g_worst_bf16);
     return okv_test_finish();
