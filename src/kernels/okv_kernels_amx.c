@@ -49,10 +49,11 @@
  * Quantized W (okv_matmul_q_amx_bf16, the amx table's quantized prefill
  * from T >= 16): step 2 dequantizes the block's codes and f16 scales
  * straight into the A tiles (w = d (c - 2^(bits-1)) or d c + m in f32,
- * rounded to bf16), and the rest is the bf16 loop above. The tile
- * columns follow the codes' memory order (quant_perm) so a row's codes are
- * read as a linear stream; x is gathered through the same permutation when
- * it is packed, which leaves every dot product unchanged. The dequant is
+ * rounded to bf16; okv_qmm_dequant_row_tiles, okv_qmatmul_amx.c), and the
+ * rest is the bf16 loop above. The tile columns follow the codes' memory
+ * order (okv_qmm_tile_perm) so a row's codes are read as a linear stream;
+ * x is gathered through the same permutation when it is packed, which
+ * leaves every dot product unchanged. The dequant is
  * O(N K) per call against O(T N K) products. Precision: x and w each
  * rounded to bf16 (2^-8 relative), so products within 2^-7 of the f32
  * reference (tests/kernels/test_qmatmul.c), where the integer paths keep
@@ -235,98 +236,9 @@ static void pack_x_task(void *ctx, int task, int thread) {
 
 /* ---- quantized W: dequantized into the A tiles ----------------------------------------- */
 
-/* A quantized row's codes are stored per superblock of L <= 16 groups in
- * 4-code units interleaved across the groups (okv_quant.c). The tiles do
- * not care in which order K is summed as long as x uses the same order, so
- * tile column e follows the codes' memory order and x is gathered through
- * perm[e] = k. Within a superblock (local index el, groups l, units u of 4):
- *   8-bit: byte el; u = el / 4L, l = (el / 4) % L
- *   4-bit: per 64 B row v of 4L bytes, its 4L low nibbles (units 2v) then
- *          its 4L high nibbles (units 2v + 1): v = el / 8L, h = el % 8L / 4L,
- *          byte v 4L + el % 4L; l = (el % 4L) / 4, u = 2v + h. */
-static void quant_perm(const okv_qview *q, int32_t *perm) {
-    const int G = q->groups, gs = q->group;
-    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
-        int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, base = g0 * gs;
-        for (int el = 0; el < L * gs; el++) {
-            int l, u, b = el % 4;
-            if (q->bits == 8) {
-                u = el / (4 * L);
-                l = el / 4 % L;
-            } else {
-                int r = el % (8 * L);
-                u = 2 * (el / (8 * L)) + r / (4 * L);
-                l = r % (4 * L) / 4;
-            }
-            perm[base + el] = base + l * gs + 4 * u + b;
-        }
-    }
-}
-
-/* Row n of q (n < 0: zeros) dequantized to bf16 in tile-column order into
- * the A tiles: column e at dst[(e / 32) TILE_ELEMS + e % 32]. Superblocks
- * with L % 4 == 0 (every full one) go 16 columns at a time: the 16 codes
- * are 16 consecutive bytes (4 units of 4 groups, the 4-bit ones one
- * nibble), their scales one permute of the superblock's L scales; other
- * tails element by element. Value w = d (c - 2^(bits-1)) or d c + m in f32
- * (as okv_dequant_row), then rounded to bf16. */
-static TGT void dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst) {
-    if (n < 0) {
-        for (int e = 0; e < K; e += 32) _mm512_storeu_si512(dst + (size_t)(e / 32) * TILE_ELEMS, _mm512_setzero_si512());
-        return;
-    }
-    const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);
-    const uint8_t *crow = q->codes + (size_t)n * q->code_stride;
-    const uint16_t *drow = q->d + (size_t)n * q->scale_stride, *mrow = q->m ? q->m + (size_t)n * q->scale_stride : NULL;
-    const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i voff = _mm512_set1_epi32(off), nib = _mm512_set1_epi32(15);
-    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
-        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, e0 = g0 * gs;
-        const uint8_t *sb = crow + (size_t)g0 * gs * q->bits / 8;
-        if (L % 4 == 0) {
-            __mmask16 lm = (__mmask16)((1u << L) - 1);
-            __m512 ds = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, drow + g0));
-            __m512 ms = mrow ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, mrow + g0)) : _mm512_setzero_ps();
-            for (int el = 0; el < L * gs; el += 16) {
-                int byte, shift, l0;
-                if (q->bits == 8) {
-                    byte = el;
-                    shift = 0;
-                    l0 = el / 4 % L;
-                } else {
-                    int r = el % (8 * L);
-                    byte = el / (8 * L) * 4 * L + r % (4 * L);
-                    shift = r / (4 * L) * 4;
-                    l0 = r % (4 * L) / 4;
-                }
-                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + byte)));
-                if (q->bits == 4) c = _mm512_and_si512(_mm512_srli_epi32(c, (unsigned)shift), nib);
-                __m512i idx = _mm512_add_epi32(quad, _mm512_set1_epi32(l0));
-                __m512 d = _mm512_permutexvar_ps(idx, ds), cf = _mm512_cvtepi32_ps(_mm512_sub_epi32(c, voff));
-                __m512 w = mrow ? _mm512_fmadd_ps(d, cf, _mm512_permutexvar_ps(idx, ms)) : _mm512_mul_ps(d, cf);
-                int e = e0 + el;
-                _mm256_storeu_si256((__m256i *)(dst + (size_t)(e / 32) * TILE_ELEMS + e % 32),
-                                    (__m256i)_mm512_cvtneps_pbh(w));
-            }
-            continue;
-        }
-        for (int el = 0; el < L * gs; el++) {
-            int c, l;
-            if (q->bits == 8) {
-                c = sb[el];
-                l = el / 4 % L;
-            } else {
-                int r = el % (8 * L);
-                c = sb[el / (8 * L) * 4 * L + r % (4 * L)] >> (r / (4 * L) * 4) & 15;
-                l = r % (4 * L) / 4;
-            }
-            float d = okv_k_f16(drow[g0 + l]);
-            float w = mrow ? fmaf(d, (float)c, okv_k_f16(mrow[g0 + l])) : d * (float)(c - off);
-            int e = e0 + el;
-            dst[(size_t)(e / 32) * TILE_ELEMS + e % 32] = okv_f32_to_bf16(w);
-        }
-    }
-}
+/* Quantized rows: the tile-column order (okv_qmm_tile_perm) and the
+ * dequantization into it (okv_qmm_dequant_row_tiles) live in
+ * okv_qmatmul_amx.c with the other quantized prefill code. */
 
 /* W rows [n0, n0 + rows) into A tiles: tile (g, kb) row r = W[n0 + 16 g +
  * r][32 kb .. 32 kb + 32) in bf16, zero past N and K. */
@@ -334,8 +246,8 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     const matmul_job *j = &a->mm;
     if (a->q) {
         for (int i = 0; i < rows; i++)
-            dequant_row_tiles(a->q, n0 + i < j->N ? n0 + i : -1, j->K,
-                              wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32);
+            okv_qmm_dequant_row_tiles(a->q, n0 + i < j->N ? n0 + i : -1, j->K,
+                                      wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32);
         return;
     }
     size_t esz = okv_dtype_size(j->wdt);
@@ -494,7 +406,7 @@ void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, 
     a.wp = a.xp + xp_elems;
     a.cb = (float *)(a.wp + a.wp_elems * n_threads);
     int32_t *perm = (int32_t *)(a.cb + a.cb_elems * n_threads);
-    quant_perm(&q, perm);
+    okv_qmm_tile_perm(&q, perm);
     a.perm = perm;
     okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
     okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);

@@ -158,6 +158,12 @@ static void test_shapes(void) {
     check_shape(tp1, tp2, 4, 64, false, 23, 192, 45, true);
     check_shape(tp1, tp2, 8, 128, true, 17, 384, 33, false);
     check_shape(tp1, tp2, 4, 256, false, 19, 512, 300, true);
+    /* bf16-tile producer: superblocks of 4 and 12 groups (its 16-byte fast path with 1 and 3
+     * scale patterns), and 16 + 8 (a full superblock, then a short one still on the fast path) */
+    check_shape(tp1, tp2, 8, 32, false, 18, 128, 40, false);
+    check_shape(tp1, tp2, 4, 32, true, 18, 384, 40, true);
+    check_shape(tp1, tp2, 8, 32, true, 20, 768, 33, false);
+    check_shape(tp1, tp2, 4, 32, false, 20, 768, 33, true);
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
 }
