@@ -257,6 +257,9 @@ size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads);
  * (16 x 32 bf16 A tiles). K % 32 == 0. */
 void okv_qmm_tile_perm(const okv_qview *q, int32_t *perm);
 void okv_qmm_dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst);
+/* The same for tile columns [e0, e1) only (multiples of 32): column e at
+ * dst[((e - e0) / 32) 512 + e % 32] (a K chunk of the blocked loop). */
+void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);

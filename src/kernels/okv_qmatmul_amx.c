@@ -457,76 +457,79 @@ static inline __attribute__((always_inline)) TGT_BF16 __m512 q_scale16(__m512i c
     return _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(c), m);
 }
 
-/* One full superblock (L % 4 == 0) of row codes sb: d, m the f32 scales and
- * offsets of its L groups (sym: m = -2^(bits-1) d, so d c + m is d (c -
- * off) exactly: off is a power of two and d an f16); columns from e0 into
- * the tiles. */
-static TGT_BF16 void dequant_sb_fast(const uint8_t *sb, int L, int gs, int bits, __m512 ds, __m512 ms, uint16_t *dst,
-                                     int e0) {
+/* Columns [a, b) (superblock-local, multiples of 32) of one full
+ * superblock (L % 4 == 0) of row codes sb: ds, ms the f32 scales and
+ * offsets of its L groups (sym: ms = -2^(bits-1) ds, so d c + m is d (c -
+ * off) exactly: off is a power of two and d an f16); column e at
+ * dst[((e - a) / 32) 512 + e % 32]. */
+static TGT_BF16 void dequant_sb_fast(const uint8_t *sb, int L, int bits, __m512 ds, __m512 ms, uint16_t *dst, int a,
+                                     int b) {
     const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), nib = _mm512_set1_epi32(15);
     __m512 dv[4], mv[4];
-    const int P = L / 4, rowb = 4 * L; /* 16-byte chunks per row of 4L bytes: groups 4p..4p+3 */
+    const int P = L / 4; /* 16-byte chunk c covers groups 4p..4p+3, p = c % P */
     for (int p = 0; p < P; p++) {
         __m512i idx = _mm512_add_epi32(quad, _mm512_set1_epi32(4 * p));
         dv[p] = _mm512_permutexvar_ps(idx, ds);
         mv[p] = _mm512_permutexvar_ps(idx, ms);
     }
-    if (bits == 4) {
-        const int rows = gs / 8; /* L gs / 2 bytes */
-        for (int v = 0; v < rows; v++)
-            for (int p = 0; p < P; p++) {
-                int o = v * rowb + 16 * p, e = e0 + 2 * o;
-                __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + o)));
-                __m512 lo = q_scale16(_mm512_and_si512(c, nib), dv[p], mv[p]);
-                __m512 hi = q_scale16(_mm512_srli_epi32(c, 4), dv[p], mv[p]);
-                _mm512_storeu_si512(dst + (size_t)(e / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-            }
+    if (bits == 4) { /* byte o: columns 2o (low nibble) and 2o + 16 (high), per 16 bytes */
+        for (int o = a / 2, p = o / 16 % P; o < b / 2; o += 16) {
+            __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + o)));
+            __m512 lo = q_scale16(_mm512_and_si512(c, nib), dv[p], mv[p]);
+            __m512 hi = q_scale16(_mm512_srli_epi32(c, 4), dv[p], mv[p]);
+            _mm512_storeu_si512(dst + (size_t)((2 * o - a) / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            p = p + 1 == P ? 0 : p + 1;
+        }
         return;
     }
-    for (int o = 0, p = 0; o < L * gs; o += 32) { /* 2 chunks per tile row; P may be odd */
+    for (int o = a, p = o / 16 % P; o < b; o += 32) { /* 2 chunks per tile row; P may be odd */
         int p1 = p + 1 == P ? 0 : p + 1;
         __m512 w0 = q_scale16(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + o))), dv[p], mv[p]);
         __m512 w1 = q_scale16(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + o + 16))), dv[p1], mv[p1]);
-        _mm512_storeu_si512(dst + (size_t)((e0 + o) / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
+        _mm512_storeu_si512(dst + (size_t)((o - a) / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(w1, w0));
         p = p1 + 1 == P ? 0 : p1 + 1;
     }
 }
 
-/* Row n of q (n < 0: zeros) dequantized to bf16 in tile-column order into
- * the A tiles: column e at dst[(e / 32) 512 + e % 32] (16 x 32 bf16 tiles,
- * the row's offset within its tile already in dst). Value w = d (c -
- * 2^(bits-1)) or d c + m in f32 (as okv_dequant_row), then rounded to
- * bf16; superblocks with L % 4 != 0 (a tail) element by element. K % 32
- * == 0. */
-TGT_BF16 void okv_qmm_dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst) {
+/* Tile columns [e0, e1) (multiples of 32, e1 <= K) of row n of q (n < 0:
+ * zeros) in bf16, column e at dst[((e - e0) / 32) 512 + e % 32] (16 x 32
+ * bf16 A tiles, the row's offset within its tile already in dst). Value w
+ * = d (c - 2^(bits-1)) or d c + m in f32 (as okv_dequant_row), then
+ * rounded to bf16; superblocks with L % 4 != 0 (a tail) element by
+ * element. */
+TGT_BF16 void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst) {
     if (n < 0) {
-        for (int e = 0; e < K; e += 32) memset(dst + (size_t)(e / 32) * 512, 0, 64);
+        for (int e = e0; e < e1; e += 32) memset(dst + (size_t)((e - e0) / 32) * 512, 0, 64);
         return;
     }
     const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);
     const uint8_t *crow = q->codes + (size_t)n * q->code_stride;
     const uint16_t *drow = q->d + (size_t)n * q->scale_stride, *mrow = q->m ? q->m + (size_t)n * q->scale_stride : NULL;
-    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
-        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, e0 = g0 * gs;
+    for (int g0 = e0 / (OKV_QSB_GROUPS * gs) * OKV_QSB_GROUPS; g0 < G && g0 * gs < e1; g0 += OKV_QSB_GROUPS) {
+        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, sb0 = g0 * gs;
+        const int a = e0 > sb0 ? e0 - sb0 : 0, b = e1 < sb0 + L * gs ? e1 - sb0 : L * gs;
         const uint8_t *sb = crow + (size_t)g0 * gs * q->bits / 8;
+        uint16_t *out = dst + (size_t)((sb0 + a - e0) / 32) * 512;
         if (L % 4 == 0) {
-            float d[OKV_QSB_GROUPS] = {0}, m[OKV_QSB_GROUPS] = {0};
-            for (int l = 0; l < L; l++) {
-                d[l] = okv_k_f16(drow[g0 + l]);
-                m[l] = mrow ? okv_k_f16(mrow[g0 + l]) : -(float)off * d[l];
-            }
-            dequant_sb_fast(sb, L, gs, q->bits, _mm512_loadu_ps(d), _mm512_loadu_ps(m), dst, e0);
+            __mmask16 lm = (__mmask16)((1u << L) - 1);
+            __m512 ds = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, drow + g0));
+            __m512 ms = mrow ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, mrow + g0))
+                             : _mm512_mul_ps(ds, _mm512_set1_ps(-(float)off));
+            dequant_sb_fast(sb, L, q->bits, ds, ms, out, a, b);
             continue;
         }
-        for (int el = 0; el < L * gs; el++) {
+        for (int el = a; el < b; el++) {
             int l, c;
             q_tile_col(q, L, el, &l);
             if (q->bits == 8) c = sb[el];
             else c = sb[el / 32 * 16 + el % 16] >> (el % 32 >= 16 ? 4 : 0) & 15;
             float d = okv_k_f16(drow[g0 + l]);
             float w = mrow ? fmaf(d, (float)c, okv_k_f16(mrow[g0 + l])) : d * (float)(c - off);
-            int e = e0 + el;
-            dst[(size_t)(e / 32) * 512 + e % 32] = okv_f32_to_bf16(w);
+            out[(size_t)((el - a) / 32) * 512 + el % 32] = okv_f32_to_bf16(w);
         }
     }
+}
+
+void okv_qmm_dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst) {
+    okv_qmm_dequant_cols_tiles(q, n, 0, K, dst);
 }
