@@ -168,14 +168,21 @@ void okv_qmm_fail(float *y, int T, int N);
 
 /* The integer-dot algorithm (okv_qmatmul.c's head comment) is one driver
  * with per-ISA inner loops. Activations are quantized once per call: row t
- * of x[T, K] becomes two int8 planes in W's superblock order (unpacked, one
- * byte per element), x ~= dx * q + dx2 * q2 per group, with their sums. */
+ * of x[T, K] becomes int8 planes in W's superblock order (unpacked, one
+ * byte per element), x ~= dx * q + dx2 * q2 per group, with their sums.
+ * 8-bit W gets both planes; 4-bit W one (okv_qact_one_plane: q2, dx2 and
+ * qsum2 are written as zeros, so a loop that does run the second plane
+ * adds fma(0, 0, acc) = acc and keeps the one-plane bits). */
 typedef struct okv_qact {
     int8_t *q, *q2;          /* [T][K]: codes and residual codes */
-    float *dx, *dx2;         /* [T][G]: dx = max|x| / 127, dx2 = max|x| / 32258 */
+    float *dx, *dx2;         /* [T][G]: dx = max|x| / 127, dx2 = max|x| / 32258 (0: one plane) */
     int32_t *qsum, *qsum2;   /* [T][G]: sums of the group's q, q2 (symmetric offset) */
     float *sx;               /* [T][G]: dx * qsum + dx2 * qsum2 (asymmetric offset) */
 } okv_qact;
+
+/* One activation plane for 4-bit W (measured by perplexity/KL on real
+ * models, okv_qmatmul.c), two for 8-bit W. */
+static inline bool okv_qact_one_plane(int bits) { return bits == 4; }
 
 typedef struct okv_qmm_job {
     float *y;               /* [T, N] */

@@ -244,6 +244,7 @@ void okv_qact_poison_group(const okv_qmm_job *j, int t, int g) {
 
 static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
+    const bool one = okv_qact_one_plane(j->w.bits);
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     for (int g = 0; g < G; g++) {
         const float *xg = x + (size_t)g * gs;
@@ -262,11 +263,13 @@ static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
         float dx = amax / 127.0f;
         int32_t sum = 0, sum2 = 0;
         for (int i = 0; i < gs; i++) {
-            float v = nearbyintf(xg[i] * id);
-            float p = v * dx;
-            float r = xg[i] - p;
-            float v2 = nearbyintf(r * id2);
-            v2 = v2 > 127.0f ? 127.0f : v2 < -127.0f ? -127.0f : v2;
+            float v = nearbyintf(xg[i] * id), v2 = 0.0f;
+            if (!one) {
+                float p = v * dx;
+                float r = xg[i] - p;
+                v2 = nearbyintf(r * id2);
+                v2 = v2 > 127.0f ? 127.0f : v2 < -127.0f ? -127.0f : v2;
+            }
             size_t e = act_pos(gs, G, g, i);
             q[e] = (int8_t)v;
             q2[e] = (int8_t)v2;
@@ -274,11 +277,15 @@ static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
             sum2 += (int)v2;
         }
         j->a.dx[gi] = dx;
-        j->a.dx2[gi] = amax / 32258.0f;
+        j->a.dx2[gi] = one ? 0.0f : amax / 32258.0f;
         j->a.qsum[gi] = sum;
         j->a.qsum2[gi] = sum2;
-        float sx1 = dx * (float)sum, sx2 = j->a.dx2[gi] * (float)sum2;
-        j->a.sx[gi] = sx1 + sx2;
+        if (one) {
+            j->a.sx[gi] = dx * (float)sum;
+        } else {
+            float sx1 = dx * (float)sum, sx2 = j->a.dx2[gi] * (float)sum2;
+            j->a.sx[gi] = sx1 + sx2;
+        }
     }
 }
 
@@ -295,6 +302,7 @@ static float reduce16(const float *a) {
 static float qdot_plain(const okv_qmm_job *j, int n, int t) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, off = w->asym ? 0 : 1 << (w->bits - 1);
+    const bool one = okv_qact_one_plane(w->bits);
     const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
     const uint16_t *drow = w->d + (size_t)n * w->scale_stride, *mrow = w->m ? w->m + (size_t)n * w->scale_stride : NULL;
     const int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
@@ -312,7 +320,7 @@ static float qdot_plain(const okv_qmm_job *j, int n, int t) {
                     if (w->bits == 8) c = csb[u * 4 * L + e];
                     else c = (csb[(u / 2) * 4 * L + e] >> ((u & 1) * 4)) & 15;
                     isum[l] += c * qsb[u * 4 * L + e];
-                    isum2[l] += c * q2sb[u * 4 * L + e];
+                    if (!one) isum2[l] += c * q2sb[u * 4 * L + e];
                 }
         for (int l = 0; l < OKV_QSB_GROUPS; l++) {
             bool on = l < L;
@@ -323,10 +331,10 @@ static float qdot_plain(const okv_qmm_job *j, int n, int t) {
                 float v = (float)(isum[l] - off * (on ? j->a.qsum[ga] : 0));
                 float v2 = (float)(isum2[l] - off * (on ? j->a.qsum2[ga] : 0));
                 acc[l] = fmaf(s, v, acc[l]);
-                acc[l] = fmaf(s2, v2, acc[l]);
+                if (!one) acc[l] = fmaf(s2, v2, acc[l]);
             } else {
                 acc[l] = fmaf(s, (float)isum[l], acc[l]);
-                acc[l] = fmaf(s2, (float)isum2[l], acc[l]);
+                if (!one) acc[l] = fmaf(s2, (float)isum2[l], acc[l]);
                 acc[l] = fmaf(on ? okv_k_f16(mrow[g0 + l]) : 0.0f, on ? j->a.sx[ga] : 0.0f, acc[l]);
             }
         }

@@ -50,6 +50,7 @@ INLINE_TGT void pack8(__m256i v, int32_t out[2]) {
 
 static TGT void quantize_avx2(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
+    const bool one = okv_qact_one_plane(j->w.bits);
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), fmax = _mm256_set1_ps(3.4028234664e38f);
     const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
@@ -74,10 +75,12 @@ static TGT void quantize_avx2(const okv_qmm_job *j, const float *x, int t) {
         __m256i sum = _mm256_setzero_si256(), sum2 = _mm256_setzero_si256();
         for (int i = 0; i < gs; i += 8) {
             __m256 xv = _mm256_loadu_ps(xg + i);
-            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(xv, id));
-            __m256 r = _mm256_sub_ps(xv, _mm256_mul_ps(_mm256_cvtepi32_ps(v), dx));
-            __m256i v2 = _mm256_cvtps_epi32(_mm256_mul_ps(r, id2));
-            v2 = _mm256_max_epi32(_mm256_min_epi32(v2, lim), nlim);
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(xv, id)), v2 = _mm256_setzero_si256();
+            if (!one) {
+                __m256 r = _mm256_sub_ps(xv, _mm256_mul_ps(_mm256_cvtepi32_ps(v), dx));
+                v2 = _mm256_cvtps_epi32(_mm256_mul_ps(r, id2));
+                v2 = _mm256_max_epi32(_mm256_min_epi32(v2, lim), nlim);
+            }
             sum = _mm256_add_epi32(sum, v);
             sum2 = _mm256_add_epi32(sum2, v2);
             int32_t w[2], w2[2];
@@ -91,11 +94,15 @@ static TGT void quantize_avx2(const okv_qmm_job *j, const float *x, int t) {
         }
         int32_t s1 = hsum8i(sum), s2 = hsum8i(sum2);
         j->a.dx[gi] = dxs;
-        j->a.dx2[gi] = am / 32258.0f;
+        j->a.dx2[gi] = one ? 0.0f : am / 32258.0f;
         j->a.qsum[gi] = s1;
         j->a.qsum2[gi] = s2;
-        float sx1 = dxs * (float)s1, sx2 = j->a.dx2[gi] * (float)s2;
-        j->a.sx[gi] = sx1 + sx2;
+        if (one) {
+            j->a.sx[gi] = dxs * (float)s1;
+        } else {
+            float sx1 = dxs * (float)s1, sx2 = j->a.dx2[gi] * (float)s2;
+            j->a.sx[gi] = sx1 + sx2;
+        }
     }
 }
 
@@ -119,16 +126,14 @@ INLINE_TGT void half_sums(const uint8_t *c, const int8_t *xq, const int8_t *xq2,
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
     if (bits == 4) {
+        (void)xq2; /* one activation plane for 4-bit W (okv_qact_one_plane): b stays 0 */
         for (int p = 0; p < gs / 8; p++) {
             __m256i wv = load_half(c + p * us, lanes);
             __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
             __m256i xa = load_half(xq + 2 * p * us, lanes), xb = load_half(xq + (2 * p + 1) * us, lanes);
-            __m256i ya = load_half(xq2 + 2 * p * us, lanes), yb = load_half(xq2 + (2 * p + 1) * us, lanes);
             /* int16 sums of two units stay below 2 * 3810 */
             __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xa), _mm256_maddubs_epi16(hi, xb));
-            __m256i s2 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ya), _mm256_maddubs_epi16(hi, yb));
             a = _mm256_add_epi32(a, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
-            b = _mm256_add_epi32(b, _mm256_madd_epi16(s2, _mm256_set1_epi16(1)));
         }
     } else {
         for (int u = 0; u < gs / 4; u++) {
@@ -184,10 +189,10 @@ INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool as
                 __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(is, _mm256_slli_epi32(qs, bits - 1)));
                 __m256 v2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(is2, _mm256_slli_epi32(qs2, bits - 1)));
                 acc[h] = _mm256_fmadd_ps(s, v, acc[h]);
-                acc[h] = _mm256_fmadd_ps(s2, v2, acc[h]);
+                if (bits == 8) acc[h] = _mm256_fmadd_ps(s2, v2, acc[h]);
             } else {
                 acc[h] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(is), acc[h]);
-                acc[h] = _mm256_fmadd_ps(s2, _mm256_cvtepi32_ps(is2), acc[h]);
+                if (bits == 8) acc[h] = _mm256_fmadd_ps(s2, _mm256_cvtepi32_ps(is2), acc[h]);
                 acc[h] = _mm256_fmadd_ps(grp_f16(mrow + gl, lanes), grp_f32(j->a.sx + a0 + gl, lanes), acc[h]);
             }
         }

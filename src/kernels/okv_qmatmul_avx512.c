@@ -72,6 +72,7 @@ bool okv_qmm_have_avx512vnni(void) {
  * the plain model's operations: max, f32 multiplies, round to nearest even). */
 static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
+    const bool one = okv_qact_one_plane(j->w.bits);
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), fmax = _mm512_set1_ps(FLT_MAX);
     const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
@@ -97,10 +98,12 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
         __m512i sum = _mm512_setzero_si512(), sum2 = _mm512_setzero_si512();
         for (int i = 0; i < gs; i += 16) {
             __m512 xv = _mm512_loadu_ps(xg + i);
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(xv, id));
-            __m512 r = _mm512_sub_ps(xv, _mm512_mul_ps(_mm512_cvtepi32_ps(v), dx));
-            __m512i v2 = _mm512_cvtps_epi32(_mm512_mul_ps(r, id2));
-            v2 = _mm512_max_epi32(_mm512_min_epi32(v2, lim), nlim);
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(xv, id)), v2 = _mm512_setzero_si512();
+            if (!one) {
+                __m512 r = _mm512_sub_ps(xv, _mm512_mul_ps(_mm512_cvtepi32_ps(v), dx));
+                v2 = _mm512_cvtps_epi32(_mm512_mul_ps(r, id2));
+                v2 = _mm512_max_epi32(_mm512_min_epi32(v2, lim), nlim);
+            }
             sum = _mm512_add_epi32(sum, v);
             sum2 = _mm512_add_epi32(sum2, v2);
             int32_t w[4], w2[4]; /* 4 units of 4 codes each */
@@ -114,11 +117,15 @@ static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
         }
         int32_t s1 = _mm512_reduce_add_epi32(sum), s2 = _mm512_reduce_add_epi32(sum2);
         j->a.dx[gi] = dxs;
-        j->a.dx2[gi] = am / 32258.0f;
+        j->a.dx2[gi] = one ? 0.0f : am / 32258.0f;
         j->a.qsum[gi] = s1;
         j->a.qsum2[gi] = s2;
-        float sx1 = dxs * (float)s1, sx2 = j->a.dx2[gi] * (float)s2;
-        j->a.sx[gi] = sx1 + sx2;
+        if (one) {
+            j->a.sx[gi] = dxs * (float)s1;
+        } else {
+            float sx1 = dxs * (float)s1, sx2 = j->a.dx2[gi] * (float)s2;
+            j->a.sx[gi] = sx1 + sx2;
+        }
     }
 }
 
@@ -165,8 +172,7 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
                     if (i >= RT) continue;
                     is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, ld_unit(xq[i] + 2 * p * us, full, km));
                     is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, ld_unit(xq[i] + (2 * p + 1) * us, full, km));
-                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ld_unit(xq2[i] + 2 * p * us, full, km));
-                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, ld_unit(xq2[i] + (2 * p + 1) * us, full, km));
+                    /* 4-bit W: one activation plane (is2 stays 0, as q2 is) */
                 }
             }
         }
@@ -230,16 +236,17 @@ INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, 
                 size_t arow = (size_t)(t0 + i) * G + g0;
                 __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
                 __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
+                const bool two = bits == 8;
                 if (!asym) {
                     __m512i qs = _mm512_maskz_loadu_epi32(lm, j->a.qsum + arow);
                     __m512i qs2 = _mm512_maskz_loadu_epi32(lm, j->a.qsum2 + arow);
                     __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(is[r][i], _mm512_slli_epi32(qs, bits - 1)));
                     __m512 v2 = _mm512_cvtepi32_ps(_mm512_sub_epi32(is2[r][i], _mm512_slli_epi32(qs2, bits - 1)));
                     acc[r][i] = _mm512_fmadd_ps(s, v, acc[r][i]);
-                    acc[r][i] = _mm512_fmadd_ps(s2, v2, acc[r][i]);
+                    if (two) acc[r][i] = _mm512_fmadd_ps(s2, v2, acc[r][i]);
                 } else {
                     acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(is[r][i]), acc[r][i]);
-                    acc[r][i] = _mm512_fmadd_ps(s2, _mm512_cvtepi32_ps(is2[r][i]), acc[r][i]);
+                    if (two) acc[r][i] = _mm512_fmadd_ps(s2, _mm512_cvtepi32_ps(is2[r][i]), acc[r][i]);
                     acc[r][i] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(lm, j->a.sx + arow), acc[r][i]);
                 }
             }
@@ -282,7 +289,7 @@ INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, 
     __m512i start = _mm512_setzero_si512(), start2 = _mm512_setzero_si512();
     if (!asym) {
         start = _mm512_sub_epi32(start, _mm512_slli_epi32(_mm512_loadu_si512(j->a.qsum + g0), bits - 1));
-        start2 = _mm512_sub_epi32(start2, _mm512_slli_epi32(_mm512_loadu_si512(j->a.qsum2 + g0), bits - 1));
+        if (bits == 8) start2 = _mm512_sub_epi32(start2, _mm512_slli_epi32(_mm512_loadu_si512(j->a.qsum2 + g0), bits - 1));
     }
     /* [r]: plane q, plane q2; 4-bit also the high-nibble halves ih, ih2 */
     __m512i ia[4], ia2[4], ih[4], ih2[4];
@@ -292,27 +299,20 @@ INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, 
         ia2[r] = start2;
         ih[r] = ih2[r] = _mm512_setzero_si512();
     }
-    if (bits == 4) {
+    if (bits == 4) { /* one activation plane (okv_qact_one_plane) */
         const __m512i m4 = _mm512_set1_epi8(0x0f), m4h = _mm512_set1_epi8((char)0xf0);
         for (int p = 0; p < gs / 8; p++) {
             __m512i xa = _mm512_loadu_si512(xq + 2 * p * us), xb = _mm512_loadu_si512(xq + (2 * p + 1) * us);
-            __m512i ya = _mm512_loadu_si512(xq2 + 2 * p * us), yb = _mm512_loadu_si512(xq2 + (2 * p + 1) * us);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 if (r >= RW) continue;
                 __m512i wv = _mm512_loadu_si512(c[r] + p * us);
-                __m512i lo = _mm512_and_si512(wv, m4), hi16 = _mm512_and_si512(wv, m4h);
-                ia[r] = dpbusd(ia[r], lo, xa);
-                ih[r] = dpbusd(ih[r], hi16, xb);
-                ia2[r] = dpbusd(ia2[r], lo, ya);
-                ih2[r] = dpbusd(ih2[r], hi16, yb);
+                ia[r] = dpbusd(ia[r], _mm512_and_si512(wv, m4), xa);
+                ih[r] = dpbusd(ih[r], _mm512_and_si512(wv, m4h), xb);
             }
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            ia[r] = _mm512_add_epi32(ia[r], _mm512_srai_epi32(ih[r], 4));
-            ia2[r] = _mm512_add_epi32(ia2[r], _mm512_srai_epi32(ih2[r], 4));
-        }
+        for (int r = 0; r < 4; r++) ia[r] = _mm512_add_epi32(ia[r], _mm512_srai_epi32(ih[r], 4));
     } else {
         for (int u = 0; u < gs / 4; u++) {
             __m512i xa = _mm512_loadu_si512(xq + u * us), ya = _mm512_loadu_si512(xq2 + u * us);
@@ -333,7 +333,7 @@ INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, 
         size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->d + srow)));
         acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(ia[r]), acc[r]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx2), _mm512_cvtepi32_ps(ia2[r]), acc[r]);
+        if (bits == 8) acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx2), _mm512_cvtepi32_ps(ia2[r]), acc[r]);
         if (asym)
             acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w->m + srow))), sx, acc[r]);
     }

@@ -17,6 +17,20 @@
  * dequantized weights: the gap is the kernels' arithmetic (f32 sums in
  * another order; int8 activations where a kernel uses them). */
 #define DEQUANT_EQ_MIN_COS 0.9999
+/* The same run one token per step through the dispatched kernels, where every
+ * quantized matmul is the integer-dot GEMV: 8-bit W keeps two activation
+ * planes (~15 bits: measured min cosine 0.99999997, max abs diff <= 0.0026,
+ * no argmax change; DEQUANT_EQ_MIN_COS holds). 4-bit W has one int8 plane per
+ * group, as llama.cpp's Q8 activations: measured 2026-12-02 on these
+ * error-amplifying fixtures min cosine 0.99858-0.99966 (4w + 4w embedding,
+ * argmax changed at 0-5 of 40 positions: qwen3-tiny has near ties), and for
+ * the chunk-5 runs of check_fixture_cases against the plain table
+ * 0.99763-0.99966 (llama32-tiny 4w-cal lowest). On the real models it costs
+ * KL +1.5% / +2.5% of the 4w weights' own KL (Gemma-3 270M, searched /
+ * calibrated scales; README "Quantized weights"), so the bound sits under
+ * the fixtures' minimum and still catches a wrong plane or scale (cosine
+ * ~0). */
+#define DECODE_EQ_MIN_COS_4W 0.997
 /* Gemma-4 with only its embedding tables quantized (the per-layer one enters
  * every layer, scaled by sqrt(16)): 8w measured 0.978 with round to nearest,
  * 0.994 with the error-minimising scales; 4w 0.33 -> 0.38 (and exact against
@@ -75,7 +89,7 @@ static const qcase CASES[] = {
     {"4w-e8", 4, 0, 8, 0, 0.80, 0.5, false},
     {"4w-e4", 4, 0, 4, 0, 0.70, 0.4, false},
     {"4w-g64", 4, 64, 0, 0, 0.72, 0.4, false},
-    {"4w-cal", 4, 0, 0, 0, 0.80, 0.5, true},
+    {"4w-cal", 4, 0, 0, 0, 0.80, 0.45, true}, /* one activation plane: gemma3-mm-tiny 47.5% */
     {"8w-cal", 8, 0, 0, 0, 0.9989, 0.925, true},
 };
 
@@ -174,15 +188,21 @@ static void check_fixture_cases(const char *fixture, const qcase *cases, size_t 
                 CHECKF(share >= cases[c].min_argmax_share, "%s: argmax agrees on %.1f%% < %.0f%%", what, 100 * share,
                        100 * cases[c].min_argmax_share);
                 /* the plain kernel table gives the same logits within the fast
-                 * kernels' arithmetic: their activations in two int8 planes are
-                 * within max|x|/64516 per element (okv_qmatmul.c), which these
-                 * error-amplifying fixtures turn into <= 0.004 on the logits */
+                 * kernels' arithmetic: for 8-bit W their activations in two int8
+                 * planes are within max|x|/64516 per element (okv_qmatmul.c),
+                 * which these error-amplifying fixtures turn into <= 0.004 on the
+                 * logits; 4-bit W has one plane (max|x|/254), bounded like
+                 * check_dequant_equivalence's decode steps */
                 e2e_run_opts plain = ro;
                 plain.runner.plain_kernels = true;
                 float *ref = e2e_run(p, ids, n, &plain);
-                if (ref) {
+                if (ref && !(cases[c].qlinear == 4 || cases[c].qembedding == 4)) {
                     double d = e2e_max_diff(got, ref, (size_t)n * info.vocab_size);
                     CHECKF(d < 1e-2, "%s: auto vs plain kernels differ by %.3g", what, d);
+                } else if (ref) {
+                    double pc = e2e_min_cosine(got, ref, n, info.vocab_size);
+                    printf("%-40s auto vs plain kernels: min cosine %.8f\n", what, pc);
+                    CHECKF(pc >= DECODE_EQ_MIN_COS_4W, "%s: auto vs plain kernels: min cosine %.8f", what, pc);
                 }
                 free(ref);
             }
@@ -344,6 +364,23 @@ static void check_dequant_equivalence(const char *fixture, const qcase *c) {
             CHECKF(cos >= DEQUANT_EQ_MIN_COS, "%s: min cosine %.8f vs the dequantized fp32 program", what, cos);
             CHECKF(e2e_argmax_mismatches(a, b, nt, info.vocab_size) <= nt / 20, "%s: argmax differs", what);
         }
+        /* the dispatched kernels one token per step: every quantized matmul is the
+         * integer-dot GEMV, so this measures what int8 activations cost */
+        e2e_run_opts dro;
+        e2e_opts_default(&dro);
+        dro.chunk = 1;
+        float *d = a && b ? e2e_run(qp, ids, nt, &dro) : NULL;
+        if (d) {
+            bool four = c->qlinear == 4 || c->qembedding == 4;
+            double cos = e2e_min_cosine(d, b, nt, info.vocab_size), lim = four ? DECODE_EQ_MIN_COS_4W : DEQUANT_EQ_MIN_COS;
+            printf("%-48s decode steps: max abs diff %.3g, min cosine %.8f\n", what,
+                   e2e_max_diff(d, b, (size_t)nt * info.vocab_size), cos);
+            CHECKF(cos >= lim, "%s: decode steps: min cosine %.8f vs the dequantized fp32 program", what, cos);
+            int bad = e2e_argmax_mismatches(d, b, nt, info.vocab_size);
+            printf("%-48s decode steps: argmax differs at %d/%d\n", what, bad, nt);
+            CHECKF(bad <= (four ? nt / 5 : nt / 20), "%s: decode steps: argmax differs at %d/%d", what, bad, nt);
+        }
+        free(d);
         free(a);
         free(b);
         free(ids);

@@ -65,8 +65,10 @@ static double w_at(const qweights *w, int n, int k) {
 
 /* Wrong outputs of y against the double sum. f32 paths: K ulps of the
  * absolute sum. Integer-activation paths additionally: x in two int8
- * planes is within max|x_group| / 64516 (plus f32 rounding of the
- * residual) of x, times |w| per product. */
+ * planes (8-bit W) is within max|x_group| / 64516 (plus f32 rounding of the
+ * residual) of x, in one plane (4-bit W) within max|x_group| / 254, times
+ * |w| per product. The bf16 paths fall back to the integer one below 16
+ * rows. */
 static int qmm_errors(const impl *im, const float *y, const float *x, const qweights *w, const float *bias, int T) {
     int bad = 0, K = w->K, N = w->N, gs = w->s.group;
     for (int t = 0; t < T; t++)
@@ -82,9 +84,10 @@ static int qmm_errors(const impl *im, const float *y, const float *x, const qwei
                     amax = fmax(amax, fabs(xr[k]));
                     wsum += fabs(wk);
                 }
-                xq += (0.5 / 32258 + 3e-7) * amax * wsum;
+                xq += ((w->s.bits == 4 ? 0.5 / 127 : 0.5 / 32258) + 3e-7) * amax * wsum;
             }
-            double tol = (K + 8) * 1.2e-7 * abs_s + (im->int_act ? xq : 0) + (im->bf16 ? 0x1.01p-7 * abs_s : 0) + 1e-30;
+            bool int_act = im->int_act || (im->bf16 && T < 16);
+            double tol = (K + 8) * 1.2e-7 * abs_s + (int_act ? xq : 0) + (im->bf16 ? 0x1.01p-7 * abs_s : 0) + 1e-30;
             double e = fabs(y[(size_t)t * N + n] - s);
             if (!(e <= tol)) {
                 if (bad < 3)
