@@ -7,18 +7,26 @@
  * summing with 8 partial sums.
  *
  * Integer algorithm: each row of x is quantized per group of the W scheme
- * in two int8 planes: dx = max|x| / 127, q = round(x / dx) in [-127, 127];
- * the residual r = x - q dx (|r| <= dx/2) gets dx2 = max|x| / 32258 (=
- * dx / 254), q2 = round(r / dx2) in [-127, 127]. So x ~= dx q + dx2 q2 to
- * within dx2/2 = max|x| / 64516 per element, ~15 bits: one int8 plane alone
- * (what llama.cpp's Q8 activations do) added as much error as the 8-bit
- * weights themselves, which the error-amplifying fixtures of
- * tests/e2e/test_quant.c turned into cosines below 0.998; with the residual
- * the kernels match the f32 reference to ~1e-5 relative. The second plane
- * costs one more vpdpbusd per unit, hidden under the memory wall in decode
- * (bench_kernels qgemv). Planes are stored in the same superblock order as
- * W's codes, with sums per group. For one output and one superblock (16
- * groups, lane l = group l):
+ * into int8: dx = max|x| / 127, q = round(x / dx) in [-127, 127]. For 8-bit
+ * W a second plane holds the residual r = x - q dx (|r| <= dx/2): dx2 =
+ * max|x| / 32258 (= dx / 254), q2 = round(r / dx2) in [-127, 127], so x ~=
+ * dx q + dx2 q2 to within max|x| / 64516 per element, ~15 bits. For 4-bit W
+ * there is one plane (llama.cpp's Q8 activation blocks), x within dx/2 =
+ * max|x| / 254; q2, dx2, qsum2 are zeros (okv_qact_one_plane) and the loops
+ * below skip them. Why per bit width (offkv perplexity, all of GPL-3, ctx
+ * 512, integer path for every T via OKV_KERNELS=avx512, 2026-12-02):
+ *     Gemma-3 270M 4w g32 + 8w, KL vs fp32 (PPL): two planes 0.1691
+ *       (16.463) -> one 0.1717 (16.534): KL +1.5%, PPL +0.44%;
+ *       calibrated 0.0527 (14.444) -> 0.0541 (14.466): +2.5%, +0.15%
+ *     SmolLM2-135M 4w g32 + 8w (its g32 weights exact, so all of this is
+ *       the activations'): 0 (18.363) -> 0.0023 (18.443, +0.43%)
+ *     SmolLM2-135M 8w + 8w: 0.0011 (18.360) -> 0.0041 (18.446) with one
+ *       plane: 3.7x the 8-bit weights' own error, so 8-bit keeps two
+ * One plane halves the 4-bit GEMV's dot products (the second plane was what
+ * bounded it, okv_qmatmul_avx512.c); at 8 bits the GEMV reaches the wall
+ * with both. Planes are stored in the same superblock order as W's codes,
+ * with sums per group. For one output and one superblock (16 groups, lane
+ * l = group l; the isum2/s2 terms only with two planes):
  *     isum_l  = sum over the group of c * q, isum2_l likewise with q2
  *               (exact in int32: at most 256 * 255 * 127 < 2^24, so also
  *               exact as floats)
@@ -31,10 +39,12 @@
  * and y = ((acc[i] + acc[i+8]) + ...) reduced 16 -> 8 -> 4 -> 2 -> 1, plus
  * bias. Lanes past a tail superblock's groups add fma(0, 0, acc) = acc. The
  * SIMD versions do exactly these operations in this order, so they match
- * this model bit for bit (tests/kernels/test_qmatmul.c). Against the exact
- * product the only new error is x's rounding: |dy| <= sum over groups of
- * (max|x_g| / 64516 + f32 rounding of r) * sum|w| (plus f32 rounding of
- * the K-term sum).
+ * this model bit for bit (tests/kernels/test_qmatmul.c); a loop that runs
+ * the second plane on a one-plane row adds fma(0, 0, acc) = acc and so
+ * keeps the bits (the AMX-INT8 tiles). Against the exact product the only
+ * new error is x's rounding: |dy| <= sum over groups of (max|x_g| / 64516 +
+ * f32 rounding of r) * sum|w| with two planes, max|x_g| / 254 * sum|w|
+ * with one (plus f32 rounding of the K-term sum).
  *
  * Threads split N: each output is computed by one task, so the bits do not
  * depend on the thread count (nor on row tiling: every row's arithmetic is
