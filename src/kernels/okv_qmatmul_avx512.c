@@ -20,11 +20,13 @@
  * 512x2048 in L2, minima of 2000 calls, main vs this, interleaved 3x:
  * q8 g32 sym 19.4-27.0 -> 16.2-22.5 us (1.2x, up to 69 GB/s of W per
  * core), q4 g32 asym 21-27 -> 20-25 us, q4 sym 21-26 -> 19-24 us (1.05-1.1x:
- * two planes of 4 dots per 64 code bytes are what bounds q4). With one
- * activation plane for 4-bit W (tried: 13.5-16 us, 42-44 GB/s per core,
- * 1.4-1.5x) the e2e fixtures' runtime-vs-dequantized-program cosine fell
- * from ~1 - 1e-8 to 0.9986-0.9997 (test_quant's 0.9999 line), so it is
- * not used.
+ * two planes of 4 dots per 64 code bytes are what bounds q4). 4-bit W now
+ * has one activation plane (okv_qmatmul.c: its cost measured by KL on real
+ * models), 2 dots + 2 ANDs per 64 code bytes: bench_kernels --quick qroof,
+ * two-plane and one-plane binaries alternated 5x at load ~21, medians, one
+ * core in CPU time, W 512x2048 in L2: q4 g32 asym GEMV 32.8 -> 41.1 GB/s
+ * (1.25x), q4 sym 31.4 -> 43.4 (1.38x); the T=64 tiles (which skip the
+ * zero plane for 4-bit W too) 111 -> 177 and 105 -> 206 GFLOP/s.
  * Prefill (T > 1): tiles of 4 W rows x 2 x rows (16 int32 accumulators:
  * two activation planes, see okv_qmatmul.c), so each W unit is unpacked
  * once for 2 rows of x and each x unit loaded once for 4 W rows; blocks of W rows stay in L2 while the x panel
