@@ -344,7 +344,7 @@ static size_t amx_sizes(int T, int K, int N, int n_threads, size_t *wp_elems, si
 }
 
 size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads) {
-    if (T <= 1 || K <= 0 || N <= 0) return 0;
+    if (T < 1 || K <= 0 || N <= 0) return 0; /* T = 1: okv_matmul_amx_tiles (the deterministic table) */
     size_t wp, cb, xp = amx_sizes(T, K, N, n_threads, &wp, &cb);
     return (xp + wp * n_threads) * 2 + cb * n_threads * 4;
 }
@@ -355,7 +355,12 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
         okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
         return;
     }
-    if (T <= 1 || wdt == OKV_F32 || N <= 0 || K <= 0 || !okv_amx_usable(NULL)) {
+    okv_matmul_amx_tiles(tp, y, x, T, K, W, wdt, N, bias);
+}
+
+void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                          const void *W, okv_dtype wdt, int N, const float *bias) {
+    if (T < 1 || wdt == OKV_F32 || N <= 0 || K <= 0 || !okv_amx_usable(NULL)) {
         okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
         return;
     }

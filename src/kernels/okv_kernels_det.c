@@ -197,9 +197,106 @@ static void det5_task(void *ctx, int task, int thread) {
     }
 }
 
+/* ---- AMX-BF16 decode: the tiles' sums without the tiles' copy of W ---------------- */
+
+/* bf16 weights take okv_matmul_amx_tiles for every T > 1. Its output
+ * (n, t) is C[n][t] = tdpbf16ps over the K tiles in order (16 W rows x 32 k
+ * A tiles, x rounded to bf16 in B tiles), + bias; every element of a C tile
+ * depends only on its own W row and x row. So T = 1 gets the same bits from
+ * A tiles loaded straight from W (stride K * 2 bytes: no per-call copy of
+ * W, which made the tiles 0.62x the default GEMV at decode on
+ * Llama-3.2-1B) and a B tile holding x in its column 0. Needs K % 32 == 0
+ * and N >= 16 (the last group of 16 rows is shifted to end at N and only
+ * its new rows written); anything else takes okv_matmul_amx_tiles. */
+#define TGTA __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#define DTILE_LOAD(t, p, stride) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(stride)) : "memory")
+#define DTILE_STORE(t, p) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)64) : "memory")
+#define DTILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define DTILE_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+static const okv_amx_tilecfg det_tilecfg __attribute__((aligned(64))) = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
+    {16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}};
+
+typedef struct det_gemv_job {
+    float *y;
+    const uint16_t *W;   /* [N][K] bf16 */
+    const uint32_t *xb;  /* [K / 32] B tiles [16 pairs][16 columns], x in column 0 */
+    int K, N, rows;      /* rows: W rows per task (a multiple of 32) */
+    const float *bias;
+} det_gemv_job;
+
+/* B tiles of x: pair kp of K tile kb (bf16, rounded as the tiles round it)
+ * at row kp, column 0; every other column 0. */
+static TGTA void det_gemv_pack_x(uint32_t *xb, const float *x, int K) {
+    for (int kb = 0; kb < K / 32; kb++) {
+        __m512 lo = _mm512_loadu_ps(x + kb * 32), hi = _mm512_loadu_ps(x + kb * 32 + 16);
+        __m512i pairs = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        uint32_t u[16], *tile = xb + (size_t)kb * 256;
+        _mm512_storeu_si512(u, pairs);
+        memset(tile, 0, 1024);
+        for (int kp = 0; kp < 16; kp++) tile[kp * 16] = u[kp];
+    }
+}
+
+static TGTA void det_gemv_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const det_gemv_job *j = ctx;
+    const int K = j->K, nkb = K / 32;
+    const long stride = (long)K * 2;
+    int n0 = task * j->rows, n1 = n0 + j->rows < j->N ? n0 + j->rows : j->N;
+    float c[2][256] __attribute__((aligned(64)));
+    __asm__ volatile("ldtilecfg %0" ::"m"(det_tilecfg));
+    for (int g = n0; g < n1; g += 32) {
+        int s[2] = {g < j->N - 16 ? g : j->N - 16, g + 16 < j->N - 16 ? g + 16 : j->N - 16};
+        const uint16_t *w0 = j->W + (size_t)s[0] * K, *w1 = j->W + (size_t)s[1] * K;
+        DTILE_ZERO(0);
+        DTILE_ZERO(1);
+        for (int kb = 0; kb < nkb; kb++) {
+            DTILE_LOAD(6, j->xb + (size_t)kb * 256, 64);
+            DTILE_LOAD(4, w0 + (size_t)kb * 32, stride);
+            DTILE_DP(0, 4, 6);
+            DTILE_LOAD(5, w1 + (size_t)kb * 32, stride);
+            DTILE_DP(1, 5, 6);
+        }
+        DTILE_STORE(0, c[0]);
+        DTILE_STORE(1, c[1]);
+        int end = g + 32 < n1 ? g + 32 : n1;
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 16; i++) {
+                int n = s[h] + i;
+                if (n >= g && n < end) j->y[n] = c[h][i * 16] + (j->bias ? j->bias[n] : 0.0f);
+            }
+    }
+    __asm__ volatile("tilerelease" ::);
+}
+
+static void det_matmul_bf16_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, int N,
+                                const float *bias) {
+    if (T != 1 || K % 32 || N < 16) {
+        okv_matmul_amx_tiles(tp, y, x, T, K, W, OKV_BF16, N, bias);
+        return;
+    }
+    okv_kscratch ks; /* the planned workspace (okv_matmul_amx_scratch covers T = 1) */
+    uint32_t *xb = okv_kscratch_get(&ks, tp, (size_t)K / 32 * 1024);
+    if (!xb) {
+        okv_matmul_amx_tiles(tp, y, x, T, K, W, OKV_BF16, N, bias);
+        return;
+    }
+    det_gemv_pack_x(xb, x, K);
+    int nt = okv_threadpool_size(tp);
+    det_gemv_job j = {y, W, xb, K, N, ((N + nt - 1) / nt + 31) / 32 * 32, bias};
+    okv_threadpool_run(tp, (N + j.rows - 1) / j.rows, det_gemv_task, &j);
+    okv_kscratch_release(&ks);
+}
+
 void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
                            int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
+    if (wdt == OKV_BF16 && okv_amx_usable(NULL)) { /* the tiles' sums for every T, decode included */
+        det_matmul_bf16_amx(tp, y, x, T, K, W, N, bias);
+        return;
+    }
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
     int nt = okv_threadpool_size(tp);
     if (T < 4) /* GEMV-like: one contiguous range of W per thread streams best (okv_kernels_avx2.c) */

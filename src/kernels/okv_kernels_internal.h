@@ -289,6 +289,10 @@ void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, 
  * okv_matmul_avx512_bf16. Only called once okv_amx_usable() said yes. */
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
                     const void *W, okv_dtype wdt, int N, const float *bias);
+/* The tiles for every T >= 1 (no GEMV at T = 1): each output's sums do not
+ * depend on T (the deterministic table's bf16 path). */
+void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                          const void *W, okv_dtype wdt, int N, const float *bias);
 
 /* The batch-invariant matmuls (okv_kernels_det.c; AVX2 + FMA + F16C):
  * every output computed the same way for every T. */
