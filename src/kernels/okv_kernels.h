@@ -152,8 +152,10 @@ typedef struct okv_kernels {
  * amx) caps the choice, so one build can be benchmarked per path. */
 const okv_kernels *okv_kernels_select(okv_isa isa);
 /* The batch-invariant table (okv_runner_options.deterministic): for every
- * weight dtype one matmul for every T (no GEMV/GEMM or AMX switch, no
- * split K); plain when isa or the CPU gives plain (already invariant). */
+ * weight dtype one per-output arithmetic for every T (no GEMV/GEMM switch
+ * that changes sums, no split K; okv_kernels_det.c) and an attention whose
+ * key blocks are fixed by position, without key splits (okv_attend_det.c);
+ * with the plain matmuls when isa or the CPU gives plain. */
 const okv_kernels *okv_kernels_select_deterministic(okv_isa isa);
 /* Whether this process may use AMX tiles, asking the OS once
  * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static

@@ -1,21 +1,25 @@
-/* okv_kernels_det.c — the batch-invariant table (okv_runner_options
+/* okv_kernels_det.c — the batch-invariant matmuls (okv_runner_options
  * .deterministic): every output of a matmul is computed the same way
  * whatever T is, so a row's result does not depend on which other rows
- * share the step or on the step's size.
+ * share the step or on the step's size. Threads split N only (never K), and
+ * register tiles only decide which chains run side by side, never how one
+ * chain sums.
  *
- * f32/f16/bf16 weights: y[t, n] = hsum8(acc) + the K % 8 tail (fmaf, in
- * order) + bias, where acc is ONE 8-lane FMA chain along K (x in f32, W
- * converted exactly to f32). Register tiles (4 x rows by 3 W rows, or 1 x
- * row by 8 W rows for the rows left over and for decode) only decide which
- * chains run side by side, never how one chain sums; threads split N only
- * (never K). Quantized weights: okv_matmul_q_best (VNNI/AVX2 integer
- * dots, GEMV and GEMM bit-equal per output), never the AMX-INT8 tiles.
- * Attention: the runtime takes the reference kernel (one row at a time)
- * when deterministic. Without AVX2 the plain matmul (one dot per output)
- * is already invariant.
+ * bf16 weights, AMX-BF16 usable: the tiles for every T (okv_matmul_amx_tiles,
+ * x rounded to bf16 as the default table rounds it); T = 1 gets the same
+ * per-output tile sums with A tiles loaded straight from W (below).
+ * f32 / f16 weights, or no AMX: y[t, n] = hsum16(acc) per K chunk of 1024
+ * (the chunks' sums added in order, + bias), acc ONE 16-lane FMA chain
+ * (x in f32, W converted exactly); 4 x rows by 6 W rows for T >= 4, 1 by 12
+ * for the rest and decode. Without AVX-512: the same with 8 lanes and no K
+ * chunks (det_tile). Without AVX2 the plain matmul (one dot per output).
+ * Quantized weights: the integer model of okv_qmatmul.c (VNNI GEMV/GEMM,
+ * AMX-INT8 tiles from T >= 16: all bit-equal), never the dequant-to-bf16
+ * prefill of the default table.
+ * Attention: okv_attend_det.c.
  *
- * Cost: measured in README "Serving" (bench_model / bench_batch with and
- * without --deterministic). */
+ * Cost: README "Serving" (bench_batch --deterministic both: default and
+ * deterministic side by side in one process). */
 #include <immintrin.h>
 #include <math.h>
 
