@@ -243,6 +243,7 @@ typedef struct okv_runner_options {
     bool deterministic;       /* batch invariance: one matmul kernel per weight dtype for every T and
                                  one attention variant, so a row's logits are bit for bit the same
                                  whatever else shares the step and whatever its size */
+    bool profile;             /* time every op of every step (wall clock): okv_runner_profile */
 } okv_runner_options;
 
 typedef enum okv_logits_rows { OKV_LOGITS_ALL = 0, OKV_LOGITS_LAST = 1, OKV_LOGITS_NONE = 2 } okv_logits_rows;
@@ -282,6 +283,22 @@ okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *pos
  * exactly as before. Thread safety as okv_runner_step. */
 okv_status okv_runner_step_batch(okv_runner *r, const int32_t *ids, const int32_t *seqs, const int32_t *positions, int T,
                                  const int32_t *rows, int n_rows, float *logits, okv_error *err);
+/* Where a profiled runner's steps spend their time (okv_runner_options.profile;
+ * all zero otherwise): per kind of work, the calls, wall-clock seconds and
+ * thread-pool loops dispatched, summed over the steps since creation or the
+ * last reset. Kinds are the graph's op names ("matmul" = step rows only),
+ * "lm_head" (matmuls on logit rows), "kv_write" (the step's K/V into the
+ * cache; not in "update_and_attend") and "step" (whole steps, admission
+ * and commit included). Fills up to max entries, returns how many kinds
+ * exist. */
+typedef struct okv_op_profile {
+    const char *name;
+    int64_t calls;
+    double seconds;
+    int64_t dispatches;
+} okv_op_profile;
+int okv_runner_profile(const okv_runner *r, okv_op_profile *out, int max);
+void okv_runner_profile_reset(okv_runner *r);
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,17 @@
  * terms of memory bandwidth (decode is memory-bound: every token streams
  * all weights once).
  *
- *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16] [--longctx N]
+ *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16] [--longctx N] [--profile 1]
  *
  * --longctx N (issue 12's long-context targets; give --kv-storage-dtype bf16
  * for the tiles): pp512 and the median decode step at 512 positions, then a
  * prompt of N tokens (filled in the program's largest chunks, logits of the
  * fill skipped) whose last 512 are one timed step, and the median decode
  * step at N positions; ratios against the targets.
+ *
+ * --profile 1: the runner times every op (okv_runner_options.profile) and
+ * the prefill's and the decode's breakdowns are printed per kind of op (ms
+ * per step, share of the step, thread-pool loops per step).
  *
  * Prints prefill tok/s, decode tok/s, the weight bytes a decode step reads,
  * the GB/s that implies, and the machine's measured read bandwidth (best of
@@ -165,9 +169,26 @@ fail:
     return 1;
 }
 
+/* The runner's profile as ms per step and share of the step time. */
+static void print_profile(const okv_runner *r, const char *what) {
+    okv_op_profile pr[32];
+    int n = okv_runner_profile(r, pr, 32);
+    if (n > 32) n = 32;
+    const okv_op_profile *step = &pr[n - 1]; /* "step" is the last kind */
+    if (step->calls == 0) return;
+    double per = 1e3 / (double)step->calls, total = step->seconds;
+    printf("%s profile: %lld steps, %.2f ms/step, %.1f pool loops/step\n", what, (long long)step->calls,
+           total * per, (double)step->dispatches / (double)step->calls);
+    for (int i = 0; i < n - 1; i++)
+        if (pr[i].calls)
+            printf("  %-18s %7.3f ms/step %5.1f%%  %6.1f calls/step %6.1f loops/step\n", pr[i].name, pr[i].seconds * per,
+                   100 * pr[i].seconds / total, (double)pr[i].calls / (double)step->calls,
+                   (double)pr[i].dispatches / (double)step->calls);
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--longctx N]\n"); return 2; }
-    int prompt = 128, decode = 64, threads = 0, longctx = 0;
+    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--longctx N] [--profile 1]\n"); return 2; }
+    int prompt = 128, decode = 64, threads = 0, longctx = 0, profile = 0;
     okv_cache_options co;
     okv_cache_options_default(&co);
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -176,6 +197,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kv-storage-dtype")) okv_dtype_parse(argv[i + 1], &co.storage_dtype);
         else if (!strcmp(argv[i], "--longctx")) longctx = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
     }
     okv_error err = {0};
     okv_program *p;
@@ -185,6 +207,7 @@ int main(int argc, char **argv) {
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = threads;
+    ro.profile = profile != 0;
     okv_runner *r;
     if (okv_cache_install("bench", p, &co, &err) || okv_runner_create(p, "bench", &ro, &r, &err)) {
         fprintf(stderr, "%s\n", err.message);
@@ -212,6 +235,7 @@ int main(int argc, char **argv) {
         if (okv_runner_step(r, ids + t, pos + t, T, OKV_LOGITS_LAST, logits, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
     }
     double t1 = now();
+    if (profile) { print_profile(r, "prefill"); okv_runner_profile_reset(r); t1 = now(); }
     for (int t = prompt; t < total; t++)
         if (okv_runner_step(r, ids + t, pos + t, 1, OKV_LOGITS_LAST, logits, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
     double t2 = now();
@@ -229,6 +253,7 @@ int main(int argc, char **argv) {
     printf("decode weight traffic: %.2f GB/token -> %.1f GB/s; measured read bandwidth (%d threads, before/after) "
            "%.1f/%.1f GB/s -> %.0f%% of the better\n",
            wbytes / 1e9, wbytes * dec_tps / 1e9, bw_threads, bw_before, bw_after, 100 * wbytes * dec_tps / 1e9 / bw);
+    if (profile) print_profile(r, "decode");
     okv_runner_free(r);
     okv_cache_remove("bench", &err);
     okv_program_free(p);

@@ -25,6 +25,9 @@ typedef struct okv_threadpool okv_threadpool;
 okv_threadpool *okv_threadpool_create(int n_threads);
 void okv_threadpool_free(okv_threadpool *tp);
 int okv_threadpool_size(const okv_threadpool *tp);
+/* Loops handed to the workers so far (inline runs of one task or one
+ * thread are not counted): what a step's dispatch overhead scales with. */
+uint64_t okv_threadpool_dispatches(okv_threadpool *tp);
 /* Calls fn(ctx, task, thread) for task in [0, n_tasks) spread over the
  * threads and returns when all are done. thread is in [0, size); the caller
  * runs tasks too, as thread 0. tp may be NULL (runs inline, size 1). Calls
@@ -180,6 +183,11 @@ const char *okv_cpu_features(void);
 /* x [T, n_heads*head_dim] in place; NeoX layout: channel i pairs with i+D/2,
  * angle = pos * inv_freq[i] for i < D/2 (inv_freq 0 = identity). */
 void okv_rope(float *x, int T, int n_heads, int head_dim, const int32_t *positions, const float *inv_freq);
+/* okv_rope in two parts, bit for bit the same: cs [T, head_dim/2, 2] gets
+ * (cos, sin) of each (token, pair) angle, once per step and inv_freq;
+ * okv_rope_apply rotates x into y (y may equal x). */
+void okv_rope_angles(float *cs, int T, int half, const int32_t *positions, const float *inv_freq);
+void okv_rope_apply(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs);
 /* y[t] = E[ids[t]] * scale; E [vocab, width] in edt. ids validated by caller. */
 void okv_embed(float *y, const int32_t *ids, int T, const void *E, okv_dtype edt, int width, float scale);
 void okv_softcap(float *x, size_t n, float cap);   /* x = tanh(x/cap)*cap */
@@ -188,6 +196,8 @@ void okv_scale(float *y, const float *x, size_t n, float s);
 /* Writes this step's k/v rows [T, kv_heads, head_dim] (f32) into the pools
  * at the write runs, converting to the storage dtype. */
 void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v);
+/* The K (v false) or the V half of okv_attend_write, from src [T, kv_heads, head_dim]. */
+void okv_attend_write_side(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *src, bool v);
 /* The reference update_and_attend: gathers the full read span, builds an
  * explicit [T, n_keys] mask (okv_attn_vis's rule), plain softmax. It
  * allocates per call (a debugging path, not for planned steps). */

@@ -1,5 +1,7 @@
 /* okv_ops.c — the kernels without SIMD variants: rope, embedding lookup,
  * softcap, elementwise add/scale, and writing a step's k/v into the pools.
+ * The runtime runs them over row blocks of a long step on the pool; each
+ * row's result is the same whatever the blocks.
  *
  * They are either cheap next to the matmuls (elementwise work over one
  * activation row per token) or dominated by something other than arithmetic
@@ -29,6 +31,38 @@ void okv_rope(float *x, int T, int n_heads, int head_dim, const int32_t *positio
     }
 }
 
+/* The angles okv_rope uses, computed once per step and shared by every
+ * rope node over the same inv_freq (a Llama step has 2 per layer). */
+void okv_rope_angles(float *cs, int T, int half, const int32_t *positions, const float *inv_freq) {
+    for (int t = 0; t < T; t++) {
+        double p = (double)positions[t];
+        float *c = cs + (size_t)t * half * 2;
+        for (int i = 0; i < half; i++) {
+            double ang = p * (double)inv_freq[i];
+            c[2 * i] = (float)cos(ang);
+            c[2 * i + 1] = (float)sin(ang);
+        }
+    }
+}
+
+/* okv_rope's arithmetic, out of place, heads innermost per row so the row is
+ * read and written once. */
+void okv_rope_apply(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs) {
+    int half = head_dim / 2;
+    for (int t = 0; t < T; t++) {
+        const float *c = cs + (size_t)t * half * 2;
+        for (int h = 0; h < n_heads; h++) {
+            const float *xh = x + ((size_t)t * n_heads + h) * head_dim;
+            float *yh = y + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float x0 = xh[i], x1 = xh[i + half], co = c[2 * i], si = c[2 * i + 1];
+                yh[i] = x0 * co - x1 * si;
+                yh[i + half] = x1 * co + x0 * si;
+            }
+        }
+    }
+}
+
 void okv_embed(float *y, const int32_t *ids, int T, const void *E, okv_dtype edt, int width, float scale) {
     size_t esz = okv_dtype_size(edt);
     for (int t = 0; t < T; t++) {
@@ -52,19 +86,21 @@ void okv_scale(float *y, const float *x, size_t n, float s) {
     for (size_t i = 0; i < n; i++) y[i] = x[i] * s;
 }
 
-void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
+/* One side (K or V) of okv_attend_write: the two are independent, so a long
+ * step writes them on two threads. */
+void okv_attend_write_side(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *src, bool v) {
     size_t row = (size_t)kv->kv_heads * kv->head_dim;
+    char *pool = (char *)(v ? kv->v_w : kv->k_w);
     size_t t = 0; /* source row: the runs take this step's rows in order */
     for (int r = 0; r < n_runs; r++) {
         size_t at = okv_kv_row_bytes(kv->dtype, (size_t)runs[r].slot * row), n = (size_t)runs[r].n * row;
-        if (kv->dtype == OKV_Q8) { /* quantized on write, per 32 channels of one (token, head) row */
-            okv_q8_quantize((char *)kv->k_w + at, k + t * row, n);
-            okv_q8_quantize((char *)kv->v_w + at, v + t * row, n);
-            t += (size_t)runs[r].n;
-            continue;
-        }
-        okv_convert((char *)kv->k_w + at, kv->dtype, k + t * row, OKV_F32, n);
-        okv_convert((char *)kv->v_w + at, kv->dtype, v + t * row, OKV_F32, n);
+        if (kv->dtype == OKV_Q8) okv_q8_quantize(pool + at, src + t * row, n); /* per 32 channels of one row */
+        else okv_convert(pool + at, kv->dtype, src + t * row, OKV_F32, n);
         t += (size_t)runs[r].n;
     }
+}
+
+void okv_attend_write(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *k, const float *v) {
+    okv_attend_write_side(kv, runs, n_runs, k, false);
+    okv_attend_write_side(kv, runs, n_runs, v, true);
 }

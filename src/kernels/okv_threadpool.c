@@ -41,6 +41,7 @@ struct okv_threadpool {
     /* scratch the pool's owner planned for the kernels run on it */
     void *workspace;
     size_t workspace_bytes;
+    uint64_t dispatches;      /* loops posted to the workers (caller side only) */
 };
 
 typedef struct worker_arg {
@@ -151,6 +152,14 @@ void okv_threadpool_free(okv_threadpool *tp) {
 
 int okv_threadpool_size(const okv_threadpool *tp) { return tp ? tp->n_threads : 1; }
 
+uint64_t okv_threadpool_dispatches(okv_threadpool *tp) {
+    if (!tp || tp->n_threads == 1) return 0;
+    pthread_mutex_lock(&tp->run_mu);
+    uint64_t n = tp->dispatches;
+    pthread_mutex_unlock(&tp->run_mu);
+    return n;
+}
+
 void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes) {
     if (!tp) return;
     tp->workspace = mem;
@@ -168,6 +177,7 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
         return;
     }
     pthread_mutex_lock(&tp->run_mu);
+    tp->dispatches++;
     pthread_mutex_lock(&tp->mu);
     tp->fn = fn;
     tp->ctx = ctx;

@@ -20,6 +20,7 @@
  * an EMBED over a quantized table dequantizes only the rows it looks up. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "offkv.h"
 #include "okv_cache.h"
@@ -197,6 +198,13 @@ okv_status okv_cache_describe(const char *key, char *buf, size_t n, okv_error *e
 
 /* ---- runner: memory plan --------------------------------------------------------- */
 
+/* profile kinds beyond the graph's ops ("step" last) */
+enum { PROF_LM_HEAD = OKV_OP_COUNT, PROF_KV_WRITE, PROF_ADD_RMSNORM, PROF_STEP, PROF_KINDS };
+/* floats of work below which a row-wise op runs inline (see run_rows) */
+#define ROWS_PAR_MIN 32768
+/* rope angle tables kept per step: one per distinct inv_freq (Gemma has 2) */
+enum { ROPE_TABLES = 4 };
+
 struct okv_runner {
     const okv_program *p;
     okv_kv *kv;
@@ -213,6 +221,18 @@ struct okv_runner {
     int32_t *gather_pos, *gather_idx; /* [max_T] */
     void (*matmul_input)(void *ctx, const char *weight, const float *x, int rows, int K); /* okv_runner_options */
     void *matmul_input_ctx;
+    /* row-parallel ops and run-time fusions (OKV_STEP_FUSE, see run_rows) */
+    int fuse;                 /* 0 off (serial, node by node), 1 on, 2 on for every step of >= 2 rows */
+    float *rope_cs;           /* ROPE_TABLES x [max_T, rope_half, 2] angle tables of this step */
+    int rope_half;
+    int rope_tensor[ROPE_TABLES]; /* inv_freq tensor of each table, -1 = not computed this step */
+    int rope_next;            /* the table replaced next */
+    /* okv_runner_options.profile: per kind (ops, then PROF_*) */
+    bool profile;
+    int64_t prof_calls[PROF_KINDS], prof_disp[PROF_KINDS];
+    double prof_sec[PROF_KINDS];
+    double prof_write_sec;   /* the K/V write inside the attention node just run */
+    int64_t prof_write_disp;
 };
 
 void okv_runner_options_default(okv_runner_options *o) { memset(o, 0, sizeof *o); }
@@ -354,6 +374,17 @@ static okv_status plan_gather(okv_runner *r, okv_error *err) {
     return OKV_OK;
 }
 
+/* Room for the step's rope angles: ROPE_TABLES x [max_T, widest half, 2]. */
+static okv_status plan_rope_tables(okv_runner *r, okv_error *err) {
+    const okv_graph *g = &r->p->pf->graph;
+    for (int n = 0; n < g->n_nodes; n++)
+        if (g->nodes[n].op == OKV_OP_ROPE && okv_op_rope_get(&g->nodes[n]).head_dim / 2 > r->rope_half)
+            r->rope_half = okv_op_rope_get(&g->nodes[n]).head_dim / 2;
+    if (!r->rope_half) return OKV_OK;
+    r->rope_cs = malloc(sizeof(float) * ROPE_TABLES * (size_t)r->max_T * (size_t)r->rope_half * 2);
+    return r->rope_cs ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory for rope tables");
+}
+
 okv_status okv_runner_create(const okv_program *p, const char *cache_key, const okv_runner_options *o, okv_runner **out,
                              okv_error *err) {
     okv_runner_options d;
@@ -366,6 +397,12 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->ref_attn = o->reference_attention;
     r->matmul_input = o->matmul_input;
     r->matmul_input_ctx = o->matmul_input_ctx;
+    r->profile = o->profile;
+    /* OKV_STEP_FUSE=0 runs the planned ops one by one on one thread (the
+     * reference the fused path is compared with), =all fuses and splits
+     * every step of 2 rows or more (tests on tiny models); default on. */
+    const char *fz = getenv("OKV_STEP_FUSE");
+    r->fuse = fz && !strcmp(fz, "0") ? 0 : fz && !strcmp(fz, "all") ? 2 : 1;
     r->k = o->deterministic ? okv_kernels_select_deterministic(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO)
                             : okv_kernels_select(o->plain_kernels ? OKV_ISA_PLAIN : OKV_ISA_AUTO);
     r->key = okv_strdup(cache_key);
@@ -384,6 +421,7 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     }
     if (!st) st = plan_memory(r, err);
     if (!st && r->kv->cells) st = plan_gather(r, err);
+    if (!st) st = plan_rope_tables(r, err);
     if (st) { okv_runner_free(r); return st; }
     *out = r;
     return OKV_OK;
@@ -400,6 +438,7 @@ void okv_runner_free(okv_runner *r) {
     free(r->gather_out);
     free(r->gather_pos);
     free(r->gather_idx);
+    free(r->rope_cs);
     free(r);
 }
 
@@ -423,6 +462,12 @@ typedef struct step_ctx {
     const int32_t *pick;  /* batched step: [R] rows whose logits are wanted */
 } step_ctx;
 
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static float *val(step_ctx *s, int v) { return v < 0 ? NULL : s->r->arena + s->r->offset[v]; }
 static const okv_tensor *tensor(step_ctx *s, int t) { return t < 0 ? NULL : &s->r->p->pf->tensors[t]; }
 static const float *tensor_f32(step_ctx *s, int t) { return t < 0 ? NULL : (const float *)tensor(s, t)->data; }
@@ -445,6 +490,34 @@ static bool rows_of_seq(const okv_kv *kv, int T, int u, int *t0, int *n, int32_t
     return last - first + 1 == k;
 }
 
+/* The step's K and V rows into the cache at the write runs: on two threads
+ * when the step is long (K and V are independent, each is written as
+ * okv_attend_write would), else inline. */
+typedef struct kv_write_job {
+    const okv_attn_kv *view;
+    const okv_run *runs;
+    int n_runs;
+    const float *k, *v;
+} kv_write_job;
+
+static void kv_write_task(void *ctx, int task, int thread) {
+    (void)thread;
+    kv_write_job *j = ctx;
+    okv_attend_write_side(j->view, j->runs, j->n_runs, task ? j->v : j->k, task == 1);
+}
+
+static void write_kv(step_ctx *s, const okv_attn_kv *view, const okv_run *runs, int n_runs, const float *k,
+                     const float *v) {
+    okv_runner *r = s->r;
+    double t0 = r->profile ? wall_now() : 0;
+    size_t floats = (size_t)s->T * (size_t)view->kv_heads * (size_t)view->head_dim;
+    if (r->fuse && (r->fuse == 2 ? s->T >= 2 : floats >= ROWS_PAR_MIN)) {
+        kv_write_job j = {view, runs, n_runs, k, v};
+        okv_threadpool_run(r->tp, 2, kv_write_task, &j);
+    } else okv_attend_write(view, runs, n_runs, k, v);
+    if (r->profile) r->prof_write_sec += wall_now() - t0;
+}
+
 /* A batched step: the step's K/V rows go to their cells, then each sequence
  * of the batch attends over its own read runs (the cache layer resolved
  * owners and positions into runs), with the single-sequence kernel. Rows of
@@ -457,7 +530,7 @@ static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_at
     const okv_run *w;
     int n_w;
     okv_kv_cell_writes(kv, p->cache, &w, &n_w);
-    if (p->writes_cache) okv_attend_write(&view, w, n_w, val(s, nd->in[1]), val(s, nd->in[2]));
+    if (p->writes_cache) write_kv(s, &view, w, n_w, val(s, nd->in[1]), val(s, nd->in[2]));
     int H = p->n_heads, wq = width(s, nd->in[0]), wo = width(s, nd->out);
     const float *q = val(s, nd->in[0]);
     float *out = val(s, nd->out);
@@ -496,7 +569,7 @@ static void run_attention(step_ctx *s, const okv_node *nd) {
     const okv_cache *c = &kv->caches[p.cache];
     const okv_step_plan *plan = &kv->plans[p.cache];
     okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
-    if (p.writes_cache) okv_attend_write(&view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
+    if (p.writes_cache) write_kv(s, &view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
     okv_attn_args a = {val(s, nd->in[0]), s->T, p.n_heads, s->pos, view, plan->read, plan->n_read,
                        plan->window, p.scale, val(s, nd->out), NULL};
     if (s->r->ref_attn) okv_attend_reference(&a);
@@ -524,19 +597,6 @@ static void embed_quant(float *y, const int32_t *ids, int T, const okv_tensor *E
     }
 }
 
-static void run_embed(step_ctx *s, const okv_node *nd, float *out, int w) {
-    okv_op_embed_params p = okv_op_embed_get(nd);
-    const okv_tensor *t = tensor(s, nd->w[0]);
-    if (t->dtype == OKV_T_Q) embed_quant(out, s->ids, s->T, t, p.scale);
-    else okv_embed(out, s->ids, s->T, t->data, (okv_dtype)t->dtype, w, p.scale);
-}
-
-/* out[r] = columns [first, first + w) of in[r] (in is win wide) */
-static void run_slice(const okv_node *nd, float *out, const float *in, int rows, int w, int win) {
-    okv_op_slice_params p = okv_op_slice_get(nd);
-    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * w, in + (size_t)r * win + p.first, sizeof(float) * (size_t)w);
-}
-
 static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float *a, int rows, int N) {
     const okv_kernels *k = s->r->k;
     const okv_tensor *t = tensor(s, nd->w[0]);
@@ -546,41 +606,242 @@ static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float 
     else k->matmul(s->r->tp, out, a, rows, K, t->data, (okv_dtype)t->dtype, N, tensor_f32(s, nd->w[1]));
 }
 
-static void run_node(step_ctx *s, const okv_node *nd) {
-    const okv_kernels *k = s->r->k;
+/* ---- row-wise ops on row blocks ------------------------------------------------------
+ * Every op but matmul, attention and select_rows computes each row from the
+ * same rows of its inputs, so a long step runs them over row blocks on the
+ * pool (a pp512 step spent ~5% of its time in them on one thread while the
+ * other slept), and an add followed by the rmsnorm of its sum is one pass
+ * per block (the sum's rows are normed while still in cache). Each row is
+ * computed by the same code whatever the blocks, so results are bit for bit
+ * those of one serial call (GLU splits only at multiples of 64 elements,
+ * keeping every element in the SIMD lanes or the tail it had).
+ * A decode step's rows are too few to pay for a pool loop: below
+ * ROWS_PAR_MIN floats the op runs inline, as before. */
+
+typedef void (*rows_fn)(step_ctx *s, const okv_node *nd, int r0, int r1);
+
+typedef struct rows_job {
+    step_ctx *s;
+    const okv_node *nd;
+    rows_fn fn;
+    int rows, per_task;
+} rows_job;
+
+static void rows_task(void *ctx, int task, int thread) {
+    (void)thread;
+    rows_job *j = ctx;
+    int r0 = task * j->per_task, r1 = r0 + j->per_task < j->rows ? r0 + j->per_task : j->rows;
+    j->fn(j->s, j->nd, r0, r1);
+}
+
+/* fn over rows [0, rows) of nd, split into blocks on the pool when the
+ * step is long enough (floats_per_row: the work of one row in floats). */
+static void run_rows(step_ctx *s, const okv_node *nd, rows_fn fn, int rows, size_t floats_per_row) {
+    okv_runner *r = s->r;
+    int nt = okv_threadpool_size(r->tp);
+    bool split = r->fuse && nt > 1 && rows >= 2 && (r->fuse == 2 || (size_t)rows * floats_per_row >= ROWS_PAR_MIN);
+    if (!split) { fn(s, nd, 0, rows); return; }
+    int tasks = rows < 4 * nt ? rows : 4 * nt;
+    rows_job j = {s, nd, fn, rows, (rows + tasks - 1) / tasks};
+    okv_threadpool_run(r->tp, (rows + j.per_task - 1) / j.per_task, rows_task, &j);
+}
+
+#define ROW(p, v, r0) ((p) + (size_t)(r0) * (size_t)width(s, v))
+
+static void rmsnorm_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_op_rmsnorm_params p = okv_op_rmsnorm_get(nd);
+    s->r->k->rmsnorm(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0), r1 - r0,
+                     width(s, nd->out), p.group, tensor_f32(s, nd->w[0]), p.eps);
+}
+
+/* The add of nd, then the rmsnorm of nd + 1 over its sum, row block by
+ * row block (run_graph checked that nd + 1 reads nd's output). */
+static void add_rmsnorm_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    size_t w = (size_t)width(s, nd->out);
+    okv_add(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0),
+            ROW(val(s, nd->in[1]), nd->in[1], r0), (size_t)(r1 - r0) * w);
+    rmsnorm_rows(s, nd + 1, r0, r1);
+}
+
+static void add_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_add(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0),
+            ROW(val(s, nd->in[1]), nd->in[1], r0), (size_t)(r1 - r0) * (size_t)width(s, nd->out));
+}
+
+static void mul_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    float *out = ROW(val(s, nd->out), nd->out, r0);
+    const float *a = ROW(val(s, nd->in[0]), nd->in[0], r0), *b = ROW(val(s, nd->in[1]), nd->in[1], r0);
+    size_t n = (size_t)(r1 - r0) * (size_t)width(s, nd->out);
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+static void glu_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    s->r->k->glu(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0),
+                 ROW(val(s, nd->in[1]), nd->in[1], r0), (size_t)(r1 - r0) * (size_t)width(s, nd->out),
+                 (okv_act)okv_op_glu_get(nd).act);
+}
+
+static void scale_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_op_scale_params p = okv_op_scale_get(nd);
+    okv_scale(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0),
+              (size_t)(r1 - r0) * (size_t)width(s, nd->out),
+              p.factor * (nd->w[0] >= 0 ? tensor_f32(s, nd->w[0])[0] : 1.0f));
+}
+
+static void softcap_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    size_t n = (size_t)(r1 - r0) * (size_t)width(s, nd->out);
+    float *out = ROW(val(s, nd->out), nd->out, r0);
+    memcpy(out, ROW(val(s, nd->in[0]), nd->in[0], r0), n * sizeof *out);
+    okv_softcap(out, n, okv_op_softcap_get(nd).cap);
+}
+
+/* out[r] = columns [first, first + w) of in[r] */
+static void slice_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_op_slice_params p = okv_op_slice_get(nd);
+    int w = width(s, nd->out), win = width(s, nd->in[0]);
+    const float *in = val(s, nd->in[0]);
     float *out = val(s, nd->out);
-    const float *a = val(s, nd->in[0]), *b = val(s, nd->in[1]);
+    for (int r = r0; r < r1; r++) memcpy(out + (size_t)r * w, in + (size_t)r * win + p.first, sizeof(float) * (size_t)w);
+}
+
+static void embed_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_op_embed_params p = okv_op_embed_get(nd);
+    const okv_tensor *t = tensor(s, nd->w[0]);
+    int w = width(s, nd->out);
+    float *out = ROW(val(s, nd->out), nd->out, r0);
+    if (t->dtype == OKV_T_Q) embed_quant(out, s->ids + r0, r1 - r0, t, p.scale);
+    else okv_embed(out, s->ids + r0, r1 - r0, t->data, (okv_dtype)t->dtype, w, p.scale);
+}
+
+/* The step's angle table for nd's inv_freq tensor (computed on first use). */
+static const float *rope_table(step_ctx *s, const okv_node *nd) {
+    okv_runner *r = s->r;
+    for (int i = 0; i < ROPE_TABLES; i++)
+        if (r->rope_tensor[i] == nd->w[0]) return r->rope_cs + (size_t)i * r->max_T * r->rope_half * 2;
+    return NULL;
+}
+
+static void rope_angle_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_runner *r = s->r;
+    int half = okv_op_rope_get(nd).head_dim / 2;
+    float *cs = r->rope_cs + (size_t)r->rope_next * r->max_T * r->rope_half * 2;
+    okv_rope_angles(cs + (size_t)r0 * half * 2, r1 - r0, half, s->pos + r0, tensor_f32(s, nd->w[0]));
+}
+
+static void rope_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
+    okv_op_rope_params p = okv_op_rope_get(nd);
+    okv_rope_apply(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0), r1 - r0, p.n_heads,
+                   p.head_dim, rope_table(s, nd) + (size_t)r0 * (p.head_dim / 2) * 2);
+}
+
+static void run_rope(step_ctx *s, const okv_node *nd, int rows, int w) {
+    okv_runner *r = s->r;
+    okv_op_rope_params p = okv_op_rope_get(nd);
+    if (!r->fuse) { /* the unfused reference: copy, rotate in place */
+        float *out = val(s, nd->out);
+        memcpy(out, val(s, nd->in[0]), (size_t)rows * (size_t)w * sizeof *out);
+        okv_rope(out, rows, p.n_heads, p.head_dim, s->pos, tensor_f32(s, nd->w[0]));
+        return;
+    }
+    if (!rope_table(s, nd)) {
+        r->rope_tensor[r->rope_next] = -1;
+        run_rows(s, nd, rope_angle_rows, rows, (size_t)p.head_dim * 8); /* cos + sin: ~16 floats of work each */
+        r->rope_tensor[r->rope_next] = nd->w[0];
+        r->rope_next = (r->rope_next + 1) % ROPE_TABLES;
+    }
+    run_rows(s, nd, rope_rows, rows, (size_t)w);
+}
+
+static void run_node(step_ctx *s, const okv_node *nd) {
     int rows = rows_of(s, nd->out), w = width(s, nd->out);
-    size_t n = (size_t)rows * (size_t)w;
     if (rows == 0) return;
     switch (nd->op) {
-    case OKV_OP_EMBED: run_embed(s, nd, out, w); break;
-    case OKV_OP_RMSNORM: {
-        okv_op_rmsnorm_params p = okv_op_rmsnorm_get(nd);
-        k->rmsnorm(out, a, rows, w, p.group, tensor_f32(s, nd->w[0]), p.eps);
-        break;
-    }
-    case OKV_OP_MATMUL: run_matmul(s, nd, out, a, rows, w); break;
-    case OKV_OP_ROPE: {
-        okv_op_rope_params p = okv_op_rope_get(nd);
-        memcpy(out, a, n * sizeof *out);
-        okv_rope(out, rows, p.n_heads, p.head_dim, s->pos, tensor_f32(s, nd->w[0]));
-        break;
-    }
+    case OKV_OP_EMBED: run_rows(s, nd, embed_rows, rows, (size_t)w); break;
+    case OKV_OP_RMSNORM: run_rows(s, nd, rmsnorm_rows, rows, (size_t)w); break;
+    case OKV_OP_MATMUL: run_matmul(s, nd, val(s, nd->out), val(s, nd->in[0]), rows, w); break;
+    case OKV_OP_ROPE: run_rope(s, nd, rows, w); break;
     case OKV_OP_ATTN: run_attention(s, nd); break;
-    case OKV_OP_GLU: k->glu(out, a, b, n, (okv_act)okv_op_glu_get(nd).act); break;
-    case OKV_OP_ADD: okv_add(out, a, b, n); break;
-    case OKV_OP_MUL: for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i]; break;
-    case OKV_OP_SCALE: {
-        okv_op_scale_params p = okv_op_scale_get(nd);
-        okv_scale(out, a, n, p.factor * (nd->w[0] >= 0 ? tensor_f32(s, nd->w[0])[0] : 1.0f));
+    case OKV_OP_GLU:
+        if (w % 64) glu_rows(s, nd, 0, rows);
+        else run_rows(s, nd, glu_rows, rows, (size_t)w * 4);
         break;
-    }
-    case OKV_OP_SOFTCAP: memcpy(out, a, n * sizeof *out); okv_softcap(out, n, okv_op_softcap_get(nd).cap); break;
-    case OKV_OP_SLICE: run_slice(nd, out, a, rows, w, width(s, nd->in[0])); break;
+    case OKV_OP_ADD: run_rows(s, nd, add_rows, rows, (size_t)w); break;
+    case OKV_OP_MUL: run_rows(s, nd, mul_rows, rows, (size_t)w); break;
+    case OKV_OP_SCALE: run_rows(s, nd, scale_rows, rows, (size_t)w); break;
+    case OKV_OP_SOFTCAP: run_rows(s, nd, softcap_rows, rows, (size_t)w * 8); break;
+    case OKV_OP_SLICE: run_rows(s, nd, slice_rows, rows, (size_t)w); break;
     case OKV_OP_SELECT_ROWS: select_rows(s, nd); break;
     case OKV_OP_COUNT: break;
     }
+}
+
+/* Whether nodes[n] (an add) and nodes[n + 1] (an rmsnorm of its sum over
+ * the same rows) run as one pass. */
+static bool fuses_add_rmsnorm(const okv_runner *r, int n) {
+    const okv_graph *g = &r->p->pf->graph;
+    if (!r->fuse || n + 1 >= g->n_nodes) return false;
+    const okv_node *a = &g->nodes[n], *b = &g->nodes[n + 1];
+    return a->op == OKV_OP_ADD && b->op == OKV_OP_RMSNORM && b->in[0] == a->out &&
+           g->values[a->out].logit_rows == g->values[b->out].logit_rows &&
+           g->values[a->out].width == g->values[b->out].width;
+}
+
+/* Node n (and n + 1 when fused), timed into the runner's profile when it
+ * keeps one. Returns how many nodes it ran. */
+static int run_node_profiled(step_ctx *s, int n) {
+    okv_runner *r = s->r;
+    const okv_node *nd = &r->p->pf->graph.nodes[n];
+    bool fused = fuses_add_rmsnorm(r, n);
+    int rows = rows_of(s, nd->out);
+    double t0 = 0;
+    uint64_t d0 = 0;
+    if (r->profile) { r->prof_write_sec = 0; d0 = okv_threadpool_dispatches(r->tp); t0 = wall_now(); }
+    if (fused && rows > 0) run_rows(s, nd, add_rmsnorm_rows, rows, (size_t)width(s, nd->out) * 2);
+    else if (!fused) run_node(s, nd);
+    if (!r->profile) return fused ? 2 : 1;
+    double sec = wall_now() - t0;
+    int64_t disp = (int64_t)(okv_threadpool_dispatches(r->tp) - d0);
+    int kind = fused ? PROF_ADD_RMSNORM
+               : nd->op == OKV_OP_MATMUL && r->p->pf->graph.values[nd->out].logit_rows ? PROF_LM_HEAD : (int)nd->op;
+    if (nd->op == OKV_OP_ATTN && r->prof_write_sec > 0) {
+        r->prof_calls[PROF_KV_WRITE]++;
+        r->prof_sec[PROF_KV_WRITE] += r->prof_write_sec;
+        sec -= r->prof_write_sec;
+    }
+    r->prof_calls[kind]++;
+    r->prof_sec[kind] += sec;
+    r->prof_disp[kind] += disp;
+    return fused ? 2 : 1;
+}
+
+static void run_graph(step_ctx *s) {
+    const okv_graph *g = &s->r->p->pf->graph;
+    for (int i = 0; i < ROPE_TABLES; i++) s->r->rope_tensor[i] = -1; /* new positions */
+    for (int n = 0; n < g->n_nodes;) n += run_node_profiled(s, n);
+}
+
+int okv_runner_profile(const okv_runner *r, okv_op_profile *out, int max) {
+    for (int k = 0; k < PROF_KINDS && k < max; k++) {
+        const char *name = k < OKV_OP_COUNT ? okv_op_name((okv_op)k)
+                           : k == PROF_LM_HEAD ? "lm_head" : k == PROF_KV_WRITE ? "kv_write"
+                           : k == PROF_ADD_RMSNORM ? "add_rmsnorm" : "step";
+        out[k] = (okv_op_profile){name, r->prof_calls[k], r->prof_sec[k], r->prof_disp[k]};
+    }
+    return PROF_KINDS;
+}
+
+void okv_runner_profile_reset(okv_runner *r) {
+    memset(r->prof_calls, 0, sizeof r->prof_calls);
+    memset(r->prof_disp, 0, sizeof r->prof_disp);
+    memset(r->prof_sec, 0, sizeof r->prof_sec);
+}
+
+/* Adds one whole step (from t0, d0) to the profile. */
+static void profile_step(okv_runner *r, double t0, uint64_t d0) {
+    if (!r->profile) return;
+    r->prof_calls[PROF_STEP]++;
+    r->prof_sec[PROF_STEP] += wall_now() - t0;
+    r->prof_disp[PROF_STEP] += (int64_t)(okv_threadpool_dispatches(r->tp) - d0);
 }
 
 /* Every id must index every embedding table the graph reads. */
@@ -605,13 +866,16 @@ okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *pos
     if (rows == OKV_LOGITS_ALL && T > r->max_logit_rows)
         return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens asks for all logit rows, but this runner was created for at "
                         "most %d (okv_runner_options.max_logit_rows)", T, r->max_logit_rows);
+    double t0 = r->profile ? wall_now() : 0;
+    uint64_t d0 = r->profile ? okv_threadpool_dispatches(r->tp) : 0;
     okv_status st = check_ids(r, ids, T, err);
     if (!st) st = okv_kv_begin_step(r->kv, positions, T, err);
     if (st) return st;
     step_ctx s = {r, ids, positions, T, rows == OKV_LOGITS_ALL ? T : rows == OKV_LOGITS_LAST ? 1 : 0, rows, NULL, NULL};
     const okv_graph *g = &r->p->pf->graph;
-    for (int n = 0; n < g->n_nodes; n++) run_node(&s, &g->nodes[n]);
+    run_graph(&s);
     okv_kv_commit_step(r->kv);
+    profile_step(r, t0, d0);
     if (logits && s.R) memcpy(logits, val(&s, g->output), sizeof(float) * (size_t)s.R * (size_t)width(&s, g->output));
     return OKV_OK;
 }
@@ -628,13 +892,16 @@ okv_status okv_runner_step_batch(okv_runner *r, const int32_t *ids, const int32_
         if (rows[i] < 0 || rows[i] >= T)
             return okv_fail(err, OKV_ERR_INVALID, "batched step: rows[%d] = %d is not a row of the %d-token batch", i,
                             rows[i], T);
+    double t0 = r->profile ? wall_now() : 0;
+    uint64_t d0 = r->profile ? okv_threadpool_dispatches(r->tp) : 0;
     okv_status st = check_ids(r, ids, T, err);
     if (!st) st = okv_kv_begin_batch(r->kv, seqs, positions, T, err);
     if (st) return st;
     step_ctx s = {r, ids, positions, T, n_rows, OKV_LOGITS_ALL, seqs, rows};
     const okv_graph *g = &r->p->pf->graph;
-    for (int n = 0; n < g->n_nodes; n++) run_node(&s, &g->nodes[n]);
+    run_graph(&s);
     okv_kv_commit_step(r->kv);
+    profile_step(r, t0, d0);
     if (logits && s.R) memcpy(logits, val(&s, g->output), sizeof(float) * (size_t)s.R * (size_t)width(&s, g->output));
     return OKV_OK;
 }

@@ -209,6 +209,30 @@ static void test_rope(void) {
     CHECK(!memcmp(x, x0, sizeof(float) * H * D));
 }
 
+/* okv_rope_angles + okv_rope_apply (the runtime's shared-angle path, out of
+ * place and in place) are okv_rope bit for bit, on odd shapes: head_dim 2,
+ * 6, 34, 128; 1, 3, 5 heads; 1 and 7 tokens at far-apart positions. */
+static void test_rope_split(void) {
+    static const int shapes[][3] = {{1, 1, 2}, {7, 3, 6}, {5, 5, 34}, {7, 1, 128}, {3, 2, 64}};
+    int32_t pos[7] = {0, 3, 1000, 65535, 131071, 7, 200003};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int T = shapes[c][0], H = shapes[c][1], D = shapes[c][2];
+        size_t n = (size_t)T * H * D;
+        float *inv = malloc(sizeof(float) * D / 2), *cs = malloc(sizeof(float) * T * D);
+        float *x = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+        for (int i = 0; i < D / 2; i++) inv[i] = i == D / 2 - 1 && D > 2 ? 0.0f : (float)pow(10000.0, -2.0 * i / D);
+        fill(x, n, 2.0f);
+        memcpy(want, x, sizeof(float) * n);
+        okv_rope(want, T, H, D, pos, inv);
+        okv_rope_angles(cs, T, D / 2, pos, inv);
+        okv_rope_apply(got, x, T, H, D, cs);
+        CHECKF(!memcmp(got, want, sizeof(float) * n), "rope_apply out of place T=%d H=%d D=%d differs from okv_rope", T, H, D);
+        okv_rope_apply(x, x, T, H, D, cs);
+        CHECKF(!memcmp(x, want, sizeof(float) * n), "rope_apply in place T=%d H=%d D=%d differs from okv_rope", T, H, D);
+        free(inv); free(cs); free(x); free(want); free(got);
+    }
+}
+
 /* ---- embed, softcap, add, scale ------------------------------------------------------ */
 
 static void test_embed(void) {
@@ -280,6 +304,7 @@ int main(void) {
     test_rmsnorm();
     test_glu();
     test_rope();
+    test_rope_split();
     test_embed();
     test_elementwise();
     return okv_test_finish();
