@@ -936,6 +936,13 @@ static int want(int argc, char **argv, const char *name) {
 
 static void noop_task(void *ctx, int task, int thread) { (void)ctx; (void)task; (void)thread; }
 
+/* Busy for us microseconds of wall time. */
+static void spin_us(double us) {
+    double end = now() + us * 1e-6;
+    while (now() < end) {}
+}
+static void spin10_task(void *ctx, int task, int thread) { (void)ctx; (void)task; (void)thread; spin_us(10); }
+
 int main(int argc, char **argv) {
     int quick = 0, only = 0;
     for (int i = 1; i < argc; i++) {
@@ -1045,6 +1052,30 @@ int main(int argc, char **argv) {
     double t0 = now();
     for (int i = 0; i < loops; i++) okv_threadpool_run(tps[1], 2, noop_task, NULL);
     printf("\nthread pool: %.2f us per 2-task loop on 2 threads\n", (now() - t0) / loops * 1e6);
+    /* decode's pattern: loops of 8 tasks of ~10 us each (ideal: 40 us on 2
+     * threads), back to back and after 100 us of caller-only work (the
+     * workers have gone to sleep); per-loop medians over rounds */
+    enum { ROUNDS = 21, PER = 200 };
+    double busy[ROUNDS], gap[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        double sum = 0;
+        for (int i = 0; i < PER; i++) {
+            double a = now();
+            okv_threadpool_run(tps[1], 8, spin10_task, NULL);
+            sum += now() - a;
+        }
+        busy[r] = sum / PER * 1e6;
+        sum = 0;
+        for (int i = 0; i < PER / 4; i++) {
+            spin_us(100);
+            double a = now();
+            okv_threadpool_run(tps[1], 8, spin10_task, NULL);
+            sum += now() - a;
+        }
+        gap[r] = sum / (PER / 4) * 1e6;
+    }
+    printf("thread pool: 8 x 10 us tasks on 2 threads (ideal 40 us): back to back %.1f us, after 100 us idle %.1f us "
+           "(medians of %d rounds)\n", median(busy, ROUNDS), median(gap, ROUNDS), ROUNDS);
     }
 
     /* 6 */

@@ -3,6 +3,7 @@
  * and create/free cycles (run under ASan/valgrind to catch leaks and races). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <unistd.h>
 
 #include "okv_kernels.h"
 #include "okv_test.h"
@@ -123,8 +124,55 @@ static void test_concurrent_callers(void) {
     okv_threadpool_free(tp);
 }
 
+/* Workers that are slow to wake or slow in a task (here: sleeping inside
+ * every task a worker takes, and gaps after which workers have gone to
+ * sleep) while the caller finishes loops alone and posts the next ones: no
+ * task is lost, repeated, or run with the wrong loop's context, and every
+ * loop's tasks are done when run returns. */
+typedef struct late_ctx {
+    atomic_int hits[9];
+    atomic_int stale; /* a task that ran after its loop returned */
+    atomic_int finished;
+} late_ctx;
+
+static void late_task(void *p, int task, int thread) {
+    late_ctx *c = p;
+    if (thread != 0) usleep((useconds_t)(50 + 37 * task % 200));
+    if (atomic_load(&c->finished)) atomic_fetch_add(&c->stale, 1);
+    atomic_fetch_add(&c->hits[task], 1);
+}
+
+static void test_late_workers(void) {
+    okv_threadpool *tp = okv_threadpool_create(3);
+    int bad = 0, stale = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        late_ctx *c = calloc(1, sizeof *c);
+        int n = 1 + rep % 9;
+        if (rep % 50 == 0) usleep(2000); /* past the workers' spin: they sleep */
+        okv_threadpool_run(tp, n, late_task, c);
+        atomic_store(&c->finished, 1);
+        for (int i = 0; i < n; i++) bad += atomic_load(&c->hits[i]) != 1;
+        for (int i = n; i < 9; i++) bad += atomic_load(&c->hits[i]) != 0;
+        stale += atomic_load(&c->stale);
+        free(c); /* a task still running on it would be caught by ASan */
+    }
+    CHECKF(bad == 0, "%d tasks lost or repeated with slow workers", bad);
+    CHECKF(stale == 0, "%d tasks ran after their loop returned", stale);
+    okv_threadpool_free(tp);
+}
+
+/* More tasks than one loop word holds (2^20 - 1): run as several loops,
+ * each task index exactly once. */
+static void test_many_tasks(void) {
+    okv_threadpool *tp = okv_threadpool_create(2);
+    check_run(tp, (1 << 20) + 5);
+    okv_threadpool_free(tp);
+}
+
 int main(void) {
     test_sizes();
+    test_late_workers();
+    test_many_tasks();
     test_repeated();
     test_create_free_cycles();
     test_concurrent_callers();
