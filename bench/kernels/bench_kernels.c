@@ -44,6 +44,7 @@
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,15 +198,17 @@ static double time_attend(const okv_kernels *k, okv_threadpool *tp, int Hq, int 
     return best;
 }
 
-/* GFLOP/s of 12 independent FMA chains on one core, 256- or 512-bit. */
+/* GFLOP/s of 12 independent FMA chains on one core, 256- or 512-bit, by
+ * the thread's CPU time (so a probe descheduled on a loaded machine still
+ * measures the core; the peak probes below do the same). */
 __attribute__((target("avx2,fma"))) static double fma_peak_256(long iters) {
     __m256 a[12], m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
     for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
-    double t0 = now();
+    double t0 = thread_cpu();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 12
         for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
-    double dt = now() - t0;
+    double dt = thread_cpu() - t0;
     float sink[8];
     __m256 s = a[0];
     for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
@@ -217,11 +220,11 @@ __attribute__((target("avx2,fma"))) static double fma_peak_256(long iters) {
 __attribute__((target("avx512f"))) static double fma_peak_512(long iters) {
     __m512 a[12], m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
     for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
-    double t0 = now();
+    double t0 = thread_cpu();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 12
         for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
-    double dt = now() - t0;
+    double dt = thread_cpu() - t0;
     __m512 s = a[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
     if (_mm512_reduce_add_ps(s) == 12345.0f) printf(" ");
@@ -617,11 +620,11 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(long ite
     __m512 a[12];
     __m512bh m = (__m512bh)_mm512_set1_epi16(0x3f80), c = (__m512bh)_mm512_set1_epi16(0x3a83);
     for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
-    double t0 = now();
+    double t0 = thread_cpu();
     for (long it = 0; it < iters; it++)
 #pragma GCC unroll 12
         for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], m, c);
-    double dt = now() - t0;
+    double dt = thread_cpu() - t0;
     __m512 s = a[0];
     for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
     if (_mm512_reduce_add_ps(s) == 12345.0f) printf(" ");
@@ -635,19 +638,85 @@ static double amx_peak(long iters) {
     static const uint8_t cfg[64] __attribute__((aligned(64))) = {
         1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
-    static uint16_t tile[512] __attribute__((aligned(64)));
+    uint16_t tile[512] __attribute__((aligned(64))); /* per thread: the probe runs on both at once */
     for (int i = 0; i < 512; i++) tile[i] = 0x3c00; /* bf16 2^-7: sums stay finite */
     __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
     __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\t"
                      "tileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%0,%1,1), %%tmm7" ::"r"(tile), "r"((long)64) : "memory");
-    double t0 = now();
+    double t0 = thread_cpu();
     for (long it = 0; it < iters; it++)
         __asm__ volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
                          "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
-    double dt = now() - t0;
+    double dt = thread_cpu() - t0;
     __asm__ volatile("tilerelease" ::);
     return 4.0 * 16 * 16 * 32 * 2 * iters / dt / 1e9;
+}
+
+/* A peak probe on every thread of a 2-thread pool at once, as pp512 runs
+ * its two threads: each task waits (up to 0.2 s) for the other to start,
+ * then probes; the figure is the sum of the two threads' GFLOP/s (each by
+ * its CPU time). *both is false when one pool thread ran both tasks (they
+ * then ran one after the other and the sum means nothing). */
+typedef struct peak2_job {
+    double (*probe)(long);
+    long iters;
+    atomic_int arrived;
+    double gflops[2];
+    int thread[2];
+} peak2_job;
+
+static void peak2_task(void *ctx, int task, int thread) {
+    peak2_job *p = ctx;
+    atomic_fetch_add(&p->arrived, 1);
+    double t0 = now();
+    while (atomic_load(&p->arrived) < 2 && now() - t0 < 0.2) {
+    }
+    p->gflops[task] = p->probe(p->iters);
+    p->thread[task] = thread;
+}
+
+static double peak_two_threads(okv_threadpool *tp2, double (*probe)(long), long iters, bool *both) {
+    peak2_job p = {probe, iters, 0, {0, 0}, {-1, -1}};
+    okv_threadpool_run(tp2, 2, peak2_task, &p);
+    *both = p.thread[0] != p.thread[1];
+    return p.gflops[0] + p.gflops[1];
+}
+
+/* The one-core and 2-thread peaks of the three instruction paths a bf16
+ * GEMM can use here (512-bit f32 FMA, vdpbf16ps, AMX tdpbf16ps; 0 = path
+ * absent), best of `rounds`: the denominators of "percent of peak". */
+typedef struct peaks {
+    double one[3], two[3];
+    bool both;
+} peaks;
+static const char *const peak_names[3] = {"f32 FMA 512-bit", "vdpbf16ps", "AMX tdpbf16ps"};
+
+static peaks measure_peaks(okv_threadpool *tp2, int rounds) {
+    const okv_cpu_caps *c = okv_cpu();
+    peaks pk = {{0}, {0}, true};
+    double (*probe[3])(long) = {c->avx512f ? fma_peak_512 : NULL, c->avx512f && c->avx512bf16 ? dpbf16_peak : NULL,
+                                 c->avx512f && okv_amx_usable(NULL) ? amx_peak : NULL};
+    static const long iters[3] = {10000000, 10000000, 2000000};
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < 3; i++) {
+            if (!probe[i]) continue;
+            double v = probe[i](iters[i]);
+            if (v > pk.one[i]) pk.one[i] = v;
+            bool both;
+            v = peak_two_threads(tp2, probe[i], iters[i], &both);
+            if (!both) pk.both = false;
+            if (v > pk.two[i]) pk.two[i] = v;
+        }
+    return pk;
+}
+
+static void print_peaks(const peaks *pk) {
+    printf("peak (thread CPU time, best of rounds; 0 = path absent)%s:\n",
+           pk->both ? "" : " [a 2-thread probe ran on one pool thread: its sum is void]");
+    for (int i = 0; i < 3; i++)
+        printf("  %-16s one core %7.1f GFLOP/s, 2 threads at once %7.1f GFLOP/s\n", peak_names[i], pk->one[i],
+               pk->two[i]);
 }
 
 typedef struct pp_path {
@@ -657,19 +726,20 @@ typedef struct pp_path {
 } pp_path;
 
 
-enum { PP_T = 512, PP_MAX_REPS = 15 };
+enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 5 };
 
 /* With cpu_time, tp must have 1 thread and times are the thread's CPU time. */
-static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
+static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool cpu_time) {
     double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
     const okv_cpu_caps *c = okv_cpu();
     const char *amx_why;
     bool avx512 = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && c->avx2 && c->fma && c->f16c;
     bool amx = avx512 && okv_amx_usable(&amx_why);
-    pp_path paths[4] = {{"avx2", okv_matmul_avx2, c->avx2 && c->fma && c->f16c},
+    pp_path paths[PP_PATHS] = {{"avx2", okv_matmul_avx2, c->avx2 && c->fma && c->f16c},
                         {"avx512", okv_matmul_avx512, avx512},
                         {"avx512bf", okv_matmul_avx512_bf16, avx512 && c->avx512bf16},
-                        {"amx", okv_matmul_amx, amx}};
+                        {"amx-v1", okv_matmul_amx_v1, amx}, {"amx", okv_matmul_amx, amx}};
+    if (getenv("PP_AMX_ONLY")) paths[0].ok = paths[1].ok = paths[2].ok = false;
     int reps = quick ? 3 : 7;
     printf("\npp512: Llama-3.2-1B prefill matmuls, T=%d, %d thread%s, %s, median of %d interleaved rounds (amx: %s)\n",
            PP_T, okv_threadpool_size(tp), okv_threadpool_size(tp) > 1 ? "s" : "",
@@ -677,21 +747,23 @@ static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
     printf("  avx512 = f32 FMAs (exact products), avx512bf = vdpbf16ps for bf16 weights (x rounded to bf16),\n"
            "  amx = tdpbf16ps tiles for bf16/f16 weights (x, f16 W rounded to bf16); f32 weights: amx/avx512bf = avx512\n");
     printf("%-6s %-11s %-5s", "matmul", "W (NxK)", "dtype");
-    for (int p = 0; p < 4; p++) printf(" %9s", paths[p].name);
+    for (int p = 0; p < PP_PATHS; p++) printf(" %9s", paths[p].name);
     printf("   GFLOP/s\n");
     float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
     for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
     static const okv_dtype dts[3] = {OKV_BF16, OKV_F16, OKV_F32};
-    for (int d = 0; d < 3; d++) {
-        double layer_sec[4] = {0}, layer_flops = 0;
+    int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_path = amx ? 4 : avx512 && c->avx512bf16 ? 2 : avx512 ? 1 : 0;
+    double layer_best[3] = {0};
+    for (int d = 0; d < n_dt; d++) {
+        double layer_sec[PP_PATHS] = {0}, layer_flops = 0;
         for (int s = 0; s < DEC_SHAPES; s++) {
             int N = dec_shape[s][0], K = dec_shape[s][1];
             wset w = make_wset(dts[d], N, K);
-            double t[4][PP_MAX_REPS];
-            for (int p = 0; p < 4; p++)
+            double t[PP_PATHS][PP_MAX_REPS];
+            for (int p = 0; p < PP_PATHS; p++)
                 if (paths[p].ok) paths[p].fn(tp, y, x, PP_T, K, w.copies[0], w.dt, N, NULL); /* warm-up */
             for (int r = 0; r < reps; r++)
-                for (int p = 0; p < 4; p++) {
+                for (int p = 0; p < PP_PATHS; p++) {
                     if (!paths[p].ok) continue;
                     const void *W = w.copies[(r + 1) % w.n_copies];
                     double t0 = clock_fn();
@@ -700,7 +772,7 @@ static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
                 }
             double flops = 2.0 * PP_T * N * K;
             printf("%-6s %5dx%-5d %-5s", dec_names[s], N, K, okv_dtype_name(dts[d]));
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < PP_PATHS; p++) {
                 if (!paths[p].ok) { printf(" %9s", "-"); continue; }
                 qsort(t[p], (size_t)reps, sizeof(double), cmp_double);
                 double med = t[p][reps / 2];
@@ -712,19 +784,22 @@ static void bench_pp512(okv_threadpool *tp, int quick, bool cpu_time) {
             free_wset(&w);
         }
         printf("%-6s %-11s %-5s", "layer", "(sum)", okv_dtype_name(dts[d]));
-        for (int p = 0; p < 4; p++)
+        for (int p = 0; p < PP_PATHS; p++)
             if (paths[p].ok) printf(" %9.1f", layer_flops / layer_sec[p] / 1e9);
             else printf(" %9s", "-");
-        printf("   (%.1f ms per layer on the best path)\n", 1e3 * layer_sec[amx ? 3 : avx512 ? 2 : 0]);
+        printf("   (%.1f ms per layer on the best path)\n", 1e3 * layer_sec[best_path]);
+        layer_best[d] = layer_flops / layer_sec[best_path] / 1e9;
     }
     free(x);
     free(y);
-    double pdp = 0, pamx = 0;
-    for (int r = 0; r < 3 && !quick; r++) {
-        if (avx512 && c->avx512bf16) { double v = dpbf16_peak(10000000); if (v > pdp) pdp = v; }
-        if (amx) { double v = amx_peak(2000000); if (v > pamx) pamx = v; }
-    }
-    printf("peak, one core: vdpbf16ps %.1f GFLOP/s, AMX tdpbf16ps %.1f GFLOP/s (0 = path absent)\n", pdp, pamx);
+    peaks pk = measure_peaks(tp2, quick ? 1 : 3);
+    print_peaks(&pk);
+    int best = amx ? 2 : avx512 && c->avx512bf16 ? 1 : 0; /* the path with the highest peak here */
+    double denom = okv_threadpool_size(tp) > 1 ? pk.two[best] : pk.one[best];
+    for (int d = 0; d < n_dt; d++)
+        printf("layer %-5s on %s: %.1f GFLOP/s = %.1f%% of the %s %s peak\n", okv_dtype_name(dts[d]),
+               paths[best_path].name, layer_best[d], denom > 0 ? 100 * layer_best[d] / denom : 0.0,
+               okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core", peak_names[best]);
 }
 
 
@@ -1104,8 +1179,8 @@ int main(int argc, char **argv) {
     if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
 
     /* 9 */
-    if (SECTION("pp512")) bench_pp512(tps[1], quick, false);
-    if (want(argc, argv, "pp512cpu")) bench_pp512(tps[0], quick, true);
+    if (SECTION("pp512")) bench_pp512(tps[1], tps[1], quick, false);
+    if (want(argc, argv, "pp512cpu")) bench_pp512(tps[0], tps[1], quick, true);
     if (want(argc, argv, "attnlong")) {
         okv_dtype kvdt = OKV_BF16;
         for (int i = 1; i + 1 < argc; i++)

@@ -6,24 +6,42 @@
  * the B side, so W needs no transposition at all:
  *   C[n][t] += sum_k A[n][k] * B[k][t],  A = 16 rows of W x 32 k (64 B rows),
  *   B = x in "VNNI" pairs: row kp holds (x[t][2kp], x[t][2kp+1]) for 16 t.
- * Per call:
+ * Per call (okv_matmul_amx, "the blocked loop"):
  *   1. x [T, K] f32 is rounded to bf16 and packed once into B tiles
- *      ([T/16][K/32] tiles of 1 KiB, zero-padded to 32 rows and 32 k);
- *   2. each task owns a block of NB (multiple of 32) rows of W: it copies the
- *      block into A tiles ([NB/16][K/32] x 1 KiB, zero-padded; f16 weights
- *      are converted to bf16 here), so every tile load is 1 KiB contiguous
- *      (W rows K*2 bytes apart would be 16 loads 4 KiB apart: one L1 set);
- *   3. 2x2 register blocking (C: tmm0-3, A: tmm4-5, B: tmm6-7): per 32 k,
- *      two A and two B loads feed four tdpbf16ps. K is cut into chunks of
- *      KCB tiles so the two A tiles' chunk (32 KiB) stays in L1 while all B
- *      tiles of the chunk stream from L2; partial C lives in a per-thread
- *      buffer between chunks;
- *   4. finished C tiles are transposed into y[t][n] (+ bias).
+ *      ([T/16][K/32] tiles of 1 KiB, zero-padded to 32 rows and 32 k),
+ *      shared by both threads;
+ *   2. each task owns a block of up to NB2 = 256 rows of W (N split evenly
+ *      over the threads first); T is taken 512 rows at a time and K 512
+ *      (KC2 = 16 tiles) at a time: for each K chunk the task copies its W
+ *      rows' chunk into A tiles (256 KiB; f16 converted to bf16 here, the
+ *      next chunk's W bytes prefetched towards L2 during this one's tiles),
+ *      then for every 32-row W pair (2 x 16 KiB, stays in L1) runs over all
+ *      x tile pairs of the chunk (512 KiB, stays in L2): 2x2 register
+ *      blocking (C: tmm0-3, A: tmm4-5, B: tmm6-7), per 32 k two A and two B
+ *      loads feed four tdpbf16ps; partial C tiles wait in a per-thread
+ *      buffer (NB2 x 512 f32) between K chunks;
+ *   3. finished C tiles are transposed into y[t][n] (+ bias), x tile by x
+ *      tile so each of 16 y rows gets 1 KiB contiguous.
+ * So x is read from L3 once per 256 W rows instead of once per 32 (the
+ * previous loop, okv_matmul_amx_v1, kept for bench_kernels: a task of 64
+ * rows, x's whole K chunk for all T re-streamed for every 32 rows).
  * No weight copy outlives the call (no load-time repacking, no memory cost
- * beyond per-call scratch: x tiles T*K*2 bytes plus NB*K*2 + NB*T*4 bytes
- * per thread). Every output is summed over the same tiles and chunks
+ * beyond per-call scratch: x tiles T*K*2 bytes plus 256 KiB + 512 KiB per
+ * thread). Every output is summed over the same tiles and chunks
  * whatever thread computes it, and block starts are multiples of 32, so
  * results depend only on (T, K, N).
+ *
+ * Measured (bench_kernels pp512 / pp512cpu, bf16 W, T = 512, median of 7
+ * interleaved rounds on the shared 2-vCPU Xeon at load 7-10), GFLOP/s of a
+ * whole layer's seven matmuls, blocked vs v1: 2 threads wall clock 422 vs
+ * 302 (1.4x), one thread CPU time 408 vs 328 (1.25x). Against the peak
+ * probes in the same runs (one core tdpbf16ps 1.4-2.3 TFLOP/s, varying
+ * with the host's load) that is still only ~20-30%: profiled on one thread
+ * (gate 8192x2048), the tile loop itself runs at ~1.0-1.3 TFLOP/s (60% of
+ * the probe, as a standalone loop on packed data), the rest is copying W
+ * out of DRAM into tiles (~20%) and writing y (~15%). Load-time repacking
+ * into the tile layout would remove the copy but not the DRAM read (not
+ * done: it needs a packed-weight kind in the runtime's tensor table).
  *
  * Precision: x and (for f16 weights) W are rounded to bf16, products are
  * exact and sums f32: relative product error 2^-8 (half a bf16 ulp) for bf16 weights, 2^-7
@@ -38,11 +56,12 @@
  * fully specified 64-byte block: reserved bytes must be zero, a stack-built
  * one was seen to fault) and releases the tiles when done.
  *
- * Measured (one thread, CPU time, T=512, bf16 weights): 8192x2048 297.8
- * GFLOP/s, 2048x8192 332.1, 2048x2048 358.1, vs 50.9 / 36.2 / 45.6 for
- * AVX2; the tile loop alone runs near the ~590 GFLOP/s the CPU reaches with
- * four L1 tile loads per four tdpbf16ps (1100 with operands already in
- * tiles). Writing y column-wise (one page per element) had cost as much as
+ * Measured earlier with v1 (one thread, CPU time, T=512, bf16 weights):
+ * 8192x2048 297.8 GFLOP/s, 2048x8192 332.1, 2048x2048 358.1, vs 50.9 / 36.2
+ * / 45.6 for AVX2 (the "590 GFLOP/s with four L1 tile loads, 1100 without"
+ * probes of then were taken while the host halved the core: in a quiet
+ * moment tdpbf16ps alone reaches ~2.2-2.3 TFLOP/s per core here, and the
+ * 2x2 step with its four L1 loads most of that). Writing y column-wise (one page per element) had cost as much as
  * the tiles; the register transpose fixed it. Llama-3.2-1B bf16 prefill of
  * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2.
  *
@@ -262,7 +281,8 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     }
 }
 
-/* C tiles for n groups [g, g+2) x t tiles (all): chunks of K, 2x2 blocking. */
+/* v1 (okv_matmul_amx_v1, and okv_matmul_q_amx_bf16): C tiles for n groups
+ * [g, g+2) x t tiles (all): chunks of K, 2x2 blocking. */
 static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int g) {
     const int nkb = a->nkb, ntb = a->ntb;
     const uint16_t *w0 = wp + (size_t)g * nkb * TILE_ELEMS, *w1 = w0 + (size_t)nkb * TILE_ELEMS;
@@ -343,14 +363,16 @@ static size_t amx_sizes(int T, int K, int N, int n_threads, size_t *wp_elems, si
     return (size_t)ntb * nkb * TILE_ELEMS;
 }
 
+static size_t amx2_scratch(int T, int K, int N, int n_threads);
 size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads) {
     if (T < 1 || K <= 0 || N <= 0) return 0; /* T = 1: okv_matmul_amx_tiles (the deterministic table) */
     size_t wp, cb, xp = amx_sizes(T, K, N, n_threads, &wp, &cb);
-    return (xp + wp * n_threads) * 2 + cb * n_threads * 4;
+    size_t v1 = (xp + wp * n_threads) * 2 + cb * n_threads * 4, v2 = amx2_scratch(T, K, N, n_threads);
+    return v1 > v2 ? v1 : v2;
 }
 
-void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
-                    const void *W, okv_dtype wdt, int N, const float *bias) {
+void okv_matmul_amx_v1(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                       const void *W, okv_dtype wdt, int N, const float *bias) {
     if (T == 1 && wdt != OKV_F32) { /* x rounded as the tiles round it (f16 W stays exact here) */
         okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
         return;
@@ -380,6 +402,189 @@ void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, i
     okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
     okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
     okv_kscratch_release(&ks);
+}
+
+/* ---- the blocked loop ----------------------------------------------------------------- */
+
+/* Blocking of okv_matmul_amx (see the head comment): a task owns NB2 rows
+ * of W; its T rows are taken TB2 at a time and K KC2 tiles at a time, so
+ * the packed x chunk [TB2 x 32 KC2] (512 KiB) stays in L2 while every
+ * 32-row W pair of the block uses it, and one W pair chunk (2 KC2 KiB)
+ * stays in L1 while the x tiles stream past it. */
+enum { NB2 = 256, TB2_TILES = 32, KC2 = 16 };
+
+typedef struct amx2_job {
+    matmul_job mm;
+    int nkb, ntb;         /* K tiles, x tiles (T/16 rounded up to even) */
+    int nb, kcb, tbt;     /* W rows per task, K tiles per chunk, x tiles per T block */
+    const uint16_t *xp;   /* [ntb][nkb] B tiles */
+    uint16_t *wp;         /* per thread: [nb/16][kcb] A tiles */
+    float *cb;            /* per thread: [nb/16][tbt] C tiles */
+    size_t wp_elems, cb_elems;
+} amx2_job;
+
+/* W rows [n0, n0 + rows) x K tiles [kb0, kb0 + nk) into A tiles: tile (g,
+ * kb) at wp[(g nk + kb) TILE_ELEMS], row r = W[n0 + 16 g + r][32 (kb0 +
+ * kb) ..) in bf16, zero past N and K. */
+static TGT void pack_w_chunk(const matmul_job *j, uint16_t *wp, int n0, int rows, int kb0, int nk) {
+    size_t esz = okv_dtype_size(j->wdt);
+    for (int i = 0; i < rows; i++) {
+        int n = n0 + i;
+        uint16_t *dst = wp + ((size_t)(i / 16) * nk * 16 + (size_t)(i % 16)) * 32;
+        const char *src = (const char *)j->W + (size_t)n * j->K * esz;
+        for (int kb = 0; kb < nk; kb++) {
+            __m512i v = n < j->N ? row32_bf16(src, j->wdt, (kb0 + kb) * 32, j->K) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + (size_t)kb * TILE_ELEMS, v);
+        }
+    }
+}
+
+/* C tiles (g, g+1) x (tb, tb+1) += W pair chunk x x pair chunk over nk K
+ * tiles; first: start from zero instead of the stored partial sums. */
+static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1,
+                                                              const uint16_t *x0, const uint16_t *x1, int nk,
+                                                              float *c00, float *c01, float *c10, float *c11,
+                                                              bool first) {
+    if (first) {
+        TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
+    } else {
+        TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
+    }
+    for (int kb = 0; kb < nk; kb++) {
+        TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
+        TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(0, 4, 6);
+        TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(1, 4, 7);
+        TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(2, 5, 6);
+        TILE_DP(3, 5, 7);
+    }
+    TILE_STORE(0, c00); TILE_STORE(1, c01); TILE_STORE(2, c10); TILE_STORE(3, c11);
+}
+
+/* y[t][n] = C[n][t] (+ bias) for rows [n0, n0 + rows) and x tiles [tb0,
+ * tb0 + tbt) of the C buffer [rows/16][tbt] tiles. Per x tile all the
+ * block's n tiles in turn, so 16 rows of y get rows * 4 contiguous bytes
+ * each (tile by tile down a column of y, every store hit another page). */
+static TGT void write_out2(const matmul_job *j, const float *cb, int tbt, int n0, int rows, int tb0) {
+    for (int tb = 0; tb < tbt && (tb0 + tb) * 16 < j->T; tb++) {
+        int t0 = 16 * (tb0 + tb), tv = j->T - t0 < 16 ? j->T - t0 : 16;
+        for (int g = 0; g < (rows + 15) / 16; g++) {
+            int nv = rows - 16 * g < 16 ? rows - 16 * g : 16;
+            __mmask16 m = (__mmask16)((1u << nv) - 1);
+            __m512 b = j->bias ? _mm512_maskz_loadu_ps(m, j->bias + n0 + 16 * g) : _mm512_setzero_ps();
+            const float *c = cb + ((size_t)g * tbt + tb) * C_ELEMS;
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(c + i * 16);
+            transpose16x16(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (t < tv)
+                    _mm512_mask_storeu_ps(j->y + (size_t)(t0 + t) * j->N + n0 + 16 * g, m,
+                                          _mm512_add_ps(_mm512_castsi512_ps(r[t]), b));
+        }
+    }
+}
+
+/* The next chunk's bytes of W rows [r0, r0 + n) (K tiles [kb0, kb0 + nk))
+ * towards L2 while the tiles work on this one, so pack_w_chunk reads them
+ * from cache instead of waiting on DRAM. */
+static inline void prefetch_w_rows(const matmul_job *j, int n0, int r0, int n, int kb0, int nk) {
+    size_t esz = okv_dtype_size(j->wdt), len = (size_t)nk * 32 * esz;
+    if ((size_t)(kb0 + nk) * 32 > (size_t)j->K) len = ((size_t)j->K - (size_t)kb0 * 32) * esz;
+    for (int i = r0; i < r0 + n && n0 + i < j->N; i++) {
+        const char *p = (const char *)j->W + ((size_t)(n0 + i) * j->K + (size_t)kb0 * 32) * esz;
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+    }
+}
+
+static TGT void block2_task(void *ctx, int task, int thread) {
+    const amx2_job *a = ctx;
+    const matmul_job *j = &a->mm;
+    int n0 = task * a->nb, rows = j->N - n0 < a->nb ? j->N - n0 : a->nb;
+    int groups = (rows + 31) / 32 * 2;
+    uint16_t *wp = a->wp + (size_t)thread * a->wp_elems;
+    float *cb = a->cb + (size_t)thread * a->cb_elems;
+    for (int tb0 = 0; tb0 < a->ntb; tb0 += a->tbt) {
+        int tbn = a->ntb - tb0 < a->tbt ? a->ntb - tb0 : a->tbt; /* even */
+        for (int kb0 = 0; kb0 < a->nkb; kb0 += a->kcb) {
+            int nk = a->nkb - kb0 < a->kcb ? a->nkb - kb0 : a->kcb;
+            pack_w_chunk(j, wp, n0, groups * 16, kb0, nk);
+            tiles_configure();
+            for (int g = 0; g < groups; g += 2) {
+                const uint16_t *w0 = wp + (size_t)g * nk * TILE_ELEMS, *w1 = w0 + (size_t)nk * TILE_ELEMS;
+                for (int tb = 0; tb < tbn; tb += 2) {
+                    if (kb0 + nk < a->nkb) { /* rows of the next chunk: spread over this chunk's tile work */
+                        int per = (groups * 16 + groups / 2 * (tbn / 2) - 1) / (groups / 2 * (tbn / 2));
+                        int step = g / 2 * (tbn / 2) + tb / 2;
+                        prefetch_w_rows(j, n0, step * per, per, kb0 + nk, a->kcb);
+                    }
+                    const uint16_t *x0 = a->xp + ((size_t)(tb0 + tb) * a->nkb + kb0) * TILE_ELEMS;
+                    const uint16_t *x1 = x0 + (size_t)a->nkb * TILE_ELEMS;
+                    float *c00 = cb + ((size_t)g * a->tbt + tb) * C_ELEMS, *c01 = c00 + C_ELEMS;
+                    float *c10 = c00 + (size_t)a->tbt * C_ELEMS, *c11 = c10 + C_ELEMS;
+                    tile_2x2(w0, w1, x0, x1, nk, c00, c01, c10, c11, kb0 == 0);
+                }
+            }
+            tiles_release();
+        }
+        write_out2(j, cb, a->tbt, n0, rows, tb0);
+    }
+}
+
+static int amx2_rows(int N, int n_threads) {
+    int per = (N + n_threads - 1) / n_threads;
+    per = (per + 31) / 32 * 32;
+    return per < NB2 ? per : NB2;
+}
+
+static size_t amx2_sizes(int T, int K, int N, int n_threads, size_t *wp_elems, size_t *cb_elems) {
+    int nkb = (K + 31) / 32, ntb = (T + 31) / 32 * 2, nb = amx2_rows(N, n_threads);
+    int tbt = ntb < TB2_TILES ? ntb : TB2_TILES, kcb = nkb < KC2 ? nkb : KC2;
+    *wp_elems = (size_t)(nb / 16) * kcb * TILE_ELEMS;
+    *cb_elems = (size_t)(nb / 16) * tbt * C_ELEMS;
+    return (size_t)ntb * nkb * TILE_ELEMS;
+}
+
+static size_t amx2_scratch(int T, int K, int N, int n_threads) {
+    if (T <= 1 || K <= 0 || N <= 0) return 0;
+    size_t wp, cb, xp = amx2_sizes(T, K, N, n_threads, &wp, &cb);
+    return (xp + wp * n_threads) * 2 + cb * n_threads * 4;
+}
+
+static void matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                               okv_dtype wdt, int N, const float *bias) {
+    int n_threads = okv_threadpool_size(tp);
+    amx2_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, 0, 0, 0,
+                  NULL, NULL, NULL, 0, 0};
+    a.nb = amx2_rows(N, n_threads);
+    a.kcb = a.nkb < KC2 ? a.nkb : KC2;
+    a.tbt = a.ntb < TB2_TILES ? a.ntb : TB2_TILES;
+    size_t xp_elems = amx2_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
+    okv_kscratch ks;
+    char *mem = okv_kscratch_get(&ks, tp, amx2_scratch(T, K, N, n_threads));
+    if (!mem) {
+        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+        return;
+    }
+    uint16_t *xp = (uint16_t *)mem;
+    a.xp = xp;
+    a.wp = xp + xp_elems;
+    a.cb = (float *)(a.wp + a.wp_elems * n_threads);
+    amx_job px = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, a.nkb, a.ntb, xp, NULL, NULL, 0, 0, NULL, NULL};
+    okv_threadpool_run(tp, a.ntb, pack_x_task, &px);
+    okv_threadpool_run(tp, (N + a.nb - 1) / a.nb, block2_task, &a);
+    okv_kscratch_release(&ks);
+}
+
+void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
+                    const float *bias) {
+    if (T > 1 && wdt != OKV_F32 && N > 0 && K > 0 && okv_amx_usable(NULL))
+        matmul_amx_blocked(tp, y, x, T, K, W, wdt, N, bias);
+    else
+        okv_matmul_amx_v1(tp, y, x, T, K, W, wdt, N, bias); /* its T = 1 / f32 / no-AMX routing */
 }
 
 /* ---- quantized W on the bf16 tiles -------------------------------------------------- */

@@ -293,6 +293,10 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
  * depend on T (the deterministic table's bf16 path). */
 void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K,
                           const void *W, okv_dtype wdt, int N, const float *bias);
+/* The previous tile loop (x re-read from L3 for every 32 W rows), kept so
+ * bench_kernels pp512 can compare the two side by side. */
+void okv_matmul_amx_v1(okv_threadpool *tp, float *y, const float *x, int T, int K,
+                       const void *W, okv_dtype wdt, int N, const float *bias);
 
 /* The batch-invariant matmuls (okv_kernels_det.c; AVX2 + FMA + F16C):
  * every output computed the same way for every T. */

@@ -1,8 +1,9 @@
 /* Tests the prefill matmul paths (T > 1): AVX-512 f32 FMAs, AVX-512 BF16
  * (vdpbf16ps) and AMX BF16 tiles, each against a double-precision reference
- * and against the plain table, for T in {2, 7, 64, 130}, K not a multiple of
- * 32, N not a multiple of any tile, bias on and off, 1 and 2 threads (which
- * must give identical bits). Paths the CPU (or OS) lacks are skipped and the
+ * and against the plain table, for T in {1, 2, 7, 16, 17, 64, 130} (and 513), K
+ * not a multiple of 32, N not a multiple of any tile (and one N past the AMX
+ * loop's 256-row task blocks, T = 513 past its 512-row T blocks), bias on and
+ * off, 1 and 2 threads (which must give identical bits). Paths the CPU (or OS) lacks are skipped and the
  * program prints which ran.
  *
  * Tolerances: a path that uses x and W exactly must be within the float
@@ -89,7 +90,7 @@ static void test_path(const path *p) {
         return;
     }
     okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
-    static const int Ts[] = {1, 2, 7, 64, 130};
+    static const int Ts[] = {1, 2, 7, 16, 17, 64, 130};
     static const int KNs[][2] = {{77, 37}, {200, 70}, {33, 131}, {1000, 45}, {64, 32}, {2100, 19}};
     int before = okv_t_fail;
     for (int d = 0; d < 3; d++)
@@ -99,6 +100,10 @@ static void test_path(const path *p) {
     /* one shape past the K chunk of every path (2048 bf16 x, 16 AMX tiles) */
     check_shape(p, tp1, tp2, OKV_BF16, 9, 4131, 67, true);
     check_shape(p, tp1, tp2, OKV_F16, 33, 2600, 40, false);
+    /* several AMX task blocks (256 rows) with a ragged last one, K chunks and T blocks */
+    check_shape(p, tp1, tp2, OKV_BF16, 513, 600, 531, true);
+    check_shape(p, tp1, tp2, OKV_F16, 513, 77, 37, false);
+    check_shape(p, tp1, tp2, OKV_F16, 40, 1100, 300, false);
     printf("ran %s: %s\n", p->name, okv_t_fail == before ? "ok" : "FAILED");
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
