@@ -8,7 +8,10 @@
  *   4. attention decode over 4k keys
  *   5. thread pool dispatch latency
  *   6. the core's FMA peak with 256-bit and 512-bit vectors (why there is no
- *      AVX-512 path: Zen 4 runs 512-bit FMAs as two 256-bit halves)
+ *      AVX-512 path: Zen 4 runs 512-bit FMAs as two 256-bit halves), and
+ *      the peak of each path a bf16 GEMM can take (512-bit f32 FMA,
+ *      vdpbf16ps, AMX tdpbf16ps) on one core and on both pool threads at
+ *      once (the denominator of issue 12's "pp512 >= 60% of peak")
  *   7. decode: the GEMVs of one Llama-3.2-1B token (q k v o gate up down per
  *      layer, then the 128256-row LM head) in bf16 on 2 threads, each shape
  *      alone and as back-to-back layers, as GB/s and an estimated tok/s
@@ -34,8 +37,9 @@
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
- *      each shape and of a whole layer; plus one-core peak probes per
- *      instruction path (vdpbf16ps, AMX tdpbf16ps) next to the FMA ones
+ *      each shape and of a whole layer (amx-v1 = the previous AMX loop); then
+ *      the peaks of section 6 and the layer as a percentage of the best
+ *      path's (2-thread peak for the 2-thread table, one-core for pp512cpu)
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv]
@@ -1166,6 +1170,8 @@ int main(int argc, char **argv) {
         }
         printf("\nFMA peak, one core: %.1f GFLOP/s with 256-bit vectors, %.1f with 512-bit%s\n", p256, p512,
                okv_cpu()->avx512f ? "" : " (no avx512f)");
+        peaks pk = measure_peaks(tps[1], quick ? 1 : 3);
+        print_peaks(&pk);
     }
 
     /* 7 */
