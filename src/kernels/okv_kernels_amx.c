@@ -66,10 +66,11 @@
  * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2.
  *
  * Quantized W (okv_matmul_q_amx_bf16, the amx table's quantized prefill
- * from T >= 16): step 2 dequantizes the block's codes and f16 scales
- * straight into the A tiles (w = d (c - 2^(bits-1)) or d c + m in f32,
- * rounded to bf16; okv_qmm_dequant_row_tiles, okv_qmatmul_amx.c), and the
- * rest is the bf16 loop above. The tile columns follow the codes' memory
+ * from T >= 16) runs the blocked loop: step 2 dequantizes each K chunk
+ * of the block's codes and f16 scales straight into the A tiles (w = d (c
+ * - 2^(bits-1)) or d c + m in f32, rounded to bf16;
+ * okv_qmm_dequant_cols_tiles, okv_qmatmul_amx.c; the next chunk's codes
+ * prefetched as bf16's W bytes are), the rest is the bf16 loop. The tile columns follow the codes' memory
  * order (okv_qmm_tile_perm) so a row's codes are read as a linear stream;
  * x is gathered through the same permutation when it is packed, which
  * leaves every dot product unchanged. The dequant is
@@ -77,10 +78,14 @@
  * rounded to bf16 (2^-8 relative), so products within 2^-7 of the f32
  * reference (tests/kernels/test_qmatmul.c), where the integer paths keep
  * ~15 bits of x: the bf16 programs' precision, chosen for speed.
- * Measured (bench_kernels qgemmcpu, one thread, CPU time, T = 512, load
+ * Measured on the v1 loop (bench_kernels qgemmcpu, one thread, CPU time, T = 512, load
  * ~20 on the 2 vCPUs, one interleaved run), GFLOP/s for 8192x2048 /
  * 2048x8192: q8 g32 sym 261 / 285, q4 g32 asym 240 / 244, bf16 W 259 /
- * 293, AMX-INT8 (okv_qmatmul_amx.c) 117-124 / 111-132, VNNI 68-73 / 59-65. */
+ * 293, AMX-INT8 (okv_qmatmul_amx.c) 117-124 / 111-132, VNNI 68-73 / 59-65.
+ * On the blocked loop (same bench, load 22-29, four interleaved runs),
+ * quantized / bf16 per shape 2048x2048, 8192x2048, 2048x8192: q8 0.98-1.00,
+ * 0.95-1.09, 0.80-1.07; q4 0.98-0.99, 1.04-1.32, 0.88-1.43 (one-thread
+ * CPU time; the spread is the host's). */
 #include <errno.h>
 #include <math.h>
 #include <immintrin.h>
@@ -421,12 +426,20 @@ typedef struct amx2_job {
     uint16_t *wp;         /* per thread: [nb/16][kcb] A tiles */
     float *cb;            /* per thread: [nb/16][tbt] C tiles */
     size_t wp_elems, cb_elems;
+    const okv_qview *q;   /* quantized W (dequantized into the A tiles), else NULL */
 } amx2_job;
 
 /* W rows [n0, n0 + rows) x K tiles [kb0, kb0 + nk) into A tiles: tile (g,
  * kb) at wp[(g nk + kb) TILE_ELEMS], row r = W[n0 + 16 g + r][32 (kb0 +
  * kb) ..) in bf16, zero past N and K. */
-static TGT void pack_w_chunk(const matmul_job *j, uint16_t *wp, int n0, int rows, int kb0, int nk) {
+static TGT void pack_w_chunk(const amx2_job *a, uint16_t *wp, int n0, int rows, int kb0, int nk) {
+    const matmul_job *j = &a->mm;
+    if (a->q) {
+        for (int i = 0; i < rows; i++)
+            okv_qmm_dequant_cols_tiles(a->q, n0 + i < j->N ? n0 + i : -1, kb0 * 32, (kb0 + nk) * 32,
+                                       wp + ((size_t)(i / 16) * nk * 16 + (size_t)(i % 16)) * 32);
+        return;
+    }
     size_t esz = okv_dtype_size(j->wdt);
     for (int i = 0; i < rows; i++) {
         int n = n0 + i;
@@ -491,7 +504,17 @@ static TGT void write_out2(const matmul_job *j, const float *cb, int tbt, int n0
 /* The next chunk's bytes of W rows [r0, r0 + n) (K tiles [kb0, kb0 + nk))
  * towards L2 while the tiles work on this one, so pack_w_chunk reads them
  * from cache instead of waiting on DRAM. */
-static inline void prefetch_w_rows(const matmul_job *j, int n0, int r0, int n, int kb0, int nk) {
+static inline void prefetch_w_rows(const amx2_job *a, int n0, int r0, int n, int kb0, int nk) {
+    const matmul_job *j = &a->mm;
+    if (a->q) { /* the chunk's codes: a contiguous range of each row (tile columns in code order) */
+        size_t lo = (size_t)kb0 * 32 * a->q->bits / 8, hi = (size_t)(kb0 + nk) * 32 * a->q->bits / 8;
+        if (hi > (size_t)j->K * a->q->bits / 8) hi = (size_t)j->K * a->q->bits / 8;
+        for (int i = r0; i < r0 + n && n0 + i < j->N; i++) {
+            const uint8_t *p = a->q->codes + (size_t)(n0 + i) * a->q->code_stride;
+            for (size_t o = lo; o < hi; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T1);
+        }
+        return;
+    }
     size_t esz = okv_dtype_size(j->wdt), len = (size_t)nk * 32 * esz;
     if ((size_t)(kb0 + nk) * 32 > (size_t)j->K) len = ((size_t)j->K - (size_t)kb0 * 32) * esz;
     for (int i = r0; i < r0 + n && n0 + i < j->N; i++) {
@@ -511,7 +534,7 @@ static TGT void block2_task(void *ctx, int task, int thread) {
         int tbn = a->ntb - tb0 < a->tbt ? a->ntb - tb0 : a->tbt; /* even */
         for (int kb0 = 0; kb0 < a->nkb; kb0 += a->kcb) {
             int nk = a->nkb - kb0 < a->kcb ? a->nkb - kb0 : a->kcb;
-            pack_w_chunk(j, wp, n0, groups * 16, kb0, nk);
+            pack_w_chunk(a, wp, n0, groups * 16, kb0, nk);
             tiles_configure();
             for (int g = 0; g < groups; g += 2) {
                 const uint16_t *w0 = wp + (size_t)g * nk * TILE_ELEMS, *w1 = w0 + (size_t)nk * TILE_ELEMS;
@@ -519,7 +542,7 @@ static TGT void block2_task(void *ctx, int task, int thread) {
                     if (kb0 + nk < a->nkb) { /* rows of the next chunk: spread over this chunk's tile work */
                         int per = (groups * 16 + groups / 2 * (tbn / 2) - 1) / (groups / 2 * (tbn / 2));
                         int step = g / 2 * (tbn / 2) + tb / 2;
-                        prefetch_w_rows(j, n0, step * per, per, kb0 + nk, a->kcb);
+                        prefetch_w_rows(a, n0, step * per, per, kb0 + nk, a->kcb);
                     }
                     const uint16_t *x0 = a->xp + ((size_t)(tb0 + tb) * a->nkb + kb0) * TILE_ELEMS;
                     const uint16_t *x1 = x0 + (size_t)a->nkb * TILE_ELEMS;
@@ -554,36 +577,44 @@ static size_t amx2_scratch(int T, int K, int N, int n_threads) {
     return (xp + wp * n_threads) * 2 + cb * n_threads * 4;
 }
 
-static void matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                               okv_dtype wdt, int N, const float *bias) {
+/* Quantized W (q): dequantized chunk by chunk into the A tiles, x
+ * gathered into the tile-column order; false: no scratch. */
+static bool matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                               okv_dtype wdt, int N, const float *bias, const okv_qview *q) {
     int n_threads = okv_threadpool_size(tp);
     amx2_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, 0, 0, 0,
-                  NULL, NULL, NULL, 0, 0};
+                  NULL, NULL, NULL, 0, 0, q};
     a.nb = amx2_rows(N, n_threads);
     a.kcb = a.nkb < KC2 ? a.nkb : KC2;
     a.tbt = a.ntb < TB2_TILES ? a.ntb : TB2_TILES;
     size_t xp_elems = amx2_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
     okv_kscratch ks;
-    char *mem = okv_kscratch_get(&ks, tp, amx2_scratch(T, K, N, n_threads));
-    if (!mem) {
-        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
-        return;
-    }
+    size_t perm_bytes = q ? sizeof(int32_t) * (size_t)K + 64 : 0;
+    char *mem = okv_kscratch_get(&ks, tp, amx2_scratch(T, K, N, n_threads) + perm_bytes);
+    if (!mem) return false;
     uint16_t *xp = (uint16_t *)mem;
     a.xp = xp;
     a.wp = xp + xp_elems;
     a.cb = (float *)(a.wp + a.wp_elems * n_threads);
     amx_job px = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, a.nkb, a.ntb, xp, NULL, NULL, 0, 0, NULL, NULL};
+    if (q) {
+        int32_t *perm = (int32_t *)(a.cb + a.cb_elems * n_threads);
+        okv_qmm_tile_perm(q, perm);
+        px.perm = perm;
+    }
     okv_threadpool_run(tp, a.ntb, pack_x_task, &px);
     okv_threadpool_run(tp, (N + a.nb - 1) / a.nb, block2_task, &a);
     okv_kscratch_release(&ks);
+    return true;
 }
 
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
                     const float *bias) {
     if (T > 1 && wdt != OKV_F32 && N > 0 && K > 0 && okv_amx_usable(NULL))
-        matmul_amx_blocked(tp, y, x, T, K, W, wdt, N, bias);
-    else
+    {
+        if (!matmul_amx_blocked(tp, y, x, T, K, W, wdt, N, bias, NULL))
+            okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+    } else
         okv_matmul_amx_v1(tp, y, x, T, K, W, wdt, N, bias); /* its T = 1 / f32 / no-AMX routing */
 }
 
@@ -591,7 +622,7 @@ void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, 
 
 size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads) {
     if (T <= 1 || K <= 0 || N <= 0) return 0;
-    return okv_matmul_amx_scratch(T, K, N, n_threads) + sizeof(int32_t) * (size_t)K + 64;
+    return amx2_scratch(T, K, N, n_threads) + sizeof(int32_t) * (size_t)K + 64;
 }
 
 void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
@@ -600,25 +631,7 @@ void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, 
         okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
         return;
     }
-    int n_threads = okv_threadpool_size(tp);
     okv_qview q = okv_quant_view(s, W, N, K);
-    amx_job a = {{y, x, T, K, N, NULL, OKV_BF16, bias, 0, NULL}, K / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0,
-                 &q, NULL};
-    a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
-    size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
-    okv_kscratch ks;
-    char *mem = okv_kscratch_get(&ks, tp, okv_matmul_q_amx_bf16_scratch(T, K, N, n_threads));
-    if (!mem) {
+    if (!matmul_amx_blocked(tp, y, x, T, K, NULL, OKV_BF16, N, bias, &q))
         okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
-    a.xp = (uint16_t *)mem;
-    a.wp = a.xp + xp_elems;
-    a.cb = (float *)(a.wp + a.wp_elems * n_threads);
-    int32_t *perm = (int32_t *)(a.cb + a.cb_elems * n_threads);
-    okv_qmm_tile_perm(&q, perm);
-    a.perm = perm;
-    okv_threadpool_run(tp, a.ntb, pack_x_task, &a);
-    okv_threadpool_run(tp, (N + a.mm.block_rows - 1) / a.mm.block_rows, block_task, &a);
-    okv_kscratch_release(&ks);
 }
