@@ -23,8 +23,9 @@
  *   3. finished C tiles are transposed into y[t][n] (+ bias), x tile by x
  *      tile so each of 16 y rows gets 1 KiB contiguous.
  * So x is read from L3 once per 256 W rows instead of once per 32 (the
- * previous loop, okv_matmul_amx_v1, kept for bench_kernels: a task of 64
- * rows, x's whole K chunk for all T re-streamed for every 32 rows).
+ * previous loop, okv_matmul_amx_v1: a task of 64 rows, x's whole K chunk
+ * for all T re-streamed for every 32 rows; kept for bench_kernels and as
+ * okv_matmul_amx_tiles, the deterministic table's bf16 matmul for every T).
  * No weight copy outlives the call (no load-time repacking, no memory cost
  * beyond per-call scratch: x tiles T*K*2 bytes plus 256 KiB + 512 KiB per
  * thread). Every output is summed over the same tiles and chunks
@@ -85,7 +86,10 @@
  * On the blocked loop (same bench, load 22-29, four interleaved runs),
  * quantized / bf16 per shape 2048x2048, 8192x2048, 2048x8192: q8 0.98-1.00,
  * 0.95-1.09, 0.80-1.07; q4 0.98-0.99, 1.04-1.32, 0.88-1.43 (one-thread
- * CPU time; the spread is the host's). */
+ * CPU time; the spread is the host's). Quiet machine (2026-12-02 02:58
+ * UTC, one run), 8192x2048 / 2048x8192: q8 274 / 241, q4 284 / 255, bf16
+ * 272 / 258. End to end, warm pp512 (bench_model --longctx 2048, 2
+ * threads): q4 0.97-1.01x bf16, q8 0.79-0.86x. */
 #include <errno.h>
 #include <math.h>
 #include <immintrin.h>
@@ -168,8 +172,7 @@ typedef struct amx_job {
     uint16_t *wp;       /* per thread: [NB/16][nkb] A tiles */
     float *cb;          /* per thread: [NB/16][ntb] C tiles */
     size_t wp_elems, cb_elems; /* per thread */
-    const okv_qview *q;  /* quantized W (dequantized into the A tiles), else NULL */
-    const int32_t *perm; /* quantized: [K] the k of each tile column e (W's code order), else NULL */
+    const int32_t *perm; /* quantized W on the blocked loop: [K] the k of each tile column e (W's code order), else NULL */
 } amx_job;
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
@@ -258,22 +261,14 @@ static void pack_x_task(void *ctx, int task, int thread) {
     pack_x_tiles(ctx, task);
 }
 
-/* ---- quantized W: dequantized into the A tiles ----------------------------------------- */
-
-/* Quantized rows: the tile-column order (okv_qmm_tile_perm) and the
- * dequantization into it (okv_qmm_dequant_row_tiles) live in
- * okv_qmatmul_amx.c with the other quantized prefill code. */
+/* ---- v1: one thread's whole W block packed, then all of x against it -------------- */
 
 /* W rows [n0, n0 + rows) into A tiles: tile (g, kb) row r = W[n0 + 16 g +
- * r][32 kb .. 32 kb + 32) in bf16, zero past N and K. */
+ * r][32 kb .. 32 kb + 32) in bf16, zero past N and K. (Quantized W runs on
+ * the blocked loop below; its tile-column order and dequantization,
+ * okv_qmm_tile_perm / okv_qmm_dequant_cols_tiles, live in okv_qmatmul_amx.c.) */
 static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     const matmul_job *j = &a->mm;
-    if (a->q) {
-        for (int i = 0; i < rows; i++)
-            okv_qmm_dequant_row_tiles(a->q, n0 + i < j->N ? n0 + i : -1, j->K,
-                                      wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32);
-        return;
-    }
     size_t esz = okv_dtype_size(j->wdt);
     for (int i = 0; i < rows; i++) {
         int n = n0 + i;
@@ -286,7 +281,7 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     }
 }
 
-/* v1 (okv_matmul_amx_v1, and okv_matmul_q_amx_bf16): C tiles for n groups
+/* v1 (okv_matmul_amx_v1, okv_matmul_amx_tiles): C tiles for n groups
  * [g, g+2) x t tiles (all): chunks of K, 2x2 blocking. */
 static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int g) {
     const int nkb = a->nkb, ntb = a->ntb;
@@ -392,7 +387,7 @@ void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, i
         return;
     }
     int n_threads = okv_threadpool_size(tp);
-    amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0, NULL, NULL};
+    amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0, NULL};
     a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
     size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
     okv_kscratch ks;
@@ -596,7 +591,7 @@ static bool matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int
     a.xp = xp;
     a.wp = xp + xp_elems;
     a.cb = (float *)(a.wp + a.wp_elems * n_threads);
-    amx_job px = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, a.nkb, a.ntb, xp, NULL, NULL, 0, 0, NULL, NULL};
+    amx_job px = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, a.nkb, a.ntb, xp, NULL, NULL, 0, 0, NULL};
     if (q) {
         int32_t *perm = (int32_t *)(a.cb + a.cb_elems * n_threads);
         okv_qmm_tile_perm(q, perm);

@@ -259,13 +259,11 @@ void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, 
                            const okv_qscheme *s, int N, const float *bias);
 size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads);
 /* Its producer (okv_qmatmul_amx.c): perm[e] = the k of bf16 tile column e
- * ([K], the codes' memory order), and row n of W (n < 0: zeros)
- * dequantized to bf16 in that order, column e at dst[(e / 32) 512 + e % 32]
- * (16 x 32 bf16 A tiles). K % 32 == 0. */
+ * ([K], the codes' memory order), K % 32 == 0; and tile columns [e0, e1)
+ * (multiples of 32: a K chunk of the blocked loop) of row n of W (n < 0:
+ * zeros) dequantized to bf16 in that order, column e at
+ * dst[((e - e0) / 32) 512 + e % 32] (16 x 32 bf16 A tiles). */
 void okv_qmm_tile_perm(const okv_qview *q, int32_t *perm);
-void okv_qmm_dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst);
-/* The same for tile columns [e0, e1) only (multiples of 32): column e at
- * dst[((e - e0) / 32) 512 + e % 32] (a K chunk of the blocked loop). */
 void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst);
 /* The fastest of the above this CPU supports. */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

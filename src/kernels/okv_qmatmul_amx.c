@@ -530,6 +530,3 @@ TGT_BF16 void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int 
     }
 }
 
-void okv_qmm_dequant_row_tiles(const okv_qview *q, int n, int K, uint16_t *dst) {
-    okv_qmm_dequant_cols_tiles(q, n, 0, K, dst);
-}
