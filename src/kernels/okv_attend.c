@@ -424,14 +424,7 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     j.qhi = j.qlo + a->T;
     j.scratch = (float *)(mem + round64((size_t)2 * a->T * sizeof(int32_t)));
     j.part = j.scratch + round64(j.s.thread_floats * n_threads * sizeof(float)) / sizeof(float);
-    for (int t = 0; t < a->T; t++) {
-        if (a->vis) {
-            j.qlo[t] = 0;
-            j.qhi[t] = j.n_keys;
-        } else {
-            visible_range(a, a->positions[t], &j.qlo[t], &j.qhi[t]);
-        }
-    }
+    okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
     okv_threadpool_run(tp, j.s.base_tasks * j.n_splits, attn_task, &j);
     if (j.n_splits > 1)
         for (int hg = 0; hg < j.s.n_hgroups; hg++)
@@ -439,5 +432,14 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     okv_kscratch_release(&ks);
 }
 
-void okv_attn_visible_range(const okv_attn_args *a, int32_t p, int32_t *lo, int32_t *hi) { visible_range(a, p, lo, hi); }
+void okv_attn_query_ranges(const okv_attn_args *a, int n_keys, int32_t *qlo, int32_t *qhi) {
+    for (int t = 0; t < a->T; t++) {
+        if (a->vis) { /* many sequences: every slot is a candidate, okv_attn_key_visible decides */
+            qlo[t] = 0;
+            qhi[t] = n_keys;
+        } else {
+            visible_range(a, a->positions[t], &qlo[t], &qhi[t]);
+        }
+    }
+}
 bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot) { return key_visible(a, t, slot, 0); }

@@ -616,14 +616,7 @@ void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
     j.qhi = j.qlo + a->T;
     j.scratch = mem + r64((size_t)2 * a->T * 4);
     j.part = (float *)(j.scratch + j.s.thread_bytes * n_threads);
-    for (int t = 0; t < a->T; t++) {
-        if (a->vis) {
-            j.qlo[t] = 0;
-            j.qhi[t] = j.n_keys;
-        } else {
-            okv_attn_visible_range(a, a->positions[t], &j.qlo[t], &j.qhi[t]);
-        }
-    }
+    okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
     okv_threadpool_run(tp, j.s.base_tasks * j.n_splits, amx_task_run, &j);
     if (j.n_splits > 1)
         for (int h = 0; h < j.s.Hkv; h++)

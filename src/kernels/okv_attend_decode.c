@@ -345,14 +345,7 @@ void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
     j.qhi = j.qlo + a->T;
     j.qb = (uint16_t *)(mem + r64((size_t)2 * a->T * 4));
     j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.R * j.D * 2));
-    for (int t = 0; t < a->T; t++) {
-        if (a->vis) {
-            j.qlo[t] = 0;
-            j.qhi[t] = j.n_keys;
-        } else {
-            okv_attn_visible_range(a, a->positions[t], &j.qlo[t], &j.qhi[t]);
-        }
-    }
+    okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
     for (int h = 0; h < j.Hkv; h++)
         for (int r = 0; r < j.R; r++) {
             const float *q = a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D;

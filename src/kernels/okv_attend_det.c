@@ -214,7 +214,7 @@ static void det_attend(okv_threadpool *tp, const okv_attn_args *a, const okv_att
     j.qlo = (int32_t *)mem;
     j.qhi = j.qlo + a->T;
     j.scratch = (float *)(mem + round64((size_t)2 * a->T * sizeof(int32_t)));
-    for (int t = 0; t < a->T; t++) okv_attn_visible_range(a, a->positions[t], &j.qlo[t], &j.qhi[t]);
+    okv_attn_query_ranges(a, 0, j.qlo, j.qhi); /* vis is NULL here: n_keys unused */
     okv_threadpool_run(tp, j.s.Hkv * j.s.n_qblocks, det_task, &j);
     okv_kscratch_release(&ks);
 }

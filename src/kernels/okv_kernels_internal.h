@@ -102,9 +102,10 @@ extern const okv_attn_ops okv_attn_ops_q8_avx512;
 
 /* The blocked attention algorithm (okv_attend.c) with the given inner loops. */
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);
-/* One sequence: the logical key range [lo, hi) a query at position p may
- * see; many sequences: whether query t sees pool slot `slot` (a->vis set). */
-void okv_attn_visible_range(const okv_attn_args *a, int32_t p, int32_t *lo, int32_t *hi);
+/* One sequence: [qlo[t], qhi[t]) ([T] each) is the logical key range query
+ * t may see; many sequences (a->vis set): all n_keys slots, and
+ * okv_attn_key_visible says whether query t sees pool slot `slot`. */
+void okv_attn_query_ranges(const okv_attn_args *a, int n_keys, int32_t *qlo, int32_t *qhi);
 bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
 /* Attention of prefill chunks on AMX-BF16 tiles (okv_attend_amx.c) for
  * bf16/f16 pools with head_dim a multiple of 32 (<= 256) and at least 16
