@@ -1007,6 +1007,133 @@ static void bench_attn_long_cpu(okv_threadpool *tp1, int quick, okv_dtype dt) {
             }
 }
 
+/* ---- 12. attndecode: the decode step's attention against the memory wall -------------- */
+
+static double process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Integer sum of 64-byte lines (no float assists whatever the bytes are). */
+__attribute__((target("avx512f"))) static uint64_t sum_lines(const char *p, size_t bytes) {
+    __m512i a = _mm512_setzero_si512(), b = a;
+    size_t i = 0;
+    for (; i + 128 <= bytes; i += 128) {
+        a = _mm512_add_epi64(a, _mm512_loadu_si512(p + i));
+        b = _mm512_add_epi64(b, _mm512_loadu_si512(p + i + 64));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
+}
+
+typedef struct kvprobe_job {
+    const char *k, *v;
+    size_t bytes; /* of each */
+    int parts;
+    uint64_t sink[16];
+} kvprobe_job;
+
+/* Task t reads part t of K and of V (what a key split of the kernel reads). */
+static void kvprobe_task(void *ctx, int task, int thread) {
+    (void)thread;
+    kvprobe_job *j = ctx;
+    size_t per = j->bytes / j->parts / 128 * 128, at = per * task;
+    if (task == j->parts - 1) per = j->bytes - at;
+    j->sink[task] = sum_lines(j->k + at, per) + sum_lines(j->v + at, per);
+}
+
+/* A Llama-3.2-1B decode step's attention (16 layers, 32/8 heads x 64, one
+ * query token at the end of n_pos keys, each layer its own pool: at 16k
+ * positions 512 MiB of bf16 K/V, more than the L3) on 2 threads: each
+ * kernel over all 16 layers back to back, then the read-bandwidth probe
+ * over the same pools, interleaved round by round; medians of wall time,
+ * process CPU time (both threads) and GB/s of K/V; "of wall" is the probe's
+ * time over the kernel's. A "hot" row repeats one small layer 16 times
+ * (K/V in the L2s): what the kernel costs when memory does not bound it. */
+static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int only) {
+    enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 4, MAXR = 31 };
+    const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
+    const char *names[NF] = {"v0 decode", "dpbf16", "amx", "table"};
+    attend_fn fns[NF] = {bench_attend_decode_v0, okv_attend_decode_dpbf16, okv_attend_decode_amx, k->attend};
+    bool ok[NF] = {okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt), okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
+                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
+    printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
+           okv_dtype_name(dt), okv_threadpool_size(tp), k->name);
+    printf("%-6s %-10s %9s %9s %8s %8s %9s\n", "pos", "kernel", "wall ms", "cpu ms", "cpu/wall", "GB/s", "of probe");
+    static const int npos[] = {512, 4096, 16384, 2048};
+    size_t row = (size_t)HKV * D;
+    for (int c = 0; c < 4; c++) {
+        if (only >= 0 && c != only) continue;
+        int n_pos = npos[c], hot = c == 3, nl = hot ? 1 : NL, reps = quick ? 5 : hot || n_pos < 16384 ? 21 : 11;
+        size_t bytes = okv_kv_row_bytes(dt, (size_t)n_pos * row);
+        char *kp[NL], *vp[NL];
+        for (int l = 0; l < nl; l++) {
+            kp[l] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            vp[l] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        }
+        float *kin = malloc(sizeof(float) * row * 1024), *vin = malloc(sizeof(float) * row * 1024);
+        for (int32_t p0 = 0; p0 < n_pos; p0 += 1024) {
+            int n = n_pos - p0 < 1024 ? n_pos - p0 : 1024;
+            for (size_t e = 0; e < (size_t)n * row; e++) { kin[e] = frand(); vin[e] = frand(); }
+            okv_run run = {p0, n, p0};
+            okv_attn_kv kv = {kp[0], vp[0], kp[0], vp[0], dt, HKV, D};
+            okv_attend_write(&kv, &run, 1, kin, vin);
+        }
+        free(kin);
+        free(vin);
+        for (int l = 1; l < nl; l++) {
+            memcpy(kp[l], kp[0], bytes);
+            memcpy(vp[l], vp[0], bytes);
+        }
+        float *q = malloc(sizeof(float) * HQ * D), *out[NF];
+        for (int e = 0; e < HQ * D; e++) q[e] = frand();
+        for (int f = 0; f < NF; f++) out[f] = malloc(sizeof(float) * HQ * D);
+        int32_t pos = n_pos - 1;
+        okv_run runs[1] = {{0, n_pos, 0}};
+        double wall[NF + 1][MAXR], cpu[NF + 1][MAXR];
+        for (int r = 0; r < reps; r++)
+            for (int f = 0; f <= NF; f++) {
+                if (f < NF && !ok[f]) continue;
+                double w0 = now(), c0 = process_cpu();
+                for (int l = 0; l < NL; l++) {
+                    int ll = hot ? 0 : l;
+                    if (f == NF) {
+                        kvprobe_job pj = {kp[ll], vp[ll], bytes, okv_threadpool_size(tp), {0}};
+                        okv_threadpool_run(tp, pj.parts, kvprobe_task, &pj);
+                        continue;
+                    }
+                    okv_attn_args a = {q, 1, HQ, &pos, {kp[ll], vp[ll], kp[ll], vp[ll], dt, HKV, D}, runs, 1, 0,
+                                       0.125f, out[f], NULL};
+                    fns[f](tp, &a);
+                }
+                wall[f][r] = now() - w0;
+                cpu[f][r] = process_cpu() - c0;
+            }
+        double pw = median(wall[NF], reps), pc = median(cpu[NF], reps), gb = 2.0 * bytes * NL / 1e9;
+        for (int f = 0; f <= NF; f++) {
+            if (f < NF && !ok[f]) continue;
+            double w = f == NF ? pw : median(wall[f], reps), cp = f == NF ? pc : median(cpu[f], reps);
+            double md = 0;
+            if (f < NF)
+                for (int e = 0; e < HQ * D; e++)
+                    if (fabs(out[f][e] - out[NF - 1][e]) > md) md = fabs(out[f][e] - out[NF - 1][e]);
+            char label[16];
+            snprintf(label, sizeof label, hot ? "hot%dk" : "%d", hot ? n_pos / 1024 : n_pos);
+            printf("%-6s %-10s %9.3f %9.3f %8.2f %8.1f %8.2fx", label, f == NF ? "probe" : names[f],
+                   w * 1e3, cp * 1e3, cp / w, gb / w, pw / w);
+            if (f < NF) printf("  (max|diff| vs table %.2g)", md);
+            printf("\n");
+        }
+        fflush(stdout);
+        for (int l = 0; l < nl; l++) {
+            free(kp[l]);
+            free(vp[l]);
+        }
+        for (int f = 0; f < NF; f++) free(out[f]);
+        free(q);
+    }
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -1196,6 +1323,9 @@ int main(int argc, char **argv) {
     }
     if (want(argc, argv, "attnkv")) bench_attn_kv(tps[1], quick); /* 11 */
     if (want(argc, argv, "attnlongcpu")) bench_attn_long_cpu(tps[0], quick, OKV_BF16);
+    if (want(argc, argv, "attndecode")) /* 12 */
+        bench_attn_decode(tps[want(argc, argv, "1t") ? 0 : 1], quick, want(argc, argv, "q8") ? OKV_Q8 : OKV_BF16,
+                          want(argc, argv, "hot") ? 3 : want(argc, argv, "16k") ? 2 : -1);
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

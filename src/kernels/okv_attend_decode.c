@@ -50,9 +50,10 @@ enum { NK = 16,        /* keys per block */
 
 typedef struct dec_job {
     const okv_attn_args *a;
-    int D, G, Hkv, R, n_splits, split_len, n_keys;
+    int D, G, Hkv, R, Rp, n_splits, split_len, n_keys;
     int32_t *qlo, *qhi;  /* [T] */
     uint16_t *qb;        /* [Hkv][R][D] bf16 queries, scale folded in */
+    uint16_t *qt;        /* AMX: [Hkv][D / 32][16 dim pairs][Rp][2], the B tiles (same memory as qb) */
     float *part;         /* [n_splits][Hkv][R] x (acc [D], m, l) */
     size_t part_floats;  /* per (split, kv head, vector): D + 2 */
 } dec_job;
@@ -293,6 +294,272 @@ TGT static void dec_task(void *ctx, int split, int thread) {
     }
 }
 
+/* ---- AMX scores, f32 FMA P V ------------------------------------------------------ */
+
+#define TGTA __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
+#define INLA static inline __attribute__((always_inline)) TGTA
+
+/* Tiles per padded vector count Rp (1, 2, 4, 8, 16): tmm0 the scores C
+ * [16 keys][Rp] f32; tmm1/tmm3 K as A [16 keys][32 dims] bf16; tmm2/tmm4 Q
+ * as B [16 dim pairs][Rp][2] bf16. Zero-initialised statics (see
+ * okv_amx_tilecfg); tmm3-5 the same for odd kv heads. */
+#define DEC_CFG(rp)                                                                                                 \
+    {1, 0, {0}, {4 * (rp), 64, 4 * (rp), 64, 4 * (rp), 4 * (rp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},                    \
+     {16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}
+static const okv_amx_tilecfg dec_cfg[5] __attribute__((aligned(64))) = {DEC_CFG(1), DEC_CFG(2), DEC_CFG(4),
+                                                                         DEC_CFG(8), DEC_CFG(16)};
+
+#define TL(t, p, stride) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)(stride)) : "memory")
+#define TS(t, p, stride) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(stride)) : "memory")
+#define TZ(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+/* Where channel e of an accumulator row of the AMX kernel really is: bf16
+ * rows are widened as even/odd halves of each 32-channel chunk (a shift and
+ * a mask), f16/q8 rows in order. */
+static inline int amx_channel(int e, okv_dtype dt) {
+    if (dt != OKV_BF16) return e;
+    return e / 32 * 32 + (e % 16) * 2 + (e % 32) / 16;
+}
+
+/* Channels [32u, 32u + 32) of a V row as two f32 vectors (amx_channel's order). */
+INLA void v_chunk32(__m512 *o, const void *row, okv_dtype dt, int u) {
+    if (dt == OKV_BF16) {
+        __m512i x = _mm512_loadu_si512((const uint16_t *)row + 32 * u);
+        o[0] = (__m512)_mm512_slli_epi32(x, 16);
+        o[1] = (__m512)_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u));
+    } else if (dt == OKV_F16) {
+        const uint16_t *p = (const uint16_t *)row + 32 * u;
+        o[0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        o[1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 16)));
+    } else {
+        const char *blk = (const char *)row + (size_t)u * OKV_Q8_BLOCK_BYTES;
+        __m512 sc = _mm512_set1_ps(okv_q8_scale(blk));
+        o[0] = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk))));
+        o[1] = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 16)))));
+    }
+}
+
+/* acc[r0 + y][64c .. 64c + 16 NC) (rows `stride` floats apart) = acc * cf + sum_i
+ * P[i][r0 + y] v_i, for y < nr <= 4 rows, NC = 2 or 4 vectors of channels. */
+INLA void amx_pv_tile(float *acc, size_t stride, const float *cf, const float *P, int Rp, const void *const vrow[NK],
+                      int nk, okv_dtype dt, int c, int NC, int r0, int nr, bool rescale) {
+    __m512 a[4][4], v[4];
+#pragma GCC unroll 4
+    for (int y = 0; y < 4; y++)
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++) {
+            a[y][x] = _mm512_setzero_ps();
+            if (y < nr && x < NC) {
+                a[y][x] = _mm512_loadu_ps(acc + (size_t)(r0 + y) * stride + 64 * c + 16 * x);
+                if (rescale) a[y][x] = _mm512_mul_ps(a[y][x], _mm512_set1_ps(cf[r0 + y]));
+            }
+        }
+    for (int i = 0; i < nk; i++) {
+        v_chunk32(v, vrow[i], dt, 2 * c);
+        if (NC == 4) v_chunk32(v + 2, vrow[i], dt, 2 * c + 1);
+        const float *pi = P + (size_t)i * Rp + r0;
+#pragma GCC unroll 4
+        for (int y = 0; y < 4; y++) {
+            if (y >= nr) continue;
+            __m512 pb = _mm512_set1_ps(pi[y]);
+#pragma GCC unroll 4
+            for (int x = 0; x < 4; x++)
+                if (x < NC) a[y][x] = _mm512_fmadd_ps(pb, v[x], a[y][x]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int y = 0; y < 4; y++)
+#pragma GCC unroll 4
+        for (int x = 0; x < 4; x++)
+            if (y < nr && x < NC) _mm512_storeu_ps(acc + (size_t)(r0 + y) * stride + 64 * c + 16 * x, a[y][x]);
+}
+
+TGTA static void amx_pv(float *acc, size_t stride, const float *cf, const float *P, int Rp, int R,
+                        const void *const vrow[NK], int nk, okv_dtype dt, int D, bool rescale) {
+    for (int c = 0; c < D / 64; c++)
+        for (int r0 = 0; r0 < R; r0 += 4)
+            amx_pv_tile(acc, stride, cf, P, Rp, vrow, nk, dt, c, 4, r0, R - r0 < 4 ? R - r0 : 4, rescale);
+    if (D % 64)
+        for (int r0 = 0; r0 < R; r0 += 4)
+            amx_pv_tile(acc, stride, cf, P, Rp, vrow, nk, dt, D / 64, 2, r0, R - r0 < 4 ? R - r0 : 4, rescale);
+}
+
+/* A K row as bf16 into dst[D] (f16 and q8 pools: the staged A operand). */
+TGTA static void k_stage_row(uint16_t *dst, const void *row, okv_dtype dt, int D) {
+    for (int u = 0; u < D / 32; u++) {
+        __m512i x;
+        if (dt == OKV_Q8) {
+            const char *blk = (const char *)row + (size_t)u * OKV_Q8_BLOCK_BYTES;
+            __m512 sc = _mm512_set1_ps(okv_q8_scale(blk));
+            __m512 lo = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk))));
+            __m512 hi = _mm512_mul_ps(sc, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 16)))));
+            x = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        } else {
+            x = row32((const uint16_t *)row + 32 * u, dt);
+        }
+        _mm512_storeu_si512(dst + 32 * u, x);
+    }
+}
+
+/* Lanes e ^ sh: the butterfly that gathers each vector's lanes (e % Rp). */
+INLA __m512 lane_max_groups(__m512 z, int Rp) {
+    for (int sh = 8; sh >= Rp; sh >>= 1) {
+        __m512i idx = _mm512_xor_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                       _mm512_set1_epi32(sh));
+        z = _mm512_max_ps(z, _mm512_permutexvar_ps(idx, z));
+    }
+    return z;
+}
+
+/* S[i][r] = k_i . q_r (i < NK, r < Rp) for kv head h of the block at pool
+ * slot `slot` (nb keys; bf16 full blocks read in place, else staged as
+ * bf16 with zero rows past nb). Heads alternate between two tile sets so
+ * head h + 1's tiles run while head h's results are used. */
+TGTA static void amx_scores(const dec_job *j, int32_t slot, int h, int nb, uint16_t *stage, float *S) {
+    const okv_attn_args *a = j->a;
+    const int D = j->D, Rp = j->Rp;
+    const okv_dtype dt = a->kv.dtype;
+    const size_t ldk = okv_kv_row_bytes(dt, (size_t)j->Hkv * D), hrow = okv_kv_row_bytes(dt, (size_t)D);
+    const char *kh = (const char *)a->kv.k + ldk * (size_t)slot + hrow * h, *ka = kh;
+    size_t kstride = ldk;
+    if (dt != OKV_BF16 || nb < NK) {
+        for (int i = 0; i < NK; i++) {
+            if (i < nb) k_stage_row(stage + (size_t)i * D, kh + ldk * (size_t)i, dt, D);
+            else memset(stage + (size_t)i * D, 0, sizeof(uint16_t) * D);
+        }
+        ka = (const char *)stage;
+        kstride = (size_t)D * 2;
+    }
+    const uint16_t *qt = j->qt + (size_t)h * (D / 32) * 16 * Rp * 2;
+    if (h & 1) {
+        TZ(5);
+        for (int u = 0; u < D / 32; u++) {
+            TL(3, ka + 64 * u, kstride);
+            TL(4, qt + (size_t)u * 16 * Rp * 2, Rp * 4);
+            TDP(5, 3, 4);
+        }
+        TS(5, S, Rp * 4);
+    } else {
+        TZ(0);
+        for (int u = 0; u < D / 32; u++) {
+            TL(1, ka + 64 * u, kstride);
+            TL(2, qt + (size_t)u * 16 * Rp * 2, Rp * 4);
+            TDP(0, 1, 2);
+        }
+        TS(0, S, Rp * 4);
+    }
+}
+
+typedef struct amx_state {
+    float m[16], l[16]; /* per lane, pattern e -> vector e % Rp */
+} amx_state;
+
+TGTA static void amx_task(void *ctx, int split, int thread) {
+    (void)thread;
+    const dec_job *j = ctx;
+    const okv_attn_args *a = j->a;
+    const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv, Rp = j->Rp;
+    const okv_dtype dt = a->kv.dtype;
+    const size_t ld_el = (size_t)Hkv * D, ldk = okv_kv_row_bytes(dt, ld_el), hrow = okv_kv_row_bytes(dt, (size_t)D);
+    float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
+    for (int x = 0; x < Hkv * R; x++) {
+        float *p = base + j->part_floats * x;
+        memset(p, 0, sizeof(float) * D);
+    }
+    int32_t k0 = split * j->split_len, k1 = k0 + j->split_len < j->n_keys ? k0 + j->split_len : j->n_keys;
+    int32_t L = INT32_MAX, H = 0, maxlo = 0, minhi = INT32_MAX;
+    for (int t = 0; t < a->T; t++) {
+        if (j->qlo[t] > maxlo) maxlo = j->qlo[t];
+        if (j->qhi[t] < minhi) minhi = j->qhi[t];
+        if (j->qlo[t] >= j->qhi[t]) continue;
+        if (j->qlo[t] < L) L = j->qlo[t];
+        if (j->qhi[t] > H) H = j->qhi[t];
+    }
+    if (L < k0) L = k0;
+    if (H > k1) H = k1;
+    amx_state st[64];
+    for (int h = 0; h < Hkv; h++)
+        for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
+    int ci = Rp == 1 ? 0 : Rp == 2 ? 1 : Rp == 4 ? 2 : Rp == 8 ? 3 : 4;
+    __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[ci]));
+    uint16_t stage[NK * DMAX] __attribute__((aligned(64)));
+    float Sbuf[2][NK * 16] __attribute__((aligned(64)));
+    float cf[16] __attribute__((aligned(64)));
+    int run = 0;
+    int32_t run_start = 0;
+    for (int32_t kb = L; kb < H;) {
+        while (kb >= run_start + a->runs[run].n) run_start += a->runs[run++].n;
+        int32_t run_end = run_start + a->runs[run].n, slot = a->runs[run].slot + (kb - run_start);
+        int nb = NK - kb % NK;
+        if (nb > H - kb) nb = H - kb;
+        if (nb > run_end - kb) nb = run_end - kb;
+        bool full = !a->vis && maxlo <= kb && kb + nb <= minhi && nb == NK;
+        for (int h = 0; h < Hkv; h++) { /* scores of head h + 1 on the tiles while h's softmax and P V run */
+            const char *kh = (const char *)a->kv.k + ldk * (size_t)slot + hrow * h;
+            const char *vh = (const char *)a->kv.v + ldk * (size_t)slot + hrow * h;
+            const void *vrow[NK];
+            for (int i = 0; i < NK; i++) vrow[i] = vh + ldk * (size_t)(i < nb ? i : 0);
+            /* this head's rows of the next block (within the run) */
+            for (int i = 0; i < NK && kb + nb + i < run_end; i++) {
+                const char *pk = kh + ldk * (size_t)(nb + i), *pv = vh + ldk * (size_t)(nb + i);
+                for (size_t bo = 0; bo < hrow; bo += 64) {
+                    __builtin_prefetch(pk + bo);
+                    __builtin_prefetch(pv + bo);
+                }
+            }
+            float *S = Sbuf[h & 1];
+            if (h == 0) amx_scores(j, slot, 0, nb, stage, S);
+            if (h + 1 < Hkv) amx_scores(j, slot, h + 1, nb, stage, Sbuf[(h + 1) & 1]);
+            if (!full)
+                for (int i = 0; i < NK; i++)
+                    for (int r = 0; r < Rp; r++) {
+                        bool vis = i < nb && r < R;
+                        if (vis) {
+                            int t = r / G;
+                            vis = a->vis ? okv_attn_key_visible(a, t, slot + i)
+                                         : kb + i >= j->qlo[t] && kb + i < j->qhi[t];
+                        }
+                        if (!vis) S[i * Rp + r] = -INFINITY;
+                    }
+            /* online softmax down the keys, lanes e of every vector = query e % Rp */
+            __m512 z = _mm512_loadu_ps(S);
+            for (int x = 1; x < Rp; x++) z = _mm512_max_ps(z, _mm512_loadu_ps(S + 16 * x));
+            z = lane_max_groups(z, Rp);
+            __m512 mo = _mm512_loadu_ps(st[h].m), mn = _mm512_max_ps(mo, z);
+            __mmask16 moved = _mm512_cmp_ps_mask(mn, mo, _CMP_NEQ_UQ);
+            __mmask16 seen = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+            __m512 lsum = _mm512_setzero_ps();
+            for (int x = 0; x < Rp; x++) {
+                __m512 s = _mm512_loadu_ps(S + 16 * x);
+                __mmask16 live = seen & _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+                __m512 p = dexp(_mm512_sub_ps(s, mn), live);
+                lsum = _mm512_add_ps(lsum, p);
+                _mm512_storeu_ps(S + 16 * x, p);
+            }
+            __m512 l = _mm512_loadu_ps(st[h].l);
+            bool rescale = moved != 0;
+            if (rescale) {
+                __mmask16 had = _mm512_cmp_ps_mask(mo, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+                __m512 c = _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f), dexp(_mm512_sub_ps(mo, mn), had));
+                _mm512_storeu_ps(cf, c);
+                l = _mm512_mul_ps(l, c);
+            }
+            _mm512_storeu_ps(st[h].l, _mm512_add_ps(l, lsum));
+            _mm512_storeu_ps(st[h].m, mn);
+            amx_pv(base + j->part_floats * (size_t)h * R, j->part_floats, cf, S, Rp, R, vrow, nb, dt, D, rescale);
+        }
+        kb += nb;
+    }
+    for (int h = 0; h < Hkv; h++)
+        for (int r = 0; r < R; r++) {
+            float *p = base + j->part_floats * ((size_t)h * R + r), sum = 0.0f;
+            for (int e = r; e < 16; e += Rp) sum += st[h].l[e];
+            p[D] = st[h].m[r];
+            p[D + 1] = sum;
+        }
+}
+
 /* ---- driver ----------------------------------------------------------------------- */
 
 static size_t r64(size_t b) { return (b + 63) / 64 * 64; }
@@ -303,14 +570,35 @@ static int dec_splits(int n_keys, int n_threads) {
     return n > 1 ? n : 1;
 }
 
+/* Query vectors padded to a power of two (the score tile's columns). */
+static int pad_vectors(int R) {
+    int p = 1;
+    while (p < R) p *= 2;
+    return p;
+}
+
 static size_t dec_scratch(int T, int R, int Hkv, int D, int n_splits) {
-    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * R * D * 2) + r64((size_t)n_splits * Hkv * R * (D + 2) * 4);
+    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * pad_vectors(R) * D * 2) +
+           r64((size_t)n_splits * Hkv * R * (D + 2) * 4);
+}
+
+static bool dec_shape_ok(int T, int n_heads, int kv_heads, int D) {
+    if (kv_heads <= 0 || n_heads % kv_heads || D % 32 || D > DMAX) return false;
+    return (int64_t)T * (n_heads / kv_heads) <= RMAX && okv_cpu()->avx512bf16 && okv_cpu()->avx512bw;
+}
+
+bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
+    return (dt == OKV_BF16 || dt == OKV_F16) && dec_shape_ok(T, n_heads, kv_heads, D);
+}
+
+bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
+    return (dt == OKV_BF16 || dt == OKV_F16 || dt == OKV_Q8) && kv_heads <= 64 &&
+           dec_shape_ok(T, n_heads, kv_heads, D) && okv_amx_usable(NULL);
 }
 
 bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    if (dt != OKV_BF16 && dt != OKV_F16) return false;
-    if (kv_heads <= 0 || n_heads % kv_heads || D % 32 || D > DMAX) return false;
-    return (int64_t)T * (n_heads / kv_heads) <= RMAX && okv_cpu()->avx512bf16 && okv_cpu()->avx512bw;
+    return okv_attend_decode_amx_fits(T, n_heads, kv_heads, D, dt) ||
+           okv_attend_decode_dpbf16_fits(T, n_heads, kv_heads, D, dt);
 }
 
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads) {
@@ -320,7 +608,7 @@ size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int hea
     return dec_scratch(t, t * G, kv_heads, head_dim, dec_splits(-1, n_threads < 1 ? 1 : n_threads));
 }
 
-void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
+static void dec_run(okv_threadpool *tp, const okv_attn_args *a, bool amx) {
     if (a->T <= 0) return;
     dec_job j = {0};
     j.a = a;
@@ -328,6 +616,7 @@ void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
     j.Hkv = a->kv.kv_heads;
     j.G = a->n_heads / j.Hkv;
     j.R = a->T * j.G;
+    j.Rp = pad_vectors(j.R);
     for (int r = 0; r < a->n_runs; r++) j.n_keys += a->runs[r].n;
     j.n_splits = dec_splits(j.n_keys, okv_threadpool_size(tp));
     j.split_len = (j.n_keys + j.n_splits - 1) / j.n_splits;
@@ -343,17 +632,23 @@ void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
     }
     j.qlo = (int32_t *)mem;
     j.qhi = j.qlo + a->T;
-    j.qb = (uint16_t *)(mem + r64((size_t)2 * a->T * 4));
-    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.R * j.D * 2));
+    j.qb = j.qt = (uint16_t *)(mem + r64((size_t)2 * a->T * 4));
+    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 2));
     okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
     for (int h = 0; h < j.Hkv; h++)
-        for (int r = 0; r < j.R; r++) {
-            const float *q = a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D;
-            uint16_t *d = j.qb + ((size_t)h * j.R + r) * j.D;
-            for (int e = 0; e < j.D; e++) d[e] = okv_f32_to_bf16(q[e] * a->scale);
+        for (int r = 0; r < (amx ? j.Rp : j.R); r++) {
+            const float *q = r < j.R ? a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D : NULL;
+            for (int e = 0; e < j.D; e++) {
+                uint16_t b = q ? okv_f32_to_bf16(q[e] * a->scale) : 0;
+                if (amx) /* B tile u: row (e % 32) / 2 = dim pair, column r, element e % 2 */
+                    j.qt[((((size_t)h * (j.D / 32) + e / 32) * 16 + (e % 32) / 2) * j.Rp + r) * 2 + e % 2] = b;
+                else
+                    j.qb[((size_t)h * j.R + r) * j.D + e] = b;
+            }
         }
-    okv_threadpool_run(tp, j.n_splits, dec_task, &j);
+    okv_threadpool_run(tp, j.n_splits, amx ? amx_task : dec_task, &j);
     /* merge the splits' (acc, m, l) per (kv head, vector) */
+    okv_dtype perm = amx ? a->kv.dtype : OKV_F32; /* amx_channel's order, or as is */
     for (int h = 0; h < j.Hkv; h++)
         for (int r = 0; r < j.R; r++) {
             float *o = a->out + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D;
@@ -369,10 +664,27 @@ void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
                 if (st[j.D] == -INFINITY) continue;
                 float cf = expf(st[j.D] - M);
                 lsum += st[j.D + 1] * cf;
-                for (int d = 0; d < j.D; d++) o[d] += st[d] * cf;
+                for (int d = 0; d < j.D; d++) o[amx_channel(d, perm)] += st[d] * cf;
             }
             float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
             for (int d = 0; d < j.D; d++) o[d] *= inv;
         }
     okv_kscratch_release(&ks);
+}
+
+void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, false); }
+
+void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, true); }
+
+void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
+    dec_run(tp, a, okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype));
+}
+
+/* The AVX-512 BF16 table's attention (CPUs without AMX, e.g. Zen 4): decode
+ * calls on this kernel, the rest on the blocked AVX-512 one. */
+void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a) {
+    if (okv_attend_decode_dpbf16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+        okv_attend_decode_dpbf16(tp, a);
+    else
+        okv_attend_avx512(tp, a);
 }

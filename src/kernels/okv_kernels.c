@@ -30,11 +30,12 @@ static const okv_kernels kernels_avx512 = {
     .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
 };
 
-/* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x. */
+/* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x;
+ * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
-    .matmul_rounding = {[OKV_BF16] = 0x1p-8f},
+    .glu = okv_glu_avx2, .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_best,
+    .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
 static const okv_kernels kernels_amx = {

@@ -119,6 +119,16 @@ size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
  * (okv_attend_decode.c); _fits says whether a call qualifies. */
 bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
+/* Its two kernels: AMX-BF16 score tiles + f32 FMA P V (bf16/f16/q8 pools,
+ * kv_heads <= 64, AMX usable), and vdpbf16ps only (bf16/f16; any AVX-512
+ * BF16 CPU). okv_attend_decode takes the first that fits. */
+bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a);
+void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
+/* The AVX-512 BF16 table's attend: decode calls on okv_attend_decode_dpbf16,
+ * the rest okv_attend_avx512. */
+void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 /* The inner loops per ISA: plain C (the model the others are tested
  * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (okv_attend_simd.c). */

@@ -155,8 +155,8 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
                          bool with_naive) {
     int32_t end = s->p0 + s->T, n_keys = end - s->base;
     int32_t slots = s->ring ? s->ring : end;
-    size_t row = (size_t)s->Hkv * s->D, esz = okv_dtype_size(s->dt);
-    void *kp = calloc((size_t)slots * row, esz), *vp = calloc((size_t)slots * row, esz);
+    size_t row = (size_t)s->Hkv * s->D, rb = okv_kv_row_bytes(s->dt, row); /* q8: blocks, okv_kvq8.h */
+    void *kp = calloc((size_t)slots, rb), *vp = calloc((size_t)slots, rb);
     okv_attn_kv kv = {kp, vp, kp, vp, s->dt, s->Hkv, s->D};
     /* store random k/v for every position of the span, the way steps would */
     float *kin = malloc(sizeof(float) * n_keys * row), *vin = malloc(sizeof(float) * n_keys * row);
@@ -476,14 +476,18 @@ static void test_workspace(const okv_kernels **tables, int n_tables) {
     free(o2);
 }
 
-/* The vdpbf16ps decode kernel on its own (reached through the AMX table
- * only where AMX is usable): every head_dim it takes (32..256, each
- * accumulator tiling), GQA ratios up to its 15 query vectors, T = 1..3,
- * key counts off the 16-key blocks and across the thread splits, windows,
- * ring wraps, a peaky softmax; 1 and 2 threads against the reference. */
+/* The decode kernels on their own (okv_attend_decode.c: AMX score tiles +
+ * f32 P V where AMX is usable, and vdpbf16ps only, which the AVX-512 BF16
+ * table takes on CPUs without AMX): every head_dim they take (32..256,
+ * each accumulator tiling), every GQA ratio up to their 15 query vectors
+ * (the tiles pad 3, 5..7, 9..15 to 4, 8, 16 columns), T = 1..5, key counts
+ * off the 16-key blocks and across the thread splits, windows, ring wraps,
+ * a peaky softmax, bf16/f16 pools and (AMX) q8; 1 and 2 threads against the
+ * reference; then the AVX-512 BF16 table's attention, which routes decode
+ * calls to the vdpbf16ps kernel. */
 static void test_decode_kernel(okv_threadpool *tp2) {
-    static const okv_kernels dec = {.name = "decode-bf16", .attend = okv_attend_decode, .attend_bf16 = true};
-    const okv_kernels *tables[1] = {&dec};
+    static const okv_kernels dpbf = {.name = "decode-dpbf16", .attend = okv_attend_decode_dpbf16, .attend_bf16 = true};
+    static const okv_kernels amx = {.name = "decode-amx", .attend = okv_attend_decode_amx, .attend_bf16 = true};
     static const scenario cases[] = {
         /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
         {"dec first token",              4, 2, 64, OKV_BF16, 1,  0,    0,  0,  0, 1},
@@ -498,23 +502,64 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         {"dec 15 vectors T=5",           3, 1, 64, OKV_F16,  5, 700,   0,  0,  0, 1},
         {"dec gqa 5 splits",            40, 8, 64, OKV_BF16, 1, 5003,  0,  0,  0, 1},
         {"dec gqa 4 T=3",               32, 8, 64, OKV_BF16, 3, 1499,  0,  0,  0, 1},
+        {"dec gqa 6",                   12, 2, 64, OKV_BF16, 1, 611,   0,  0,  0, 1},
+        {"dec gqa 9 d96",                9, 1, 96, OKV_F16,  1, 130,   0,  0,  0, 1},
+        {"dec gqa 11",                  22, 2, 32, OKV_BF16, 1, 259,   0,  0,  0, 1},
+        {"dec gqa 13 d256",             13, 1, 256, OKV_BF16, 1, 800,  0,  0,  0, 1},
+        {"dec gqa 2 T=7",               16, 8, 64, OKV_BF16, 7, 390,   0,  0,  0, 1},
+        {"dec gqa 1 T=8",                8, 8, 128, OKV_BF16, 8, 1200, 0,  0,  0, 1},
         {"dec peaky",                    8, 2, 64, OKV_BF16, 1, 2500,  0,  0,  0, 8},
         {"dec window",                   8, 2, 64, OKV_BF16, 2, 3000,  0, 333, 0, 1},
         {"dec window 1",                 4, 1, 64, OKV_F16,  3, 70,    0,  1,  0, 1},
         {"dec ring wrap",               32, 8, 64, OKV_BF16, 1, 9000, 8001, 1000, 1031, 1},
         {"dec ring wrap T=2 d128",       8, 4, 128, OKV_F16, 2, 777,  700, 77, 93, 1},
+        {"dec q8 first token",           4, 2, 64, OKV_Q8,   1,  0,    0,  0,  0, 1},
+        {"dec q8 llama",                32, 8, 64, OKV_Q8,   1, 4100,  0,  0,  0, 1},
+        {"dec q8 d32 gqa 3",             9, 3, 32, OKV_Q8,   1, 517,   0,  0,  0, 1},
+        {"dec q8 d256 gqa 15",          15, 1, 256, OKV_Q8,  1, 333,   0,  0,  0, 1},
+        {"dec q8 d96 T=3",               4, 2, 96, OKV_Q8,   3, 1029,  0,  0,  0, 2},
+        {"dec q8 window",                8, 2, 64, OKV_Q8,   2, 3000,  0, 333, 0, 1},
+        {"dec q8 ring wrap",            32, 8, 64, OKV_Q8,   1, 9000, 8001, 1000, 1031, 1},
+        {"dec q8 peaky",                 8, 2, 128, OKV_Q8,  1, 2500,  0,  0,  0, 8},
     };
-    if (!okv_attend_decode_fits(1, 4, 2, 64, OKV_BF16)) {
-        printf("decode kernel: skipped (no AVX-512 BF16)\n");
+    if (!okv_attend_decode_dpbf16_fits(1, 4, 2, 64, OKV_BF16)) {
+        printf("decode kernels: skipped (no AVX-512 BF16)\n");
         return;
     }
+    bool have_amx = okv_attend_decode_amx_fits(1, 4, 2, 64, OKV_BF16);
+    if (!have_amx) printf("decode kernel on AMX tiles: skipped (AMX not usable)\n");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         scenario s = cases[i];
-        CHECKF(okv_attend_decode_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: decode kernel refuses", s.what);
-        run_scenario(&s, tables, 1, tp2, false);
+        const okv_kernels *tables[2];
+        int n = 0;
+        if (s.dt != OKV_Q8) {
+            CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
+            tables[n++] = &dpbf;
+        } else {
+            CHECKF(!okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: vdpbf16ps kernel takes q8", s.what);
+        }
+        if (have_amx) {
+            CHECKF(okv_attend_decode_amx_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AMX decode kernel refuses", s.what);
+            tables[n++] = &amx;
+        }
+        if (n) run_scenario(&s, tables, n, tp2, false);
     }
     CHECK(!okv_attend_decode_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_fits(1, 4, 2, 80, OKV_BF16) &&
-          !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32));
+          !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32) &&
+          !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16));
+    /* the AVX-512 BF16 table (forced: this is the table a CPU with AVX-512
+     * BF16 but no AMX gets): decode on the vdpbf16ps kernel, prefill and
+     * f32/q8 pools on the blocked AVX-512 one */
+    const okv_kernels *k512 = okv_kernels_select(OKV_ISA_AVX512);
+    CHECKF(!strcmp(k512->name, "avx512-bf16") && k512->attend == okv_attend_avx512_bf16 && k512->attend_bf16,
+           "AVX-512 BF16 table: %s", k512->name);
+    static const scenario via_table[] = {
+        {"avx512-bf16 decode",          32, 8, 64, OKV_BF16, 1, 2100,  0,  0,  0, 1},
+        {"avx512-bf16 decode f16 ring",  8, 2, 128, OKV_F16, 2, 900,  850, 60, 70, 1},
+        {"avx512-bf16 prefill",          8, 2, 64, OKV_BF16, 40, 300,  0,  0,  0, 1},
+        {"avx512-bf16 q8 decode",        8, 2, 64, OKV_Q8,   1, 700,   0,  0,  0, 1},
+    };
+    for (size_t i = 0; i < sizeof via_table / sizeof *via_table; i++) run_scenario(&via_table[i], &k512, 1, tp2, false);
 }
 
 int main(void) {

@@ -4,7 +4,8 @@
  * (nothing outside the runs touched), every table's fast attention over q8
  * pools against the reference over the same pools (1e-5 absolute, 1 and 2
  * threads; flat, ring wrap, windows, GQA/MQA, head_dim 32..256, decode and
- * prefill, thousands of keys, many sequences via okv_attn_vis), and q8
+ * prefill, thousands of keys, many sequences via okv_attn_vis; 2e-2 for
+ * tables whose decode kernel rounds q and k to bf16, the AMX one), and q8
  * attention against f32 attention of the same data within a bound computed
  * from the actual quantization errors. */
 #include <stdint.h>
@@ -208,8 +209,9 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
             a.out = fast;
             memset(fast, 0xff, sizeof(float) * nq);
             tables[ti]->attend(th ? tp2 : NULL, &a);
-            double m = max_diff_f(fast, ref, nq);
-            CHECKF(m <= 1e-5 * s->kv_scale, "%s: %s q8 attend (%d threads) vs reference %g", s->what,
+            /* tables whose decode rounds q and k to bf16 (AMX decode kernel) */
+            double m = max_diff_f(fast, ref, nq), tol = tables[ti]->attend_bf16 ? 2e-2 : 1e-5;
+            CHECKF(m <= tol * s->kv_scale, "%s: %s q8 attend (%d threads) vs reference %g", s->what,
                    tables[ti]->name, th + 1, m);
         }
     free(kp); free(vp); free(kf); free(vf); free(kin); free(vin); free(kq); free(vq);
@@ -275,7 +277,8 @@ static void test_vis(void) {
         for (int th = 0; th < 2; th++) {
             a.out = fast;
             tables[ti]->attend(th ? tp2 : NULL, &a);
-            CHECKF(max_diff_f(fast, ref, T * Hq * D) <= 1e-5, "%s q8 attend with vis (%d threads): %g",
+            CHECKF(max_diff_f(fast, ref, T * Hq * D) <= (tables[ti]->attend_bf16 ? 2e-2 : 1e-5),
+                   "%s q8 attend with vis (%d threads): %g",
                    tables[ti]->name, th + 1, max_diff_f(fast, ref, T * Hq * D));
         }
     okv_threadpool_free(tp2);
