@@ -34,6 +34,10 @@
  *      interleaved rep by rep, medians, 2 threads; q8/bf16 time ratio and
  *      q8's max |diff| from f32 storage
  *
+ *  13. ops: the row-wise ops (GLU, RoPE, add + RMSNorm, RMSNorm) at pp512 and
+ *      decode sizes, old and new paths interleaved, one thread by CPU time,
+ *      next to a memory roof (bench_ops.c)
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -42,8 +46,8 @@
  *      path's (2-thread peak for the 2-thread table, one-core for pp512cpu)
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv]
- * (default: all sections but attnlong and pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops]
+ * (default: all sections but attnlong, ops and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -58,6 +62,8 @@
 #include "okv_common.h"
 #include "okv_kernels.h"
 #include "okv_kernels_internal.h"
+
+void bench_ops(int quick); /* 13, bench_ops.c */
 
 static double now(void) {
     struct timespec ts;
@@ -1326,6 +1332,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "attndecode")) /* 12 */
         bench_attn_decode(tps[want(argc, argv, "1t") ? 0 : 1], quick, want(argc, argv, "q8") ? OKV_Q8 : OKV_BF16,
                           want(argc, argv, "hot") ? 3 : want(argc, argv, "16k") ? 2 : -1);
+    if (want(argc, argv, "ops")) bench_ops(quick); /* 13 */
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

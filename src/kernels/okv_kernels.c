@@ -5,8 +5,10 @@
  * test can hold the plain and the AVX2 table side by side and compare. The
  * AVX-512 and AMX tables differ from AVX2 in the prefill matmul (T > 1) and
  * the attention's inner loops (512-bit: attention is compute-bound at long
- * prefill); rmsnorm, glu and the decode GEMV are the AVX2 ones (measured: no
- * gain from 512-bit vectors for those memory-bound loops yet). */
+ * prefill) and in the row-wise ops (rmsnorm, add_rmsnorm, glu, rope_apply:
+ * okv_ops_simd.c: 1.4-9x faster at decode sizes, rope and add + rmsnorm
+ * 2-4x at pp512, where the GLU is at the memory wall on either path); the
+ * decode GEMV is the AVX2 one. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,48 +16,57 @@
 
 #include "okv_kernels_internal.h"
 
+/* The row-wise ops per ISA (okv_ops.c, okv_ops_simd.c): every table of an
+ * ISA gets the same ones, so the fused and unfused steps agree. */
+#define OPS_PLAIN .rmsnorm = okv_rmsnorm_plain, .glu = okv_glu_plain, .add_rmsnorm = okv_add_rmsnorm_plain, \
+                  .rope_apply = okv_rope_apply
+#define OPS_AVX2 .rmsnorm = okv_rmsnorm_avx2, .glu = okv_glu_avx2, .add_rmsnorm = okv_add_rmsnorm_avx2, \
+                 .rope_apply = okv_rope_apply_avx2
+#define OPS_AVX512 .rmsnorm = okv_rmsnorm_avx512, .glu = okv_glu_avx512, .add_rmsnorm = okv_add_rmsnorm_avx512, \
+                   .rope_apply = okv_rope_apply_avx512
+
 static const okv_kernels kernels_plain = {
-    .isa = OKV_ISA_PLAIN, .name = "plain", .matmul = okv_matmul_plain, .rmsnorm = okv_rmsnorm_plain,
-    .glu = okv_glu_plain, .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain,
+    .isa = OKV_ISA_PLAIN, .name = "plain", .matmul = okv_matmul_plain, OPS_PLAIN,
+    .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain,
 };
 
 static const okv_kernels kernels_avx2 = {
-    .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2, OPS_AVX2,
+    .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
-    .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
+    .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512, OPS_AVX512,
+    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x;
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
-    .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_best,
+    .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, OPS_AVX512,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
 static const okv_kernels kernels_amx = {
-    .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx,
+    .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, OPS_AVX512,
+    .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}, .attend_bf16 = true,
 };
 
 /* Batch-invariant (okv_kernels_det.c): one matmul per weight dtype for every T. */
 static const okv_kernels kernels_det = {
-    .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", .matmul = okv_matmul_det, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det,
+    .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", .matmul = okv_matmul_det, OPS_AVX2,
+    .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det,
 };
 static const okv_kernels kernels_det_plain = {
-    .isa = OKV_ISA_PLAIN, .name = "deterministic-plain", .matmul = okv_matmul_plain, .rmsnorm = okv_rmsnorm_plain,
-    .glu = okv_glu_plain, .attend = okv_attend_det_plain, .matmul_q = okv_matmul_q_plain,
+    .isa = OKV_ISA_PLAIN, .name = "deterministic-plain", .matmul = okv_matmul_plain, OPS_PLAIN,
+    .attend = okv_attend_det_plain, .matmul_q = okv_matmul_q_plain,
 };
 static const okv_kernels kernels_det_avx512 = {
-    .isa = OKV_ISA_AVX512, .name = "deterministic-avx512", .matmul = okv_matmul_det_avx512, .rmsnorm = okv_rmsnorm_avx2,
-    .glu = okv_glu_avx2, .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det,
+    .isa = OKV_ISA_AVX512, .name = "deterministic-avx512", .matmul = okv_matmul_det_avx512, OPS_AVX512,
+    .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det,
 };
 
 static bool cpu_has_avx2(void) {

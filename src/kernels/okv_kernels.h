@@ -121,6 +121,13 @@ typedef struct okv_kernels {
     void (*rmsnorm)(float *y, const float *x, int T, int width, int group, const float *w, float eps);
     /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate. */
     void (*glu)(float *y, const float *gate, const float *up, size_t n, okv_act act);
+    /* sum = a + b, then y = this table's rmsnorm of sum, bit for bit, in one
+     * pass over each row group; all [T, width]. sum may alias a or b, y any
+     * of the three. */
+    void (*add_rmsnorm)(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
+                        const float *w, float eps);
+    /* okv_rope_apply, bit for bit (every table) */
+    void (*rope_apply)(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs);
     /* update_and_attend, the fast version: blocked, flash style (online
      * softmax over key blocks, each block shared by a query block and by the
      * GQA heads of its kv head, threads over (kv head, query block[, keys])),
@@ -178,7 +185,7 @@ const okv_cpu_caps *okv_cpu(void);
  * static string, computed once). */
 const char *okv_cpu_features(void);
 
-/* ---- kernels without SIMD variants ------------------------------------------- */
+/* ---- plain row-wise kernels (okv_ops.c; rope_apply also in the tables) -------- */
 
 /* x [T, n_heads*head_dim] in place; NeoX layout: channel i pairs with i+D/2,
  * angle = pos * inv_freq[i] for i < D/2 (inv_freq 0 = identity). */

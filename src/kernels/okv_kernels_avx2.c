@@ -1,4 +1,5 @@
-/* okv_kernels_avx2.c — AVX2 + FMA + F16C versions of the table kernels.
+/* okv_kernels_avx2.c — AVX2 + FMA + F16C versions of the table kernels
+ * (the row-wise ops' are in okv_ops_simd.c).
  *
  * Every function here carries __attribute__((target(...))) instead of the
  * file being built with -mavx2, so the library still runs on any x86-64 and
@@ -289,81 +290,5 @@ void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
     }
     j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), 12);
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, matmul_avx2_task, &j);
-}
-
-/* ---- rmsnorm ------------------------------------------------------------------- */
-
-TGT void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, const float *w, float eps) {
-    if (group <= 0) group = width;
-    for (size_t g = 0; g < (size_t)T * (size_t)(width / group); g++) {
-        const float *xg = x + g * group;
-        float *yg = y + g * group;
-        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-        int i = 0;
-        for (; i + 16 <= group; i += 16) {
-            __m256 a = _mm256_loadu_ps(xg + i), b = _mm256_loadu_ps(xg + i + 8);
-            s0 = _mm256_fmadd_ps(a, a, s0);
-            s1 = _mm256_fmadd_ps(b, b, s1);
-        }
-        for (; i + 8 <= group; i += 8) {
-            __m256 a = _mm256_loadu_ps(xg + i);
-            s0 = _mm256_fmadd_ps(a, a, s0);
-        }
-        float ss = hsum8(_mm256_add_ps(s0, s1));
-        for (; i < group; i++) ss += xg[i] * xg[i];
-        float r = 1.0f / sqrtf(ss / (float)group + eps);
-        __m256 rv = _mm256_set1_ps(r);
-        for (i = 0; i + 8 <= group; i += 8) {
-            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xg + i), rv);
-            if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
-            _mm256_storeu_ps(yg + i, v);
-        }
-        for (; i < group; i++) yg[i] = xg[i] * r * (w ? w[i] : 1.0f);
-    }
-}
-
-/* ---- glu ------------------------------------------------------------------------ */
-
-/* exp(x) for 8 lanes: x = n ln2 + f, |f| <= ln2/2, exp(f) by the Cephes
- * polynomial (rel. error ~1e-7), 2^n through the exponent bits. The input is
- * clamped to [-87, 88] so 2^n stays a normal float. */
-INLINE_TGT __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-/* SiLU(g) = g * sigmoid(g); tanh-GELU(g) = g * sigmoid(2u) with
- * u = sqrt(2/pi) (g + 0.044715 g^3), since 0.5 (1 + tanh u) = sigmoid(2u). */
-INLINE_TGT __m256 act8(__m256 g, okv_act act) {
-    __m256 z = g;
-    if (act == OKV_ACT_GELU_TANH) {
-        __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
-        __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g);
-        z = _mm256_mul_ps(u, _mm256_set1_ps(2.0f * 0.7978845608028654f));
-    }
-    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(_mm256_sub_ps(_mm256_setzero_ps(), z)));
-    return _mm256_div_ps(g, den);
-}
-
-TGT void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = act == OKV_ACT_SILU ? act8(_mm256_loadu_ps(gate + i), OKV_ACT_SILU)
-                                       : act8(_mm256_loadu_ps(gate + i), OKV_ACT_GELU_TANH);
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(up + i)));
-    }
-    if (i < n) okv_glu_plain(y + i, gate + i, up + i, n - i, act);
 }
 

@@ -160,15 +160,27 @@ void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K
                       const void *W, okv_dtype wdt, int N, const float *bias);
 void okv_rmsnorm_plain(float *y, const float *x, int T, int width, int group, const float *w, float eps);
 void okv_glu_plain(float *y, const float *gate, const float *up, size_t n, okv_act act);
+void okv_add_rmsnorm_plain(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
+                           const float *w, float eps);
 void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a);
 
 /* AVX2+FMA+F16C entry points (okv_kernels_avx2.c); only called when the CPU
  * has those features. */
 void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
                      const void *W, okv_dtype wdt, int N, const float *bias);
+void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
+
+/* The row-wise ops' AVX2 and AVX-512 (F/BW/VL/DQ) versions (okv_ops_simd.c). */
 void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, const float *w, float eps);
 void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act);
-void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
+void okv_add_rmsnorm_avx2(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
+                          const float *w, float eps);
+void okv_rope_apply_avx2(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs);
+void okv_rmsnorm_avx512(float *y, const float *x, int T, int width, int group, const float *w, float eps);
+void okv_glu_avx512(float *y, const float *gate, const float *up, size_t n, okv_act act);
+void okv_add_rmsnorm_avx512(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
+                            const float *w, float eps);
+void okv_rope_apply_avx512(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs);
 
 /* Quantized matmul (okv_qmatmul*.c): the f32 reference (dequantizes each W
  * row once for all rows of x), and per ISA the integer-dot versions. */

@@ -1,12 +1,17 @@
-/* okv_ops.c — the kernels without SIMD variants: rope, embedding lookup,
- * softcap, elementwise add/scale, and writing a step's k/v into the pools.
- * The runtime runs them over row blocks of a long step on the pool; each
- * row's result is the same whatever the blocks.
+/* okv_ops.c — the plain row-wise kernels: rope (and its angle table and
+ * rotation, whose SIMD versions are in okv_ops_simd.c and must equal these
+ * bit for bit), the plain table's add + rmsnorm, embedding lookup, softcap,
+ * elementwise add/scale, and writing a step's k/v into the pools. The
+ * runtime runs them over row blocks of a long step on the pool; each row's
+ * result is the same whatever the blocks.
  *
  * They are either cheap next to the matmuls (elementwise work over one
  * activation row per token) or dominated by something other than arithmetic
  * (rope's sin/cos, which we compute in double because positions reach 128k
- * and a float angle there would be off by whole radians' worth of ulps). */
+ * and a float angle there would be off by whole radians' worth of ulps: the
+ * angle table is computed once per step and inv_freq, so its cost is
+ * T x head_dim/2 sin/cos pairs, not one per head). Built with
+ * -ffp-contract=off, like okv_ops_simd.c. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -80,6 +85,17 @@ void okv_softcap(float *x, size_t n, float cap) {
 
 void okv_add(float *y, const float *a, const float *b, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* The plain table's add_rmsnorm: okv_add then okv_rmsnorm_plain, row by row
+ * (the sum's row is normed while in L1). */
+void okv_add_rmsnorm_plain(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
+                           const float *w, float eps) {
+    for (int t = 0; t < T; t++) {
+        size_t o = (size_t)t * (size_t)width;
+        okv_add(sum + o, a + o, b + o, (size_t)width);
+        okv_rmsnorm_plain(y + o, sum + o, 1, width, group, w, eps);
+    }
 }
 
 void okv_scale(float *y, const float *x, size_t n, float s) {

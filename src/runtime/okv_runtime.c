@@ -654,13 +654,15 @@ static void rmsnorm_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
                      width(s, nd->out), p.group, tensor_f32(s, nd->w[0]), p.eps);
 }
 
-/* The add of nd, then the rmsnorm of nd + 1 over its sum, row block by
- * row block (run_graph checked that nd + 1 reads nd's output). */
+/* The add of nd, then the rmsnorm of nd + 1 over its sum, one pass per row
+ * (the table's add_rmsnorm: the same bits as the two ops one after the
+ * other; run_graph checked that nd + 1 reads nd's output). */
 static void add_rmsnorm_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
-    size_t w = (size_t)width(s, nd->out);
-    okv_add(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0),
-            ROW(val(s, nd->in[1]), nd->in[1], r0), (size_t)(r1 - r0) * w);
-    rmsnorm_rows(s, nd + 1, r0, r1);
+    const okv_node *nn = nd + 1;
+    okv_op_rmsnorm_params p = okv_op_rmsnorm_get(nn);
+    s->r->k->add_rmsnorm(ROW(val(s, nn->out), nn->out, r0), ROW(val(s, nd->out), nd->out, r0),
+                         ROW(val(s, nd->in[0]), nd->in[0], r0), ROW(val(s, nd->in[1]), nd->in[1], r0), r1 - r0,
+                         width(s, nn->out), p.group, tensor_f32(s, nn->w[0]), p.eps);
 }
 
 static void add_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
@@ -730,8 +732,8 @@ static void rope_angle_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
 
 static void rope_rows(step_ctx *s, const okv_node *nd, int r0, int r1) {
     okv_op_rope_params p = okv_op_rope_get(nd);
-    okv_rope_apply(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0), r1 - r0, p.n_heads,
-                   p.head_dim, rope_table(s, nd) + (size_t)r0 * (p.head_dim / 2) * 2);
+    s->r->k->rope_apply(ROW(val(s, nd->out), nd->out, r0), ROW(val(s, nd->in[0]), nd->in[0], r0), r1 - r0, p.n_heads,
+                        p.head_dim, rope_table(s, nd) + (size_t)r0 * (p.head_dim / 2) * 2);
 }
 
 static void run_rope(step_ctx *s, const okv_node *nd, int rows, int w) {
