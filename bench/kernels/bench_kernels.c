@@ -38,6 +38,11 @@
  *      decode sizes, old and new paths interleaved, one thread by CPU time,
  *      next to a memory roof (bench_ops.c)
  *
+ *  14. decodestep: the GEMVs of one Llama-3.2-1B decode step for the bf16,
+ *      q8 and q4 programs (every matrix in its own memory), each step
+ *      alternating with a sum over the same bytes; bf16 also on the previous
+ *      AVX2 GEMV and the deterministic table's AMX T = 1 form
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -46,7 +51,7 @@
  *      path's (2-thread peak for the 2-thread table, one-core for pp512cpu)
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops]
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep]
  * (default: all sections but attnlong, ops and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -1140,6 +1145,107 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
     }
 }
 
+/* ---- 14. decodestep: one decode step's GEMVs against the memory wall ---------------- */
+
+typedef struct lines_job {
+    const char *p;
+    size_t bytes;
+    int parts;
+    uint64_t sink[64];
+} lines_job;
+
+static void lines_task(void *ctx, int task, int thread) {
+    (void)thread;
+    lines_job *j = ctx;
+    size_t per = j->bytes / j->parts / 128 * 128, at = per * task;
+    if (task == j->parts - 1) per = j->bytes - at;
+    j->sink[task] = sum_lines(j->p + at, per);
+}
+
+/* The GEMVs of one Llama-3.2-1B decode step (q k v o gate up down x 16
+ * layers, then the 128256 x 2048 tied head) for the bf16, q8 (8w linears,
+ * 8w head) and q4 (4w g32 asym linears, 8w head) programs, every matrix in
+ * its own memory (0.9-2.5 GB a step), on 2 threads with the dispatched
+ * table; each step alternates with a sum over the same bytes (the probe),
+ * medians of wall time. bf16 also runs the AVX2 GEMV (the default before
+ * 2026-12-02) and the deterministic table's AMX T = 1 form, interleaved. */
+static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int quick) {
+    static const int shp[7][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+                                  {8192, 2048}, {8192, 2048}, {2048, 8192}};
+    enum { NL = 16, NM = NL * 7 + 1, MAXS = 32, NP = 3 };
+    const int steps = quick ? 5 : 15;
+    const okv_qscheme q8 = {8, 32, false, OKV_F16}, q4 = {4, 32, true, OKV_F16};
+    float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 128256);
+    for (int i = 0; i < 8192; i++) x[i] = frand();
+    size_t ws_bytes = (size_t)4 << 20; /* planned scratch, as the runtime gives its kernels */
+    void *ws = aligned_alloc(64, ws_bytes);
+    okv_threadpool_set_workspace(tp, ws, ws_bytes);
+    printf("\ndecode step GEMVs (Llama-3.2-1B, 16 layers + tied head), %d threads, medians of %d steps\n",
+           okv_threadpool_size(tp), steps);
+    printf("%-6s %-22s %9s %9s %9s %12s %8s\n", "prog", "path", "MB/step", "ms", "GB/s", "tok/s-equiv", "of probe");
+    for (int prog = 0; prog < 3; prog++) {
+        const okv_qscheme *lin = prog == 1 ? &q8 : prog == 2 ? &q4 : NULL, *head = prog ? &q8 : NULL;
+        size_t off[NM + 1];
+        off[0] = 0;
+        for (int i = 0; i < NM; i++) {
+            int N = i < NM - 1 ? shp[i % 7][0] : 128256, K = i < NM - 1 ? shp[i % 7][1] : 2048;
+            const okv_qscheme *s = i < NM - 1 ? lin : head;
+            size_t b = s ? (size_t)okv_quant_bytes(s, N, K) : (size_t)N * K * 2;
+            off[i + 1] = off[i] + (b + 4095) / 4096 * 4096;
+        }
+        qarena a = {aligned_alloc(4096, off[NM]), off[NM]};
+        if (!a.mem) {
+            printf("%-6s no memory for %.0f MB\n", prog ? (prog == 1 ? "q8" : "q4") : "bf16", off[NM] / 1e6);
+            continue;
+        }
+        qarena_fill_random(&a);
+        for (int i = 0; i < NM && prog; i++) { /* valid f16 scales and offsets */
+            int N = i < NM - 1 ? shp[i % 7][0] : 128256, K = i < NM - 1 ? shp[i % 7][1] : 2048;
+            qarena one = {a.mem + off[i], off[i + 1] - off[i]};
+            make_qset(&one, i < NM - 1 ? *lin : *head, N, K);
+        }
+        const char *names[NP] = {best->name, "avx2 (previous)", "det amx T=1"};
+        int n_paths = prog == 0 ? NP : 1;
+        double t[NP][MAXS], tp_[MAXS];
+        for (int r = 0; r <= steps; r++) {
+            for (int p = 0; p < n_paths; p++) {
+                double t0 = now();
+                for (int i = 0; i < NM; i++) {
+                    int N = i < NM - 1 ? shp[i % 7][0] : 128256, K = i < NM - 1 ? shp[i % 7][1] : 2048;
+                    const void *W = a.mem + off[i];
+                    if (prog) best->matmul_q(tp, y, x, 1, K, W, i < NM - 1 ? lin : head, N, NULL);
+                    else if (p == 0) best->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                    else if (p == 1) okv_matmul_avx2(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                    else okv_kernels_select_deterministic(OKV_ISA_AUTO)->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                }
+                if (r) t[p][r - 1] = now() - t0;
+            }
+            lines_job lj = {(const char *)a.mem, off[NM], okv_threadpool_size(tp), {0}};
+            double t0 = now();
+            okv_threadpool_run(tp, lj.parts, lines_task, &lj);
+            if (r) tp_[r - 1] = now() - t0;
+        }
+        double bytes = 0, probe = median(tp_, steps);
+        for (int i = 0; i < NM; i++) {
+            int N = i < NM - 1 ? shp[i % 7][0] : 128256, K = i < NM - 1 ? shp[i % 7][1] : 2048;
+            const okv_qscheme *s = i < NM - 1 ? lin : head;
+            bytes += s ? (double)okv_quant_bytes(s, N, K) : (double)N * K * 2;
+        }
+        for (int p = 0; p < n_paths; p++) {
+            double sec = median(t[p], steps);
+            printf("%-6s %-22s %9.1f %9.2f %9.2f %12.2f %7.0f%%\n", prog ? (prog == 1 ? "q8" : "q4") : "bf16",
+                   names[p], bytes / 1e6, sec * 1e3, bytes / sec / 1e9, 1 / sec, 100 * probe / sec * bytes / off[NM]);
+        }
+        printf("%-6s %-22s %9.1f %9.2f %9.2f\n", "", "probe (same bytes)", off[NM] / 1e6, probe * 1e3, off[NM] / probe / 1e9);
+        fflush(stdout);
+        free(a.mem);
+    }
+    okv_threadpool_set_workspace(tp, NULL, 0);
+    free(ws);
+    free(x);
+    free(y);
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -1333,6 +1439,7 @@ int main(int argc, char **argv) {
         bench_attn_decode(tps[want(argc, argv, "1t") ? 0 : 1], quick, want(argc, argv, "q8") ? OKV_Q8 : OKV_BF16,
                           want(argc, argv, "hot") ? 3 : want(argc, argv, "16k") ? 2 : -1);
     if (want(argc, argv, "ops")) bench_ops(quick); /* 13 */
+    if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
