@@ -34,6 +34,15 @@
  *      interleaved rep by rep, medians, 2 threads; q8/bf16 time ratio and
  *      q8's max |diff| from f32 storage
  *
+ *  12. attndecode: a whole decode step's attention of Llama-3.2-1B (16 layers,
+ *      each its own pool: 512 MiB of bf16 K/V at 16k positions) at 512/4k/16k
+ *      positions and with K/V hot in cache, the decode kernels (v0 = the
+ *      vdpbf16ps one before the AMX kernel, attend_decode_v0.c; the
+ *      blocked AVX-512 one for q8) interleaved with a read-bandwidth probe
+ *      over the same pools; medians of wall and process CPU time, the
+ *      probe's time over each kernel's; `q8` for q8 KV, `1t` one thread,
+ *      `16k` / `hot` one row only
+ *
  *  13. ops: the row-wise ops (GLU, RoPE, add + RMSNorm, RMSNorm) at pp512 and
  *      decode sizes, old and new paths interleaved, one thread by CPU time,
  *      next to a memory roof (bench_ops.c)
@@ -52,7 +61,8 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep]
- * (default: all sections but attnlong, ops and pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * [attndecode [q8] [1t] [16k|hot]]
+ * (default: all sections but attnlong, attndecode, ops and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -1060,14 +1070,15 @@ static void kvprobe_task(void *ctx, int task, int thread) {
  * over the same pools, interleaved round by round; medians of wall time,
  * process CPU time (both threads) and GB/s of K/V; "of wall" is the probe's
  * time over the kernel's. A "hot" row repeats one small layer 16 times
- * (K/V in the L2s): what the kernel costs when memory does not bound it. */
+ * (4 MiB: K/V in L2/L3): what the kernel costs when DRAM does not bound it. */
 static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int only) {
-    enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 4, MAXR = 31 };
+    enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 5, MAXR = 31 };
     const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
-    const char *names[NF] = {"v0 decode", "dpbf16", "amx", "table"};
-    attend_fn fns[NF] = {bench_attend_decode_v0, okv_attend_decode_dpbf16, okv_attend_decode_amx, k->attend};
-    bool ok[NF] = {okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt), okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
-                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
+    const char *names[NF] = {"blocked", "v0 decode", "dpbf16", "amx", "table"};
+    attend_fn fns[NF] = {okv_attend_avx512, bench_attend_decode_v0, okv_attend_decode_dpbf16, okv_attend_decode_amx,
+                         k->attend};
+    bool ok[NF] = {dt == OKV_Q8, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
+                   okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt), okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
     printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
            okv_dtype_name(dt), okv_threadpool_size(tp), k->name);
     printf("%-6s %-10s %9s %9s %8s %8s %9s\n", "pos", "kernel", "wall ms", "cpu ms", "cpu/wall", "GB/s", "of probe");

@@ -1,37 +1,60 @@
 /* okv_attend_decode.c — decode-sized attention (fewer than 16 query vectors
- * per kv head, T x G < 16) for bf16/f16 pools with AVX-512 BF16 dot
- * products: the long-context decode step, which must stream K/V at memory
- * speed. f32 pools and prefill chunks go elsewhere (okv_attend_amx.c).
+ * per kv head, T x G < 16) for bf16/f16 pools (and q8 on AMX): the
+ * long-context decode step, which must stream K/V at memory speed. f32
+ * pools and prefill chunks go elsewhere (okv_attend_amx.c, okv_attend.c).
  *
  * A task is a range of keys (split over the threads, partial softmax states
  * merged at the end) for ALL kv heads, so the pool ([slot][kv head][dim]) is
- * swept contiguously; per block of 16 keys and per kv head:
- *   scores: vdpbf16ps of each query vector (bf16, scale folded in) with
- *     each key, 16 partial vectors reduced into one vector of 16 scores by
- *     a shuffle tree (keys come out in a fixed permuted lane order; V is
- *     read in the same order, so nothing is un-permuted);
+ * swept contiguously, block of 16 keys by block; per block and kv head one
+ * of two kernels (okv_attend_decode takes the AMX one where AMX is usable):
+ *
+ * AMX (amx_task; bf16/f16/q8 pools):
+ *   scores: one tdpbf16ps per 32 dims, K as the A operand loaded straight
+ *     from the pool (16 keys x 32 dims, rows a pool row apart; f16, q8 and
+ *     partial blocks staged as bf16 first), Q^T (scale folded in) as B with
+ *     the head's vectors padded to Rp = 1/2/4/8/16 columns: S[key][vector].
+ *     Odd and even kv heads use two tile sets, and head h + 1's tiles are
+ *     issued before head h's softmax, so the tiles overlap the vector work.
+ *   softmax: on S as stored ([16][Rp] = Rp vectors, lane e = vector e % Rp):
+ *     maxima by lanes then a butterfly over lane groups, per-lane sums l;
+ *     the rescale skipped when no maximum moved (the usual case at long
+ *     context).
+ *   P V: f32 FMAs, p broadcast from S, V widened in registers (bf16: a
+ *     shift and a mask give the even and odd channels of 32, un-permuted
+ *     at the merge; f16 vcvtph2ps; q8 codes x scale), accumulators for a
+ *     tile of up to 4 vectors x 64 channels. (vdpbf16ps measures ~0.5/cycle
+ *     here against 2/cycle for a 16-lane FMA, so f32 FMAs are the cheaper
+ *     way to 32 multiply-adds.)
+ *   prefetch: the rows of the (block, head) step PF_STEPS = 2 ahead.
+ * vdpbf16ps only (dec_task; bf16/f16; what the AVX-512 BF16 table runs on
+ * CPUs without AMX, e.g. Zen 4):
+ *   scores: vdpbf16ps of each query vector with each key, 16 partial
+ *     vectors reduced into one vector of 16 scores by a shuffle tree (keys
+ *     come out in a fixed permuted lane order; V is read in the same order);
  *   softmax: online, one lane per key, the sum l kept per lane until the end;
  *   P V: p rounded to bf16, pairs of keys broadcast as dwords against V
- *     rows interleaved in pairs (vpermt2w), vdpbf16ps into accumulators
- *     held in registers for a tile of rows x all channels.
- * No padding vectors: a decode step of G = 4 heads per kv head does the 4
- * dot products it needs (the blocked kernel pads to 16 lanes of queries).
+ *     rows interleaved in pairs (vpermt2w), vdpbf16ps into register tiles.
  *
- * Precision: q, k, p, v rounded to bf16 (f16 pools: k, v converted),
- * products exact, sums f32, like the AMX prefill (okv_kernels.attend_bf16).
+ * Precision: q and k rounded to bf16 (f16 pools: k converted; q8: k =
+ * code x scale rounded to bf16, below q8's own step), products exact, sums
+ * f32; p and v stay f32 on AMX (bf16 in the vdpbf16ps kernel): within ~1e-2
+ * of the f32 reference like the AMX prefill (okv_kernels.attend_bf16).
  *
- * Measured (bench_kernels attnlongcpu, 32/8 heads x 64, bf16 KV, one
- * layer, ONE thread by CPU time at load ~11, memory probe 5.5 GB/s):
- * decode at 16k positions 8.6 ms vs 10.6 for the AVX-512 blocked kernel
- * (8.3 for attend_v1), at 4k 1.7 / 2.3 / 1.7, at 512 0.23 / 0.34 / 0.22,
- * ring 16k 2.0 / 2.8 / 2.2. Keeping the P V accumulators in registers
- * (unrolled tiles) and the masks as vector compares each took ~25%; the
- * dot-product count says ~4x more is there (vdpbf16ps-bound estimate
- * ~9 ns per key and kv head vs ~33 measured at this load): not reached.
- * Re-measured at load ~20: 9.2 vs 12.3 ms at 16k; the same per key with
- * K/V in cache (1k positions); perf puts ~28% of samples on the per-head
- * prefetches. Prefetching in address order 4 or 12 blocks ahead, or not at
- * all, each ran 1.07-1.2x slower than this one-block-ahead per head. */
+ * Measured (bench_kernels attndecode: the 16 layers of a Llama-3.2-1B
+ * decode step, 32/8 heads x 64, each layer its own pool, kernels and a
+ * read probe of the same bytes interleaved, medians; shared machine):
+ * bf16 KV at 16k positions (512 MiB), 2 threads, load ~3: previous
+ * vdpbf16ps kernel 94.9 ms wall / 143.8 ms CPU, AMX kernel 46-58 / 79,
+ * probe 30.5 / 51 (17.6 GB/s); K/V in cache (2k positions, one thread by
+ * CPU time) 9.8 vs 5.2 ms. q8 KV at 16k, one thread by CPU time, load ~10:
+ * blocked AVX-512 kernel 143 ms, AMX kernel 62-77, probe 28. The
+ * vdpbf16ps kernel's own history: 1.33x over the blocked kernel at 16k;
+ * its per-head prefetches one block ahead beat address order and none.
+ * Prefetch distance of the AMX kernel, 2 threads by CPU time at 16k:
+ * 1 / 2 / 3 / 8 (one block) steps 86 / 79 / 83 / 85 ms. Where the AMX
+ * kernel still loses against the probe: it is not compute-bound in cache
+ * (~19 ns per key and kv head of one thread vs ~6 ns of vector and tile
+ * work by count), it waits on the K tile loads and the prefetches. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,7 +66,8 @@
 enum { NK = 16,        /* keys per block */
        RMAX = 15,      /* query vectors per kv head */
        DMAX = 256,
-       MIN_SPLIT = 256 /* fewest keys per split */ };
+       MIN_SPLIT = 256, /* fewest keys per split */
+       PF_STEPS = 2 /* AMX kernel: prefetch the (block, kv head) step this far ahead */ };
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define INLINE static inline __attribute__((always_inline)) TGT
@@ -496,17 +520,20 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
         if (nb > run_end - kb) nb = run_end - kb;
         bool full = !a->vis && maxlo <= kb && kb + nb <= minhi && nb == NK;
         for (int h = 0; h < Hkv; h++) { /* scores of head h + 1 on the tiles while h's softmax and P V run */
-            const char *kh = (const char *)a->kv.k + ldk * (size_t)slot + hrow * h;
             const char *vh = (const char *)a->kv.v + ldk * (size_t)slot + hrow * h;
             const void *vrow[NK];
             for (int i = 0; i < NK; i++) vrow[i] = vh + ldk * (size_t)(i < nb ? i : 0);
-            /* this head's rows of the next block (within the run) */
-            for (int i = 0; i < NK && kb + nb + i < run_end; i++) {
-                const char *pk = kh + ldk * (size_t)(nb + i), *pv = vh + ldk * (size_t)(nb + i);
-                for (size_t bo = 0; bo < hrow; bo += 64) {
-                    __builtin_prefetch(pk + bo);
-                    __builtin_prefetch(pv + bo);
-                }
+            /* the rows of the (block, head) step PF_STEPS ahead, within the run */
+            {
+                int hh = h + PF_STEPS, bl = hh / Hkv;
+                int32_t t0 = bl ? kb + nb + (bl - 1) * NK : kb, t1 = bl ? t0 + NK : kb + nb;
+                if (t1 > run_end) t1 = run_end;
+                const size_t o = ldk * (size_t)(slot + (t0 - kb)) + hrow * (hh % Hkv);
+                for (int32_t i = 0; i < t1 - t0; i++)
+                    for (size_t bo = 0; bo < hrow; bo += 64) {
+                        __builtin_prefetch((const char *)a->kv.k + o + ldk * (size_t)i + bo);
+                        __builtin_prefetch((const char *)a->kv.v + o + ldk * (size_t)i + bo);
+                    }
             }
             float *S = Sbuf[h & 1];
             if (h == 0) amx_scores(j, slot, 0, nb, stage, S);
