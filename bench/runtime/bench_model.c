@@ -154,8 +154,9 @@ static int bench_longctx(okv_runner *r, const okv_program_info *info, okv_dtype 
     if (decN < 0) goto fail;
     printf("longctx: kernels %s; attention: %s\n", okv_runner_kernels(r),
            strstr(okv_runner_kernels(r), "amx-bf16 (amx: granted)") && kvdt != OKV_F32
-               ? "AMX-BF16 tiles for prefill chunks when KV is bf16/f16, AVX-512 blocked kernel for decode"
-               : "blocked kernel of the table (f32 KV, or no AMX: no tiles)");
+               ? "AMX-BF16 tiles for prefill chunks when KV is bf16/f16, AMX score tiles + "
+                 "f32 FMA P V for decode (bf16/f16/q8 KV)"
+               : "blocked kernel of the table (f32 KV, or no AMX: no tiles; avx512-bf16: vdpbf16ps decode)");
     printf("longctx: kv storage %s\n", okv_dtype_name(kvdt));
     printf("longctx: pp512 %.1f tok/s; last 512 of a %d-token prompt %.1f tok/s = %.0f%% of pp512 (target >= 50%%)\n",
            512 / pp_best, n_ctx, 512 / last, 100 * pp_best / last);
