@@ -119,7 +119,7 @@ typedef struct okv_kernels {
      * w [group] or NULL (no weight). x and y [T, width], may alias. width
      * must be a multiple of group; group <= 0 means group = width. */
     void (*rmsnorm)(float *y, const float *x, int T, int width, int group, const float *w, float eps);
-    /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate. */
+    /* y[i] = act(gate[i]) * up[i] for i < n; y may alias gate or up. */
     void (*glu)(float *y, const float *gate, const float *up, size_t n, okv_act act);
     /* sum = a + b, then y = this table's rmsnorm of sum, bit for bit, in one
      * pass over each row group; all [T, width]. sum may alias a or b, y any

@@ -2,7 +2,7 @@
  * a double computation, over odd lengths (every tail and block size of the
  * 8- and 16-lane loops), misaligned pointers and every aliasing the runtime
  * may use, for each ISA the CPU has (avx2, avx512: each its own table):
- *   - glu (SiLU, tanh-GELU): within 2e-6 |want| + 1e-6 |up| of the double
+ *   - glu (SiLU, tanh-GELU; y apart, over gate, over up): within 2e-6 |want| + 1e-6 |up| of the double
  *     formula (the stated accuracy), NaN in gives NaN out;
  *   - rmsnorm: within 1e-5 relative of double;
  *   - add_rmsnorm: bit for bit (memcmp) the same table's rmsnorm of a + b,
@@ -41,6 +41,7 @@ static double act_ref(double g, okv_act act) {
 static void test_glu(void) {
     float *gate = malloc(sizeof(float) * (MAXN + 1)), *up = malloc(sizeof(float) * (MAXN + 1));
     float *y = malloc(sizeof(float) * (MAXN + 1)), *g = malloc(sizeof(float) * (MAXN + 1));
+    float *u = malloc(sizeof(float) * (MAXN + 1));
     float *ref = malloc(sizeof(float) * (MAXN + 1));
     for (int i = 0; i <= MAXN; i++) { gate[i] = frand() * 12.0f; up[i] = frand() * 2.0f; }
     /* the ends of exp's clamps and of float range */
@@ -50,12 +51,13 @@ static void test_glu(void) {
         for (int act = 0; act < 2; act++)
             for (int li = 0; li < N_LENS; li++)
                 for (int mis = 0; mis < 2; mis++) /* mis: every pointer one float off 64-byte alignment */
-                    for (int alias = 0; alias < 2; alias++) {
+                    for (int alias = 0; alias < 3; alias++) { /* y apart, y = gate, y = up */
                         int n = lens[li];
                         const float *gs = gate + mis, *us = up + mis;
                         memcpy(g + mis, gs, sizeof(float) * (size_t)n);
-                        float *out = alias ? g + mis : y + mis;
-                        tables[ti]->glu(out, g + mis, us, (size_t)n, (okv_act)act);
+                        memcpy(u + mis, us, sizeof(float) * (size_t)n);
+                        float *out = alias == 1 ? g + mis : alias == 2 ? u + mis : y + mis;
+                        tables[ti]->glu(out, g + mis, u + mis, (size_t)n, (okv_act)act);
                         tables[0]->glu(ref, gs, us, (size_t)n, (okv_act)act);
                         int bad = 0;
                         for (int i = 0; i < n; i++) {
@@ -80,7 +82,7 @@ static void test_glu(void) {
             CHECKF(isnan(yn[3]) && isnan(yn[17]) && !isnan(yn[4]), "%s glu act=%d: NaN gate must give NaN",
                    tables[ti]->name, act);
         }
-    free(gate); free(up); free(y); free(g); free(ref);
+    free(gate); free(up); free(y); free(g); free(u); free(ref);
 }
 
 /* ---- rmsnorm / add_rmsnorm ----------------------------------------------------------- */
