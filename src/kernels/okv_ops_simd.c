@@ -50,9 +50,10 @@
  *                                                  1.32 us -> 0.44 (3.0x)
  *   RMSNorm [T, 2048]   avx2 0.434 ms, avx512 0.431 0.40 us -> 0.29 (1.38x)
  * so the AVX-512 tables take the 512-bit versions of all four. The GLU at
- * pp512 moves 16 bytes per element (gate, up, y and y's read for ownership:
- * the arena never gives an op's output an input's buffer); writing y over
- * gate in place measured 0.81x of the time, non-temporal stores 0.91x. */
+ * pp512 moved 16 bytes per element (gate, up, y and y's read for
+ * ownership); writing y over gate measured 0.81x of the time (non-temporal
+ * stores 0.91x), so the arena now lets GLU and RoPE write over their input
+ * (okv_runtime.c writes_over_input). */
 #include <immintrin.h>
 #include <math.h>
 
