@@ -49,6 +49,11 @@
  *                       -> one pass avx2 1.43, avx512 0.99 (2.17x)
  *                                                  1.32 us -> 0.44 (3.0x)
  *   RMSNorm [T, 2048]   avx2 0.434 ms, avx512 0.431 0.40 us -> 0.29 (1.38x)
+ * A second run at load ~12 (same command, after the arena change): pp512
+ * GLU SiLU 1.10x, GELU 1.21x (roof 1.32x), RoPE 3.24x, add + RMSNorm 1.41x,
+ * RMSNorm 1.42x; decode GLU 1.46x / 1.61x, RoPE 9.8x, add + RMSNorm 2.98x,
+ * RMSNorm 1.29x: the pp512 ratios of the memory-bound ops move with the
+ * machine's load, the decode ones (data in L1/L2) do not.
  * so the AVX-512 tables take the 512-bit versions of all four. The GLU at
  * pp512 moved 16 bytes per element (gate, up, y and y's read for
  * ownership); writing y over gate measured 0.81x of the time (non-temporal
