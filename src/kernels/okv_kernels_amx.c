@@ -89,7 +89,27 @@
  * CPU time; the spread is the host's). Quiet machine (2026-12-02 02:58
  * UTC, one run), 8192x2048 / 2048x8192: q8 274 / 241, q4 284 / 255, bf16
  * 272 / 258. End to end, warm pp512 (bench_model --longctx 2048, 2
- * threads): q4 0.97-1.01x bf16, q8 0.79-0.86x. */
+ * threads, one process per program): q4 0.97-1.01x bf16, q8 0.79-0.86x.
+ *
+ * Issue 10's gap looked for by measurement (2026-12-02 04:20-05:20 UTC,
+ * load 2-14): one process per program swings ~2x from run to run here
+ * (bf16 best 334 then 471 tok/s minutes apart), so the programs were put
+ * side by side in ONE process, interleaved step by step
+ * (bench/runtime/bench_prefill): 2 threads, 7 rounds, medians, load 14:
+ * q8 1.10x and q4 1.14x bf16's wall clock, 1.12x / 1.21x its CPU time;
+ * load 2, 4 rounds: q8 344 vs bf16 326 tok/s. Instrumented (per-task
+ * thread CPU time and wall, per matmul call): the quantized tasks used
+ * ~10% less CPU than bf16's, both threads equally loaded, the worker slept
+ * as often per step (~165 times) in all three; okv_qmm_tile_perm is ~14 us
+ * a call. So no 2-thread loss specific to the quantized path showed up:
+ * the separate-process gap is not reproducible here. One real excess: the
+ * permuted x pack (gathers) cost 2-3x bf16's pack; x32_permuted now loads
+ * runs of 4 floats (perf: pack_x 5.1% -> 3.6% of a q8 step's samples).
+ * Tried and dropped: pipelining the producer into the tile steps (a
+ * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
+ * rows after each 2x2 step, the one after prefetched, y written one step
+ * behind in the last K chunk): one thread, CPU time, 11 interleaved
+ * rounds, load ~10, Llama layer: bf16 1.0x, q8 0.90x, q4 0.90x. */
 #include <errno.h>
 #include <math.h>
 #include <immintrin.h>
@@ -228,10 +248,18 @@ static inline __attribute__((always_inline)) TGT void transpose16x16(__m512i r[1
 }
 
 /* x[perm[i]] for i < 32, rounded to bf16 (quantized W: tile columns in
- * the codes' order). */
+ * the codes' order). perm runs in fours of consecutive k (a 4-code unit,
+ * okv_qmm_tile_perm), so 8 loads of 4 floats replace a gather per element
+ * (the gathers made this pack 2-3x bf16's). */
 static inline __attribute__((always_inline)) TGT __m512i x32_permuted(const float *row, const int32_t *perm) {
-    __m512 lo = _mm512_i32gather_ps(_mm512_loadu_si512(perm), row, 4);
-    __m512 hi = _mm512_i32gather_ps(_mm512_loadu_si512(perm + 16), row, 4);
+    __m512 lo = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[0]));
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[4]), 1);
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[8]), 2);
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[12]), 3);
+    __m512 hi = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[16]));
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[20]), 1);
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[24]), 2);
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[28]), 3);
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 

@@ -193,8 +193,35 @@ static void test_non_finite_x(void) {
     free_qweights(&w);
 }
 
+/* The bf16-tile path's column order (okv_qmm_tile_perm) is a permutation
+ * of K made of runs of 4 consecutive k: the x pack loads 4 floats per run. */
+static void test_tile_perm(void) {
+    static const int Ks[] = {32, 96, 128, 384, 512, 768, 2048, 2080};
+    for (int b = 4; b <= 8; b += 4)
+        for (int gs = 32; gs <= 256; gs *= 2)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+                int K = Ks[ki];
+                if (K % gs) continue;
+                okv_qscheme s = {b, gs, false, OKV_F16};
+                uint8_t dummy[64] = {0};
+                okv_qview v = okv_quant_view(&s, dummy, 1, K);
+                int32_t *perm = malloc(sizeof(int32_t) * (size_t)K);
+                char *seen = calloc((size_t)K, 1);
+                okv_qmm_tile_perm(&v, perm);
+                int bad = 0;
+                for (int e = 0; e < K; e++) {
+                    if (perm[e] < 0 || perm[e] >= K || seen[perm[e]]++) bad++;
+                    if (e % 4 && perm[e] != perm[e - e % 4] + e % 4) bad++;
+                }
+                CHECKF(bad == 0, "tile perm q%d g%d K=%d: %d bad columns", b, gs, K, bad);
+                free(perm);
+                free(seen);
+            }
+}
+
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
+    test_tile_perm();
     impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false, false};
     impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true, false};
     if (okv_qmm_have_avx512vnni()) {
