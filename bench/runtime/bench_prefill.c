@@ -5,8 +5,8 @@
  *   bench_prefill P1.okv [P2.okv ...] [--prompt 512] [--rounds 7] [--threads 2] [--kv-storage-dtype bf16]
  *                 [--profile 1]
  *
- * Every program gets its own cache and runner; one untimed step each
- * first (the weights' page faults), then per round one prompt step of each
+ * Every program gets its own cache and runner; one step each first
+ * (the weights' page faults; printed as "first step"), then per round one prompt step of each
  * program (cache rewound, logits of the last row), the order rotating
  * from round to round. Prints per program the median and best tok/s (wall
  * clock) and CPU-seconds per step (the process's CPU time: both threads),
@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
                 "[--kv-storage-dtype D] [--profile 1]\n");
         return 2;
     }
-    int vocab = 0;
+    int vocab = 0, min_vocab = 0;
     for (int i = 0; i < n; i++) {
         bench_prog *b = &progs[i];
         okv_error err = {0};
@@ -117,10 +117,11 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (info.vocab_size > vocab) vocab = info.vocab_size;
+        if (min_vocab == 0 || info.vocab_size < min_vocab) min_vocab = info.vocab_size;
     }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt), *pos = malloc(sizeof(int32_t) * (size_t)prompt);
     float *logits = malloc(sizeof(float) * (size_t)vocab);
-    for (int i = 0; i < prompt; i++) { ids[i] = (i * 7919 + 13) % 32000; pos[i] = i; }
+    for (int i = 0; i < prompt; i++) { ids[i] = (i * 7919 + 13) % min_vocab; pos[i] = i; }
     double first[MAX_PROGS], c;
     for (int i = 0; i < n; i++)
         if (step_once(&progs[i], ids, pos, prompt, logits, &first[i], &c)) return 1;
