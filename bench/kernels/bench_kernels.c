@@ -46,11 +46,16 @@
  *  13. ops: the row-wise ops (GLU, RoPE, add + RMSNorm, RMSNorm) at pp512 and
  *      decode sizes, old and new paths interleaved, one thread by CPU time,
  *      next to a memory roof (bench_ops.c)
- *
  *  14. decodestep: the GEMVs of one Llama-3.2-1B decode step for the bf16,
  *      q8 and q4 programs (every matrix in its own memory), each step
  *      alternating with a sum over the same bytes; bf16 also on the previous
  *      AVX2 GEMV and the deterministic table's AMX T = 1 form
+ *
+ *  15. attnamx: the AMX prefill attention (okv_attend_amx_tiles) against its
+ *      frozen previous version (attend_amx_v0.c), interleaved rep by rep on
+ *      the same data, medians: the T = 512 calls of pp512 (512 positions
+ *      from 0) and of the last 512 at 4k/16k (flat) and 16k (ring, window
+ *      4096), one thread by CPU time, then 2 threads by wall time
  *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
@@ -60,9 +65,9 @@
  *      path's (2-thread peak for the 2-thread table, one-core for pp512cpu)
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
- * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep]
+ * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
  * [attndecode [q8] [1t] [16k|hot]]
- * (default: all sections but attnlong, attndecode, ops and pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * (default: all sections but attnlong, attndecode, ops, attnamx and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -73,6 +78,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attend_amx_v0.h"
 #include "attend_v1.h"
 #include "okv_common.h"
 #include "okv_kernels.h"
@@ -1257,6 +1263,36 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
     free(y);
 }
 
+/* ---- 15. AMX prefill attention, previous vs current --------------------------------- */
+
+static void bench_attn_amx(okv_threadpool **tps, int quick) {
+    if (!okv_amx_usable(NULL)) {
+        printf("\nattnamx: AMX not usable here\n");
+        return;
+    }
+    printf("\nAMX prefill attention, 32/8 heads x 64, kv bf16, T = 512, medians; v0 = attend_amx_v0.c, new = "
+           "okv_attend_amx_tiles\n");
+    printf("%-3s %-5s %6s %10s %10s %8s %9s %9s\n", "thr", "cache", "pos", "v0 ms", "new ms", "new/v0", "new GF/s",
+           "max|diff|");
+    static const int npos[] = {512, 4096, 16384, 16384};
+    for (int th = 0; th < 2; th++)
+        for (int i = 0; i < 4; i++) {
+            int ringc = i == 3, T = 512, reps = quick ? 3 : (npos[i] > 4096 ? 5 : 11);
+            int32_t ring = ringc ? 4096 + 512 - 1 : 0, window = ringc ? 4096 : 0;
+            attend_fn fns[2] = {bench_attend_amx_v0, okv_attend_amx_tiles};
+            double sec[2];
+            double md = attn_long_case(tps[th], fns, 2, th ? now : cpu_now, OKV_BF16, npos[i], T, ring, window, reps, sec);
+            double pairs = 0;
+            for (int t = 0; t < T; t++) {
+                double p = npos[i] - T + t + 1;
+                pairs += window && p > window ? window : p;
+            }
+            printf("%-3d %-5s %6d %10.3f %10.3f %8.3f %9.1f %9.2g\n", th + 1, ringc ? "ring" : "flat", npos[i],
+                   sec[0] * 1e3, sec[1] * 1e3, sec[1] / sec[0], pairs * 32 * 64 * 4 / sec[1] / 1e9, md);
+            fflush(stdout);
+        }
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -1451,6 +1487,7 @@ int main(int argc, char **argv) {
                           want(argc, argv, "hot") ? 3 : want(argc, argv, "16k") ? 2 : -1);
     if (want(argc, argv, "ops")) bench_ops(quick); /* 13 */
     if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
+    if (want(argc, argv, "attnamx")) bench_attn_amx(tps, quick); /* 15 */
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);

@@ -69,6 +69,14 @@ enum { KB = 64,     /* keys per block */
        NQB = 16,    /* row blocks sharing each K/V block (L2: 16 x 13 KiB at D = 64) */
        MIN_SPLIT = 512 };
 
+/* Scores of keys a vector may not see: finite, so that s - m never makes
+ * -inf - -inf; 2^(MASKV - m) underflows to 0 for every m >= M0. M0 is the
+ * offset of a column that has seen nothing: below every real score, above
+ * MASKV, so its first visible block always moves it (see softmax_pass). */
+#define MASKV (-1e30f)
+#define M0 (-1e20f)
+#define LAZY_TH 8.0f /* log2 units: p stays <= 2^8 before the offset moves */
+
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 #define INLINE static inline __attribute__((always_inline)) TGT
 
@@ -87,14 +95,20 @@ static const okv_amx_tilecfg attn_tilecfg __attribute__((aligned(64))) = {
 
 typedef struct amx_shape {
     int D, G, Hkv, Tb, n_qblocks, nqb, n_sblocks, base_tasks; /* nqb row blocks per task (a super-block) */
-    size_t thread_bytes, qb_bytes, part_floats; /* part per row block: acc [MV][D], m, l [MV] */
+    size_t thread_bytes, qb_bytes, part_floats; /* part per row block: acc^T [D][MV], m, l [MV] */
 } amx_shape;
 
-/* Per thread: kst (KB x D bf16), vp (2 x D/16 B tiles), st (KB x MV f32),
- * pw (KB/2 x 16 dwords), pt (2 x 2 A tiles), ct (MV x 32 f32), and per row
- * block of the super-block: qb (D/32 x 2 B tiles), c, vlo, vhi [MV], own
- * partial (acc, m, l). Super-blocks of up to NQB row blocks share each K/V
- * block read, fewer when that leaves too few tasks for the threads. */
+/* Per-thread buffers that do not depend on the super-block: kst (KB x D
+ * bf16), vt (KB x D bf16 as A tiles), vtmp (one tile's pairs), st (2 x KB x
+ * MV f32), pw (2 x 2 x KB/2 x 16 dwords). */
+static size_t thread_fixed_bytes(int D) {
+    return (size_t)KB * D * 2 * 2 + 1024 + 2 * KB * MV * 4 + 2 * 2 * (KB / 2) * 64;
+}
+
+/* Per thread: the fixed buffers, and per row block of the super-block: qb
+ * (D/32 x 2 B tiles), vlo, vhi [MV], own partial (acc^T, m, l).
+ * Super-blocks of up to NQB row blocks share each K/V block read, fewer
+ * when that leaves too few tasks for the threads. */
 static amx_shape amx_shape_of(int T, int n_heads, int kv_heads, int D, int n_threads) {
     amx_shape s = {0};
     s.D = D;
@@ -108,9 +122,8 @@ static amx_shape amx_shape_of(int T, int n_heads, int kv_heads, int D, int n_thr
     s.n_sblocks = (s.n_qblocks + s.nqb - 1) / s.nqb;
     s.base_tasks = s.Hkv * s.n_sblocks;
     s.part_floats = (size_t)MV * D + 2 * MV;
-    s.qb_bytes = (size_t)D * 64 + 3 * MV * 4 + s.part_floats * 4;
-    s.thread_bytes = (size_t)KB * D * 2 + (size_t)D * 128 + KB * MV * 4 + KB / 2 * 64 + 4 * 1024 + MV * 32 * 4 +
-                     s.qb_bytes * s.nqb;
+    s.qb_bytes = (size_t)D * 64 + 2 * MV * 4 + s.part_floats * 4;
+    s.thread_bytes = thread_fixed_bytes(D) + s.qb_bytes * s.nqb;
     s.thread_bytes = (s.thread_bytes + 63) / 64 * 64;
     return s;
 }
@@ -148,22 +161,19 @@ size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
      * full super-blocks, and splits happen only below 2 n tasks, so
      * tasks x splits < 6 n */
     amx_shape s = amx_shape_of(1, n_heads, kv_heads, head_dim, 1);
-    size_t thread = (size_t)KB * head_dim * 2 + (size_t)head_dim * 128 + KB * MV * 4 + KB / 2 * 64 + 4 * 1024 +
-                    MV * 32 * 4 + s.qb_bytes * NQB;
+    size_t thread = thread_fixed_bytes(head_dim) + s.qb_bytes * NQB;
     return r64((size_t)2 * T * 4) + r64(thread) * n_threads + r64(s.part_floats * 4 * NQB * 6 * (size_t)n_threads);
 }
 
 /* ---- vector pieces ---------------------------------------------------------------- */
 
-/* 2^x for x <= 0 (scores are in log2 units: log2 e is folded into q's
- * scale), 0 where x is -inf or NaN (-inf - -inf): the clamp at -160 takes
- * NaN too (max returns its second operand), and 2^-160 underflows to 0, so
- * no mask is needed. 2^n * 2^f, |f| <= 1/2, degree-3 minimax polynomial
- * (rel. error 7.5e-5, far below p's bf16 rounding 2^-9). */
-INLINE __m512 exp2_neg(__m512 x) {
-    __m512 t = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
-    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(t, n);
+/* 2^x (scores are in log2 units: log2 e is folded into q's scale) for x <=
+ * LAZY_TH, 0 for x <= MASKV / 2: 2^n * 2^f, |f| <= 1/2, degree-3 minimax
+ * polynomial (rel. error 7.5e-5, far below p's bf16 rounding 2^-9); a huge
+ * negative n is an integer already, so f = 0 and scalef underflows to 0. */
+INLINE __m512 exp2_lazy(__m512 x) {
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
     __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(5.517160858369809e-2f), f, _mm512_set1_ps(2.4261111757278725e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932609966238258e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999280741082714e-1f));
@@ -221,20 +231,18 @@ typedef struct amx_job {
 
 typedef struct amx_qblock { /* one row block of a super-block */
     uint16_t *qb;       /* [D/32][2] B tiles: row dp = (q[v][2dp], q[v][2dp+1]) for 16 v */
-    float *c;           /* [MV] rescale factors of the key block */
     int32_t *vlo, *vhi; /* [MV] visible logical key range per vector */
-    float *acc, *m, *l; /* [MV][D], [MV], [MV] */
+    float *acc, *m, *l; /* acc^T [D][MV] (channels down, vectors across), offset m [MV], sum l [MV] */
     int t0, t1, R, nqt;
     int32_t L, H, maxlo, minhi; /* keys any / every row sees */
 } amx_qblock;
 
 typedef struct amx_task {
-    uint16_t *kst; /* [KB][D] staged keys */
-    uint16_t *vp;  /* [2][D/16] B tiles: row kp = (v[2kp][d], v[2kp+1][d]) for 16 d */
-    float *st;     /* [KB][MV] scores, keys down */
-    __m512i *pw;   /* [KB/2] interleaved probability pairs of one column tile */
-    uint16_t *pt;  /* [2 vec tiles][2 key halves] A tiles of P */
-    float *ct;     /* [MV][32] one pass of P V */
+    uint16_t *kst;   /* [KB][D] staged keys */
+    uint16_t *vt;    /* [KB/32][D/16] A tiles of V^T: row d = v[0..31][d] of 32 keys */
+    __m512i *vtmp;   /* [16] pairs of one tile before the transpose */
+    float *st[2];    /* [KB][MV] scores, keys down (two: the next row block's are computed meanwhile) */
+    __m512i *pw[2];  /* [2 vec tiles][KB/2] B tiles of P^T: row kp = (p[2kp][v], p[2kp+1][v]) for 16 v */
 } amx_task;
 
 /* Buffers of a task; qbs[i] for row block i of the super-block (task: the
@@ -243,15 +251,13 @@ static void task_buffers(const amx_job *j, int thread, int task, amx_task *b, am
     const int D = j->s.D;
     char *p = j->scratch + j->s.thread_bytes * thread;
     b->kst = (uint16_t *)p, p += (size_t)KB * D * 2;
-    b->vp = (uint16_t *)p, p += (size_t)D * 128;
-    b->st = (float *)p, p += KB * MV * 4;
-    b->pw = (__m512i *)p, p += KB / 2 * 64;
-    b->pt = (uint16_t *)p, p += 4 * 1024;
-    b->ct = (float *)p, p += MV * 32 * 4;
+    b->vt = (uint16_t *)p, p += (size_t)KB * D * 2;
+    b->vtmp = (__m512i *)p, p += 1024;
+    for (int i = 0; i < 2; i++) b->st[i] = (float *)p, p += KB * MV * 4;
+    for (int i = 0; i < 2; i++) b->pw[i] = (__m512i *)p, p += 2 * (KB / 2) * 64;
     for (int i = 0; i < j->s.nqb; i++) {
         amx_qblock *q = &qbs[i];
         q->qb = (uint16_t *)p, p += (size_t)D * 64;
-        q->c = (float *)p, p += MV * 4;
         q->vlo = (int32_t *)p, p += MV * 4;
         q->vhi = (int32_t *)p, p += MV * 4;
         float *own = (float *)p;
@@ -282,24 +288,33 @@ TGT static void build_qb(const amx_job *j, const amx_qblock *b, int kvh, int t0,
     }
 }
 
-/* V of keys [0, nb) of the block (rows ld elements apart) as B tiles in
- * pairs of keys; keys past nb are zero. */
-TGT static void build_vp(const amx_task *b, const char *V, okv_dtype dt, size_t ld, int nb, int nks, int D) {
+/* V^T of keys [0, nb) of the block (rows ld elements apart) as A tiles
+ * [ks][dt]: row d of tile (ks, dt) = v[32 ks + 0..31][16 dt + d]; keys past
+ * nb are zero. Built as pairs of keys per channel (dwords), then a 16x16
+ * dword transpose per tile; once per block for the whole super-block. */
+TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t ld, int nb, int nks, int D) {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     const int ndt = D / 16;
-    for (int kp = 0; kp < 16 * nks; kp++) {
-        int i0 = 2 * kp, ks = kp / 16, row = kp % 16;
-        const char *v0 = V + (size_t)i0 * ld * 2, *v1 = v0 + ld * 2;
+    for (int ks = 0; ks < nks; ks++)
         for (int d = 0; d < D; d += 32) {
-            __m512i x = i0 < nb ? load32_bf16((const uint16_t *)v0 + d, dt, 32) : _mm512_setzero_si512();
-            __m512i y = i0 + 1 < nb ? load32_bf16((const uint16_t *)v1 + d, dt, 32) : _mm512_setzero_si512();
-            uint16_t *t0 = b->vp + (((size_t)ks * ndt + d / 16) * 16 + row) * 32;
-            _mm512_storeu_si512(t0, _mm512_permutex2var_epi16(x, lo, y));
-            _mm512_storeu_si512(t0 + 16 * 32, _mm512_permutex2var_epi16(x, hi, y));
+            __m512i r[16], s[16];
+            for (int kp = 0; kp < 16; kp++) {
+                int i0 = 32 * ks + 2 * kp;
+                const char *v0 = V + (size_t)i0 * ld * 2, *v1 = v0 + ld * 2;
+                __m512i x = i0 < nb ? load32_bf16((const uint16_t *)v0 + d, dt, 32) : _mm512_setzero_si512();
+                __m512i y = i0 + 1 < nb ? load32_bf16((const uint16_t *)v1 + d, dt, 32) : _mm512_setzero_si512();
+                r[kp] = _mm512_permutex2var_epi16(x, lo, y);
+                b->vtmp[kp] = _mm512_permutex2var_epi16(x, hi, y);
+            }
+            transpose16(r);
+            uint16_t *t0 = b->vt + ((size_t)ks * ndt + d / 16) * 512;
+            for (int x = 0; x < 16; x++) _mm512_storeu_si512(t0 + 32 * x, r[x]);
+            for (int x = 0; x < 16; x++) s[x] = b->vtmp[x];
+            transpose16(s);
+            for (int x = 0; x < 16; x++) _mm512_storeu_si512(t0 + 512 + 32 * x, s[x]);
         }
-    }
 }
 
 /* Keys [0, nb) into kst as bf16 rows of D, zero rows up to 32 * nks. */
@@ -311,45 +326,64 @@ TGT static void stage_k(const amx_task *b, const char *K, okv_dtype dt, size_t l
         }
 }
 
-/* st[key][vec] = k . q for the block's 32 * nks keys and 16 * nqt vectors. */
-TGT static void scores_tiles(const amx_task *b, const amx_qblock *q, const uint16_t *K, size_t kstride, int nks, int nqt,
-                              int D) {
-    for (int h = 0; h < nks; h++) {
-        const uint16_t *k0 = K + (size_t)(32 * h) * (kstride / 2), *k1 = k0 + (size_t)16 * (kstride / 2);
-        float *s0 = b->st + (size_t)(32 * h) * MV, *s1 = s0 + 16 * MV;
+/* st[key][vec] = k . q for the block's 32 * nks keys and 16 * nqt vectors:
+ * per 16 keys, C tiles 0/1 (vector tiles), K in tiles 2/3. D = 64 keeps
+ * all four Q tiles loaded (4-7) for the block; other D reload them. */
+TGT static void scores_tiles(float *st, const amx_qblock *q, const uint16_t *K, size_t kstride, int nks, int nqt,
+                             int D) {
+    const uint16_t *qb = q->qb;
+    if (D == 64) {
+        TL(4, qb, 64);
+        TL(6, qb + 2 * 512, 64);
+        if (nqt > 1) {
+            TL(5, qb + 512, 64);
+            TL(7, qb + 3 * 512, 64);
+        }
+        for (int kc = 0; kc < 2 * nks; kc++) {
+            const uint16_t *k0 = K + (size_t)(16 * kc) * (kstride / 2);
+            float *s0 = st + (size_t)(16 * kc) * MV;
+            TZ(0);
+            TL(2, k0, kstride);
+            TL(3, k0 + 32, kstride);
+            TDP(0, 2, 4);
+            TDP(0, 3, 6);
+            TS(0, s0, MV * 4);
+            if (nqt > 1) {
+                TZ(1);
+                TDP(1, 2, 5);
+                TDP(1, 3, 7);
+                TS(1, s0 + 16, MV * 4);
+            }
+        }
+        return;
+    }
+    for (int kc = 0; kc < 2 * nks; kc++) {
+        const uint16_t *k0 = K + (size_t)(16 * kc) * (kstride / 2);
+        float *s0 = st + (size_t)(16 * kc) * MV;
         TZ(0);
         TZ(1);
-        TZ(2);
-        TZ(3);
         for (int ds = 0; ds < D / 32; ds++) {
-            TL(4, k0 + ds * 32, kstride);
-            TL(5, k1 + ds * 32, kstride);
-            TL(6, q->qb + (size_t)(ds * 2) * 512, 64);
-            TDP(0, 4, 6);
-            TDP(2, 5, 6);
+            TL(2, k0 + ds * 32, kstride);
+            TL(4, qb + (size_t)(ds * 2) * 512, 64);
+            TDP(0, 2, 4);
             if (nqt > 1) {
-                TL(7, q->qb + (size_t)(ds * 2 + 1) * 512, 64);
-                TDP(1, 4, 7);
-                TDP(3, 5, 7);
+                TL(5, qb + (size_t)(ds * 2 + 1) * 512, 64);
+                TDP(1, 2, 5);
             }
         }
         TS(0, s0, MV * 4);
-        TS(2, s1, MV * 4);
-        if (nqt > 1) {
-            TS(1, s0 + 16, MV * 4);
-            TS(3, s1 + 16, MV * 4);
-        }
+        if (nqt > 1) TS(1, s0 + 16, MV * 4);
     }
 }
 
-/* -inf where vector r may not see key kb + i (rows of keys >= nb too). */
-TGT static void mask_scores(const amx_job *j, const amx_task *b, const amx_qblock *q, int32_t kb, int nb, int nks,
+/* MASKV where vector r may not see key kb + i (rows of keys >= nb too). */
+TGT static void mask_scores(const amx_job *j, float *st, const amx_qblock *q, int32_t kb, int nb, int nks,
                             int32_t slot, bool full) {
     const int t0 = q->t0, R = q->R, nqt = q->nqt;
     const okv_attn_args *a = j->a;
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 ninf = _mm512_set1_ps(MASKV);
     for (int i = 0; i < 32 * nks; i++) {
-        float *row = b->st + (size_t)i * MV;
+        float *row = st + (size_t)i * MV;
         if (i >= nb) {
             _mm512_storeu_ps(row, ninf);
             _mm512_storeu_ps(row + 16, ninf);
@@ -358,7 +392,7 @@ TGT static void mask_scores(const amx_job *j, const amx_task *b, const amx_qbloc
         if (full) continue;
         if (a->vis) {
             for (int r = 0; r < R; r++)
-                if (!okv_attn_key_visible(a, vec_row(&j->s, t0, r), slot + i)) row[r] = -INFINITY;
+                if (!okv_attn_key_visible(a, vec_row(&j->s, t0, r), slot + i)) row[r] = MASKV;
             continue;
         }
         __m512i k = _mm512_set1_epi32(kb + i);
@@ -370,74 +404,97 @@ TGT static void mask_scores(const amx_job *j, const amx_task *b, const amx_qbloc
     }
 }
 
-/* Online softmax down the block's columns; P as A tiles (bf16). */
-TGT static void softmax_tiles(const amx_task *b, const amx_qblock *q, int nks) {
-    const int nqt = q->nqt;
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+/* p = 2^(s - m) down one vector tile's column of n scores into the B rows
+ * of P^T; returns the column sums, *bm the column maxima. */
+INLINE __m512 softmax_pass(const float *st, __m512i *pw, int n, __m512 m, __m512 *bm) {
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512 sum = _mm512_setzero_ps(), mx = _mm512_set1_ps(MASKV);
+    for (int kp = 0; kp < n / 2; kp++) {
+        __m512 s0 = _mm512_loadu_ps(st + (size_t)(2 * kp) * MV), s1 = _mm512_loadu_ps(st + (size_t)(2 * kp + 1) * MV);
+        mx = _mm512_max_ps(mx, _mm512_max_ps(s0, s1));
+        __m512 p0 = exp2_lazy(_mm512_sub_ps(s0, m)), p1 = exp2_lazy(_mm512_sub_ps(s1, m));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+        pw[kp] = _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    *bm = mx;
+    return sum;
+}
+
+/* Online softmax down the block's columns with a lazy offset (as
+ * FlashAttention-3): p = 2^(s - m) with the running offset m, one pass;
+ * only where a column's block maximum passes m + LAZY_TH (a column's first
+ * visible block always does, m starting at M0) is m moved to it, acc^T and
+ * l rescaled and the column's pass redone. P^T rows go to pw as B tiles. */
+TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q, int nks, int D) {
     const int n = 32 * nks;
-    for (int qt = 0; qt < nqt; qt++) {
-        __m512 m_old = _mm512_loadu_ps(q->m + 16 * qt), mx = m_old;
-        for (int i = 0; i < n; i++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(b->st + (size_t)i * MV + 16 * qt));
-        __mmask16 seen = _mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_OQ);
-        /* c = 2^(m_old - mx), 1 where nothing was seen yet (mx = -inf) */
-        __m512 c = _mm512_mask_blend_ps(seen, _mm512_set1_ps(1.0f), exp2_neg(_mm512_sub_ps(m_old, mx)));
-        __m512 sum = _mm512_setzero_ps();
-        for (int kp = 0; kp < n / 2; kp++) {
-            __m512 s0 = _mm512_loadu_ps(b->st + (size_t)(2 * kp) * MV + 16 * qt);
-            __m512 s1 = _mm512_loadu_ps(b->st + (size_t)(2 * kp + 1) * MV + 16 * qt);
-            __m512 p0 = exp2_neg(_mm512_sub_ps(s0, mx)), p1 = exp2_neg(_mm512_sub_ps(s1, mx));
-            sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-            b->pw[kp] = _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    for (int qt = 0; qt < q->nqt; qt++) {
+        __m512 m = _mm512_loadu_ps(q->m + 16 * qt), bm;
+        __m512i *pwq = pw + (size_t)qt * (KB / 2);
+        __m512 sum = softmax_pass(st + 16 * qt, pwq, n, m, &bm);
+        __mmask16 moved = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m, _mm512_set1_ps(LAZY_TH)), _CMP_GT_OQ);
+        __m512 l = _mm512_loadu_ps(q->l + 16 * qt);
+        if (moved) {
+            __m512 m1 = _mm512_mask_mov_ps(m, moved, bm), c = exp2_lazy(_mm512_sub_ps(m, m1));
+            for (int d = 0; d < D; d++) {
+                float *o = q->acc + (size_t)d * MV + 16 * qt;
+                _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), c));
+            }
+            l = _mm512_mul_ps(l, c);
+            m = m1;
+            sum = softmax_pass(st + 16 * qt, pwq, n, m, &bm);
+            _mm512_storeu_ps(q->m + 16 * qt, m);
         }
-        for (int ks = 0; ks < nks; ks++) {
-            __m512i r[16];
-            for (int x = 0; x < 16; x++) r[x] = b->pw[16 * ks + x];
-            transpose16(r);
-            uint16_t *tile = b->pt + (size_t)(qt * 2 + ks) * 512;
-            for (int x = 0; x < 16; x++) _mm512_storeu_si512(tile + 32 * x, r[x]);
-        }
-        _mm512_storeu_ps(q->c + 16 * qt, c);
-        _mm512_storeu_ps(q->l + 16 * qt, _mm512_fmadd_ps(_mm512_loadu_ps(q->l + 16 * qt), c, sum));
-        _mm512_storeu_ps(q->m + 16 * qt, mx);
+        _mm512_storeu_ps(q->l + 16 * qt, _mm512_add_ps(l, sum));
     }
 }
 
-/* acc[r] = acc[r] * c[r] + (P V)[r] for r < R, 32 channels a pass. */
-TGT static void pv_tiles(const amx_task *b, const amx_qblock *q, int nks, int D) {
-    const int nqt = q->nqt, R = q->R;
-    const int ndt = D / 16;
-    for (int d = 0; d < D; d += 32) {
-        TZ(0);
-        TZ(1);
-        TZ(2);
-        TZ(3);
-        for (int ks = 0; ks < nks; ks++) {
-            const uint16_t *v0 = b->vp + ((size_t)ks * ndt + d / 16) * 512;
-            TL(4, b->pt + (size_t)ks * 512, 64);
-            TL(6, v0, 64);
-            TL(7, v0 + 512, 64);
-            TDP(0, 4, 6);
-            TDP(1, 4, 7);
+/* acc^T += V^T P^T: C tiles 0/1 (vector tiles) loaded from acc^T and
+ * stored back per 16 channels, V^T in tile 2, P^T held in tiles 4-7 when
+ * the block is 64 keys (else reloaded). */
+TGT static void pv_tiles(const amx_task *b, __m512i *const pw, const amx_qblock *q, int nks, int D) {
+    const int nqt = q->nqt, ndt = D / 16;
+    const char *p0 = (const char *)pw, *p1 = (const char *)(pw + KB / 2);
+    if (nks == 2) {
+        TL(4, p0, 64);
+        TL(5, p0 + 1024, 64);
+        if (nqt > 1) {
+            TL(6, p1, 64);
+            TL(7, p1 + 1024, 64);
+        }
+        for (int dt = 0; dt < ndt; dt++) {
+            float *c = q->acc + (size_t)(16 * dt) * MV;
+            const uint16_t *v = b->vt + (size_t)dt * 512;
+            TL(0, c, MV * 4);
+            TL(2, v, 64);
+            TL(3, v + (size_t)ndt * 512, 64);
+            TDP(0, 2, 4);
+            TDP(0, 3, 5);
+            TS(0, c, MV * 4);
             if (nqt > 1) {
-                TL(5, b->pt + (size_t)(2 + ks) * 512, 64);
-                TDP(2, 5, 6);
-                TDP(3, 5, 7);
+                TL(1, c + 16, MV * 4);
+                TDP(1, 2, 6);
+                TDP(1, 3, 7);
+                TS(1, c + 16, MV * 4);
             }
         }
-        TS(0, b->ct, 128);
-        TS(1, b->ct + 16, 128);
-        if (nqt > 1) {
-            TS(2, b->ct + 16 * 32, 128);
-            TS(3, b->ct + 16 * 32 + 16, 128);
+        return;
+    }
+    for (int dt = 0; dt < ndt; dt++) {
+        float *c = q->acc + (size_t)(16 * dt) * MV;
+        TL(0, c, MV * 4);
+        if (nqt > 1) TL(1, c + 16, MV * 4);
+        for (int ks = 0; ks < nks; ks++) {
+            TL(2, b->vt + ((size_t)ks * ndt + dt) * 512, 64);
+            TL(4, p0 + (size_t)ks * 1024, 64);
+            TDP(0, 2, 4);
+            if (nqt > 1) {
+                TL(5, p1 + (size_t)ks * 1024, 64);
+                TDP(1, 2, 5);
+            }
         }
-        for (int r = 0; r < R; r++) {
-            float *o = q->acc + (size_t)r * D + d;
-            __m512 c = _mm512_set1_ps(q->c[r]);
-            _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_loadu_ps(o), c, _mm512_loadu_ps(b->ct + r * 32)));
-            _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(_mm512_loadu_ps(o + 16), c, _mm512_loadu_ps(b->ct + r * 32 + 16)));
-        }
+        TS(0, c, MV * 4);
+        if (nqt > 1) TS(1, c + 16, MV * 4);
     }
 }
 
@@ -469,7 +526,7 @@ static void qblock_init(const amx_job *j, amx_qblock *q, int kvh, int qb, int32_
     q->nqt = (q->R + 15) / 16;
     build_qb(j, q, kvh, q->t0, q->R);
     for (int r = 0; r < MV; r++) {
-        q->m[r] = -INFINITY;
+        q->m[r] = M0;
         q->l[r] = 0.0f;
         q->vlo[r] = r < q->R ? j->qlo[vec_row(s, q->t0, r)] : 0;
         q->vhi[r] = r < q->R ? j->qhi[vec_row(s, q->t0, r)] : INT32_MAX;
@@ -495,6 +552,27 @@ static void prefetch_block(const char *K, const char *V, size_t ld, int nb, int 
         }
 }
 
+/* One key block past the row blocks act[0..na) that see it, pipelined one
+ * row block deep: the scores of the next row block are computed (tiles)
+ * and the P V of the previous one issued around the softmax (vectors) of
+ * this one, so no stage waits on a store it just made. */
+TGT static void block_run(const amx_job *j, const amx_task *b, amx_qblock *const *act, int na, const uint16_t *K,
+                          size_t kstride, int32_t kb, int nb, int nks, int32_t slot) {
+    const okv_attn_args *a = j->a;
+    const int D = j->s.D;
+    scores_tiles(b->st[0], act[0], K, kstride, nks, act[0]->nqt, D);
+    for (int n = 0; n < na; n++) {
+        amx_qblock *q = act[n];
+        if (n + 1 < na) scores_tiles(b->st[(n + 1) & 1], act[n + 1], K, kstride, nks, act[n + 1]->nqt, D);
+        /* keys of the block outside [q->L, q->H) are masked by the ranges */
+        bool full = !a->vis && q->maxlo <= kb && kb + nb <= q->minhi && q->L <= kb && kb + nb <= q->H;
+        if (!full || nb < 32 * nks) mask_scores(j, b->st[n & 1], q, kb, nb, nks, slot, full);
+        softmax_tiles(b->st[n & 1], b->pw[n & 1], q, nks, D);
+        if (n > 0) pv_tiles(b, b->pw[(n - 1) & 1], act[n - 1], nks, D);
+    }
+    pv_tiles(b, b->pw[(na - 1) & 1], act[na - 1], nks, D);
+}
+
 TGT static void amx_task_run(void *ctx, int task, int thread) {
     const amx_job *j = ctx;
     const okv_attn_args *a = j->a;
@@ -504,7 +582,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
     int kvh = task / j->n_splits / s->n_sblocks;
     int qb0 = sb * s->nqb, nq = s->n_qblocks - qb0 < s->nqb ? s->n_qblocks - qb0 : s->nqb;
     amx_task b;
-    amx_qblock qbs[NQB];
+    amx_qblock qbs[NQB], *act[NQB];
     task_buffers(j, thread, task, &b, qbs);
     int32_t k0 = split * j->split_len, k1 = k0 + j->split_len, L = INT32_MAX, H = 0;
     for (int i = 0; i < nq; i++) {
@@ -528,23 +606,19 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         const char *K = (const char *)a->kv.k + off * 2, *V = (const char *)a->kv.v + off * 2;
         int32_t next = kb + nb;
         if (next < H && next < run_end) prefetch_block(K + nb * ld * 2, V + nb * ld * 2, ld, H - next < KB ? H - next : KB, D);
-        bool built = false, direct = dt == OKV_BF16 && nb % 32 == 0;
+        int na = 0;
         for (int i = 0; i < nq; i++) {
             amx_qblock *q = &qbs[i];
             if (kb + nb <= q->L || kb >= q->H) continue;
             if (a->vis && !block_seen_any(a, q->t0, q->t1, slot, nb)) continue;
-            if (!built) {
-                build_vp(&b, V, dt, ld, nb, nks, D);
-                if (!direct) stage_k(&b, K, dt, ld, nb, nks, D);
-                built = true;
-            }
-            if (direct) scores_tiles(&b, q, (const uint16_t *)K, ld * 2, nks, q->nqt, D);
-            else scores_tiles(&b, q, b.kst, (size_t)D * 2, nks, q->nqt, D);
-            /* keys of the block outside [q->L, q->H) are masked by the ranges */
-            bool full = !a->vis && q->maxlo <= kb && kb + nb <= q->minhi && q->L <= kb && kb + nb <= q->H;
-            mask_scores(j, &b, q, kb, nb, nks, slot, full);
-            softmax_tiles(&b, q, nks);
-            pv_tiles(&b, q, nks, D);
+            act[na++] = q;
+        }
+        if (na > 0) {
+            bool direct = dt == OKV_BF16 && nb % 32 == 0;
+            build_vt(&b, V, dt, ld, nb, nks, D);
+            if (!direct) stage_k(&b, K, dt, ld, nb, nks, D);
+            if (direct) block_run(j, &b, act, na, (const uint16_t *)K, ld * 2, kb, nb, nks, slot);
+            else block_run(j, &b, act, na, b.kst, (size_t)D * 2, kb, nb, nks, slot);
         }
         kb += nb;
     }
@@ -555,12 +629,12 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         for (int r = 0; r < q->R; r++) {
             float *o = a->out + ((size_t)vec_row(s, q->t0, r) * a->n_heads + vec_head(s, kvh, r)) * D;
             float inv = q->l[r] > 0.0f ? 1.0f / q->l[r] : 0.0f;
-            for (int d = 0; d < D; d++) o[d] = q->acc[(size_t)r * D + d] * inv;
+            for (int d = 0; d < D; d++) o[d] = q->acc[(size_t)d * MV + r] * inv;
         }
     }
 }
 
-/* Combines the key splits' (m, l, acc) of one (kv head, row block). */
+/* Combines the key splits' (m, l, acc^T) of one (kv head, row block). */
 static void amx_merge(const amx_job *j, int kvh, int qb) {
     const okv_attn_args *a = j->a;
     const amx_shape *s = &j->s;
@@ -570,22 +644,22 @@ static void amx_merge(const amx_job *j, int kvh, int qb) {
     size_t base = (size_t)(kvh * s->n_sblocks + sb) * j->n_splits; /* task of split 0 */
     for (int r = 0; r < (t1 - t0) * s->G; r++) {
         float *o = a->out + ((size_t)vec_row(s, t0, r) * a->n_heads + vec_head(s, kvh, r)) * D;
-        float M = -INFINITY, lsum = 0.0f;
+        float M = M0, lsum = 0.0f;
         for (int sp = 0; sp < j->n_splits; sp++) {
             const float *m = j->part + s->part_floats * ((base + sp) * s->nqb + i) + (size_t)MV * D;
             if (m[r] > M) M = m[r];
         }
         for (int d = 0; d < D; d++) o[d] = 0.0f;
-        if (M == -INFINITY) continue;
         for (int sp = 0; sp < j->n_splits; sp++) {
             const float *acc = j->part + s->part_floats * ((base + sp) * s->nqb + i), *m = acc + (size_t)MV * D;
             const float *l = m + MV;
-            if (m[r] == -INFINITY) continue;
-            float cf = exp2f(m[r] - M); /* m in log2 units */
+            if (!(l[r] > 0.0f)) continue; /* the split saw nothing for r (task not run or all masked) */
+            float cf = exp2f(m[r] - M); /* m in log2 units, offsets <= M */
             lsum += l[r] * cf;
-            for (int d = 0; d < D; d++) o[d] += acc[(size_t)r * D + d] * cf;
+            for (int d = 0; d < D; d++) o[d] += acc[(size_t)d * MV + r] * cf;
         }
-        for (int d = 0; d < D; d++) o[d] /= lsum;
+        if (lsum > 0.0f)
+            for (int d = 0; d < D; d++) o[d] /= lsum;
     }
 }
 
