@@ -326,53 +326,41 @@ TGT static void stage_k(const amx_task *b, const char *K, okv_dtype dt, size_t l
         }
 }
 
-/* st[key][vec] = k . q for the block's 32 * nks keys and 16 * nqt vectors:
- * per 16 keys, C tiles 0/1 (vector tiles), K in tiles 2/3. D = 64 keeps
- * all four Q tiles loaded (4-7) for the block; other D reload them. */
+/* st[key][vec] = k . q for the block's 32 * nks keys and 16 * nqt vectors.
+ * Per 32 keys four independent C tiles (2 key halves x 2 vector tiles,
+ * tmm0-3), K halves in tmm4/5, Q^T in tmm6/7: every tdpbf16ps of a step
+ * depends only on the one of the previous 32 dims, so the tile unit runs
+ * at its throughput rather than a chain's latency. */
 TGT static void scores_tiles(float *st, const amx_qblock *q, const uint16_t *K, size_t kstride, int nks, int nqt,
                              int D) {
     const uint16_t *qb = q->qb;
-    if (D == 64) {
-        TL(4, qb, 64);
-        TL(6, qb + 2 * 512, 64);
-        if (nqt > 1) {
-            TL(5, qb + 512, 64);
-            TL(7, qb + 3 * 512, 64);
-        }
-        for (int kc = 0; kc < 2 * nks; kc++) {
-            const uint16_t *k0 = K + (size_t)(16 * kc) * (kstride / 2);
-            float *s0 = st + (size_t)(16 * kc) * MV;
-            TZ(0);
-            TL(2, k0, kstride);
-            TL(3, k0 + 32, kstride);
-            TDP(0, 2, 4);
-            TDP(0, 3, 6);
-            TS(0, s0, MV * 4);
-            if (nqt > 1) {
-                TZ(1);
-                TDP(1, 2, 5);
-                TDP(1, 3, 7);
-                TS(1, s0 + 16, MV * 4);
-            }
-        }
-        return;
-    }
-    for (int kc = 0; kc < 2 * nks; kc++) {
-        const uint16_t *k0 = K + (size_t)(16 * kc) * (kstride / 2);
-        float *s0 = st + (size_t)(16 * kc) * MV;
+    for (int ks = 0; ks < nks; ks++) {
+        const uint16_t *k0 = K + (size_t)(32 * ks) * (kstride / 2), *k1 = k0 + (size_t)16 * (kstride / 2);
+        float *s0 = st + (size_t)(32 * ks) * MV, *s1 = s0 + 16 * MV;
         TZ(0);
-        TZ(1);
+        TZ(2);
+        if (nqt > 1) {
+            TZ(1);
+            TZ(3);
+        }
         for (int ds = 0; ds < D / 32; ds++) {
-            TL(2, k0 + ds * 32, kstride);
-            TL(4, qb + (size_t)(ds * 2) * 512, 64);
-            TDP(0, 2, 4);
+            TL(4, k0 + ds * 32, kstride);
+            TL(5, k1 + ds * 32, kstride);
+            TL(6, qb + (size_t)(ds * 2) * 512, 64);
+            TDP(0, 4, 6);
+            TDP(2, 5, 6);
             if (nqt > 1) {
-                TL(5, qb + (size_t)(ds * 2 + 1) * 512, 64);
-                TDP(1, 2, 5);
+                TL(7, qb + (size_t)(ds * 2 + 1) * 512, 64);
+                TDP(1, 4, 7);
+                TDP(3, 5, 7);
             }
         }
         TS(0, s0, MV * 4);
-        if (nqt > 1) TS(1, s0 + 16, MV * 4);
+        TS(2, s1, MV * 4);
+        if (nqt > 1) {
+            TS(1, s0 + 16, MV * 4);
+            TS(3, s1 + 16, MV * 4);
+        }
     }
 }
 
@@ -449,52 +437,39 @@ TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q,
     }
 }
 
-/* acc^T += V^T P^T: C tiles 0/1 (vector tiles) loaded from acc^T and
- * stored back per 16 channels, V^T in tile 2, P^T held in tiles 4-7 when
- * the block is 64 keys (else reloaded). */
+/* acc^T += V^T P^T, 32 channels a step: four independent C tiles (2
+ * channel tiles x 2 vector tiles, tmm0-3) loaded from acc^T and stored
+ * back, V^T in tmm4/5, P^T in tmm6/7, one pair of each per 32 keys. */
 TGT static void pv_tiles(const amx_task *b, __m512i *const pw, const amx_qblock *q, int nks, int D) {
     const int nqt = q->nqt, ndt = D / 16;
     const char *p0 = (const char *)pw, *p1 = (const char *)(pw + KB / 2);
-    if (nks == 2) {
-        TL(4, p0, 64);
-        TL(5, p0 + 1024, 64);
+    for (int dt = 0; dt < ndt; dt += 2) {
+        float *c0 = q->acc + (size_t)(16 * dt) * MV, *c1 = c0 + 16 * MV;
+        TL(0, c0, MV * 4);
+        TL(2, c1, MV * 4);
         if (nqt > 1) {
-            TL(6, p1, 64);
-            TL(7, p1 + 1024, 64);
+            TL(1, c0 + 16, MV * 4);
+            TL(3, c1 + 16, MV * 4);
         }
-        for (int dt = 0; dt < ndt; dt++) {
-            float *c = q->acc + (size_t)(16 * dt) * MV;
-            const uint16_t *v = b->vt + (size_t)dt * 512;
-            TL(0, c, MV * 4);
-            TL(2, v, 64);
-            TL(3, v + (size_t)ndt * 512, 64);
-            TDP(0, 2, 4);
-            TDP(0, 3, 5);
-            TS(0, c, MV * 4);
-            if (nqt > 1) {
-                TL(1, c + 16, MV * 4);
-                TDP(1, 2, 6);
-                TDP(1, 3, 7);
-                TS(1, c + 16, MV * 4);
-            }
-        }
-        return;
-    }
-    for (int dt = 0; dt < ndt; dt++) {
-        float *c = q->acc + (size_t)(16 * dt) * MV;
-        TL(0, c, MV * 4);
-        if (nqt > 1) TL(1, c + 16, MV * 4);
         for (int ks = 0; ks < nks; ks++) {
-            TL(2, b->vt + ((size_t)ks * ndt + dt) * 512, 64);
-            TL(4, p0 + (size_t)ks * 1024, 64);
-            TDP(0, 2, 4);
+            const uint16_t *v = b->vt + ((size_t)ks * ndt + dt) * 512;
+            TL(4, v, 64);
+            TL(5, v + 512, 64);
+            TL(6, p0 + (size_t)ks * 1024, 64);
+            TDP(0, 4, 6);
+            TDP(2, 5, 6);
             if (nqt > 1) {
-                TL(5, p1 + (size_t)ks * 1024, 64);
-                TDP(1, 2, 5);
+                TL(7, p1 + (size_t)ks * 1024, 64);
+                TDP(1, 4, 7);
+                TDP(3, 5, 7);
             }
         }
-        TS(0, c, MV * 4);
-        if (nqt > 1) TS(1, c + 16, MV * 4);
+        TS(0, c0, MV * 4);
+        TS(2, c1, MV * 4);
+        if (nqt > 1) {
+            TS(1, c0 + 16, MV * 4);
+            TS(3, c1 + 16, MV * 4);
+        }
     }
 }
 

@@ -321,8 +321,73 @@ static void test_attention(void) {
         scenario s = {"dtype sweep", 8, 2, 128, (okv_dtype)d, 7, 70, 0, 0, 0, 1};
         run_scenario(&s, tables, n_tables, tp2, true);
     }
+    /* AMX tiles over every GQA ratio 1..15 at head_dim 64/128/256: odd T,
+     * key counts and chunk starts off the 64-key blocks, a window, a ring
+     * that wraps inside the span */
+    for (int g = 1; g <= 15; g++)
+        for (int di = 0; di < 3; di++) {
+            int D = 64 << di, T = 16 / g + 1 + 2 * (g % 3) + di;
+            scenario s = {"amx gqa sweep", 2 * g, 2, D, di == 1 ? OKV_F16 : OKV_BF16, T, 61 + 7 * g, 0, 0, 0, 1};
+            if (g % 4 == 1) s.window = 37 + g;
+            if (g % 5 == 2) s.p0 += 150, s.base = (s.p0 + T) - 90, s.ring = 97, s.window = 90;
+            run_scenario(&s, tables, n_tables, tp2, false);
+        }
     test_split_runs(tables, n_tables);
     okv_threadpool_free(tp2);
+}
+
+/* Scores that rise steadily along the keys (by ~230 in log2 units, far
+ * more than the AMX kernel's lazy offset threshold of 8, and more than
+ * f32's range above it: an offset that failed to move overflows), so the
+ * offset moves many times; that fall from the first block on; and that
+ * peak once early, so it never moves again. The AMX tiles (bf16 KV) against
+ * the reference, 1 and 2 threads, chunks of 37, 64 and 100 rows. */
+static void test_rising_scores(const okv_kernels **tables, int n_tables, okv_threadpool *tp2) {
+    enum { Hq = 8, Hkv = 2, D = 64, N = 700 };
+    size_t row = (size_t)Hkv * D;
+    for (int shape = 0; shape < 3; shape++)
+        for (int d = 1; d < 3; d++) {
+            okv_dtype dt = (okv_dtype)d;
+            int T = shape == 2 ? 100 : shape == 1 ? 64 : 37, p0 = shape == 2 ? N - T : shape == 1 ? 300 : 600;
+            int32_t end = p0 + T;
+            float *kin = malloc(sizeof(float) * end * row), *vin = malloc(sizeof(float) * end * row);
+            void *kp = malloc(okv_dtype_size(dt) * end * row), *vp = malloc(okv_dtype_size(dt) * end * row);
+            fill(vin, (size_t)end * row, 1.0f);
+            for (int32_t j = 0; j < end; j++) /* k_j[0] = g(j), an integer (exact in bf16), the rest small noise */
+                for (size_t e = 0; e < row; e++) {
+                    float gj = shape == 0 ? floorf(0.23f * (float)j) : shape == 1 ? 160.0f - floorf(0.23f * (float)j)
+                                                                                    : (j == 3 ? 160.0f : 0.0f);
+                    kin[(size_t)j * row + e] = e % D == 0 ? gj : 0.05f * frand();
+                }
+            okv_attn_kv kv = {kp, vp, kp, vp, dt, Hkv, D};
+            okv_run run = {0, end, 0};
+            okv_attend_write(&kv, &run, 1, kin, vin);
+            size_t nq = (size_t)T * Hq * D;
+            float *q = malloc(sizeof(float) * nq), *ref = malloc(sizeof(float) * nq), *fast = malloc(sizeof(float) * nq);
+            for (size_t i = 0; i < nq; i++) q[i] = i % D == 0 ? 8.0f : 0.1f * frand(); /* score ~ g(j) */
+            int32_t *pos = malloc(sizeof(int32_t) * T);
+            for (int t = 0; t < T; t++) pos[t] = p0 + t;
+            okv_attn_args a = {q, T, Hq, pos, kv, &run, 1, 0, 1.0f / sqrtf((float)D), ref, NULL};
+            okv_attend_reference(&a);
+            for (int ti = 0; ti < n_tables; ti++) /* the f32 kernels' roundings of scores ~160 exceed 1e-5 */
+                for (int th = 0; th < 2 && tables[ti]->attend_bf16; th++) {
+                    a.out = fast;
+                    memset(fast, 0xff, sizeof(float) * nq);
+                    tables[ti]->attend(th ? tp2 : NULL, &a);
+                    double m = max_diff_f(fast, ref, nq), tol = attend_tol(tables[ti], dt);
+                    if (tol > 1e-5 && m > g_worst_bf16) g_worst_bf16 = m;
+                    CHECKF(m <= tol, "rising scores shape %d %s: %s (%d threads) vs reference %g", shape,
+                           okv_dtype_name(dt), tables[ti]->name, th + 1, m);
+                }
+            free(kin);
+            free(vin);
+            free(kp);
+            free(vp);
+            free(q);
+            free(ref);
+            free(fast);
+            free(pos);
+        }
 }
 
 /* ---- many sequences (okv_attn_vis) ------------------------------------------------ */
@@ -571,6 +636,7 @@ int main(void) {
     int n_tables = attention_tables(tables);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     test_visibility(tables, n_tables, tp2);
+    test_rising_scores(tables, n_tables, tp2);
     test_workspace(tables, n_tables);
     test_decode_kernel(tp2);
     okv_threadpool_free(tp2);
