@@ -7,53 +7,65 @@
  * A task is (kv head, block of query rows[, key split]): its M <= 32 query
  * vectors are the rows x the G heads sharing the kv head (GQA: one K/V read
  * for all of them), stacked as the columns of the score tiles. Keys stream
- * in blocks of KB = 64 with an online softmax:
+ * in blocks of KB = 64 with an online softmax, everything transposed so no
+ * step needs a transpose per row block:
  *   1. S^T[key][vec] = K Q^T: K is the A operand, loaded straight from the
  *      pool (16 keys x 32 dims, rows ld apart; a partial block or f16 is
- *      staged as bf16 first), Q^T (scale folded in) is the B operand in
- *      pairs of dims, built once per task. Keys down the tile rows means
- *      the softmax runs down columns: max, exp and sums are vertical,
- *      16 vectors a register, no horizontal reductions.
- *   2. masks per block (causal/window range per vector, or okv_attn_vis per
- *      element); blocks no vector sees are skipped, blocks every vector sees
- *      fully are not masked.
- *   3. online softmax in AVX-512 (scores in log2 units, log2 e folded into
- *      q's scale; a degree-3 exp2 polynomial + scalef, no masks: -inf and
- *      NaN clamp to an underflow); P rounded to
- *      bf16 and turned into the A operand of P V: pairs of keys interleaved,
- *      then a 16x16 dword transpose per tile.
- *   4. O += P V: V as the B operand (pairs of keys interleaved per channel,
- *      built per block), fresh C tiles per 32 channels, then acc = acc * c +
- *      C in AVX-512.
- * Padding vectors are zero queries, keys past a block's end are zero V rows
- * and -inf scores, so nothing undefined meets a multiply.
+ *      staged as bf16 first), Q^T (scale and log2 e folded in) the B
+ *      operand in pairs of dims, built once per task; four independent C
+ *      tiles per 32 keys. Keys down the tile rows: the softmax runs down
+ *      columns, 16 vectors a register, no horizontal reductions.
+ *   2. masks only on blocks some vector does not fully see (causal edge,
+ *      window edge, okv_attn_vis), as a finite MASKV (see below).
+ *   3. softmax in one pass per block (FlashAttention-3's lazy rescale):
+ *      p = 2^(s - m) with the column's running offset m, the block max
+ *      taken in the same pass; only where it passes m + 8 is m moved, the
+ *      accumulators rescaled and the pass redone (a column's first visible
+ *      block, then rarely). Degree-3 exp2 + scalef with no clamp: masked
+ *      scores are -1e30, offsets start at -1e20, so 2^(MASKV - m) is 0 and
+ *      nothing makes -inf - -inf. p is rounded to bf16 and interleaved in
+ *      key pairs: exactly the rows of P^T as a B operand.
+ *   4. O^T += V^T P^T: V^T is the A operand (16 channels x 32 keys, built
+ *      per block from key-pair dwords and a 16x16 dword transpose, once for
+ *      all the row blocks of the task), the accumulator acc^T [D][MV] is
+ *      loaded into C tiles and stored back: no vector work on O per block.
+ * Row blocks are pipelined one deep: the scores of the next row block
+ * (tiles) and the P V of the previous one are issued around this one's
+ * softmax (vectors), so no stage waits on a store it just made.
  *
  * Precision: q (scaled), k, p and v are rounded to bf16 (f16 K/V lose 3
- * mantissa bits), products exact, sums f32: outputs within ~1e-2 of the f32
- * reference for O(1) data (test_attend checks 2e-2).
+ * mantissa bits), products exact, sums f32: outputs within ~3e-3 of the
+ * f32 reference for O(1) data (test_attend checks 1e-2; it also runs
+ * scores rising by ~230 log2 units, which overflow if the offset fails to
+ * move).
  *
  * Super-blocks: a task holds up to NQB = 16 row blocks of one kv head and
- * runs each K/V block (V pairs built once) past all of them, so K/V stream
- * from memory once per 16 row blocks: with one row block per task the tiles
- * ran at 100 GFLOP/s, waiting on strided V loads (perf), 174 with 16.
- * Blocks are cut at multiples of KB in the logical key index, so results
- * do not depend on the grouping (only key splits, when tasks are too few
- * for the threads, change the order of sums).
+ * runs each K/V block (V^T built once) past all of them, so K/V stream
+ * from memory once per 16 row blocks. Blocks are cut at multiples of KB in
+ * the logical key index, so results do not depend on the grouping (only
+ * key splits, when tasks are too few for the threads, change the order of
+ * sums).
  *
- * Measured (bench_kernels attnlongcpu: Llama-3.2-1B geometry 32/8 heads x
- * 64, bf16 KV, one layer, ONE thread by CPU time, machine at load ~11, so
- * ratios only): prefill of the last 512 tokens at 16k positions 388 ms
- * (174 GFLOP/s) vs 1393 for the AVX-512 blocked kernel and 3882 for the
- * previous one (attend_v1); at 4k 104 / 298 / 785 ms; at 512 16 / 28 / 54;
- * ring (window 4096) at 16k 100 / 353 / 900. Decode on tiles (4 of 16
+ * Measured (bench_kernels attnamx: Llama-3.2-1B geometry 32/8 heads x 64,
+ * bf16 KV, one layer, T = 512, this kernel vs its previous version frozen
+ * in bench/kernels/attend_amx_v0.c, interleaved, medians, ONE thread by
+ * CPU time; load 6-8, so ratios only): new/old 0.66-0.71 for pp512's
+ * attention (512 positions from 0), 0.65-0.88 at 4k, 0.68-0.71 for the
+ * last 512 of 16k (old 261-317 ms -> new 184-214 ms, ~340 GFLOP/s), 0.59-
+ * 0.65 on the ring (window 4096) at 16k; at load ~12 the same runs gave
+ * 0.78-0.88. Where the old version's time went (perf): the max pass
+ * waiting on the score tiles it had just stored, the P tiles' tile loads
+ * waiting on the transpose's stores, the AVX-512 update of O. Stage
+ * ablation of the new one (same bench, 16k, relative to the old kernel):
+ * all 0.61-0.71, no softmax 0.56, no P V 0.50, neither 0.33-0.38 (scores,
+ * V^T, masks, setup); V^T build ~0.05; staging K contiguous instead of
+ * reading it from the pool: no gain; KB = 128: 0.93x at 16k, 1.1x at 512
+ * (more masked waste on the diagonal), kept 64.
+ * Before (previous version): one row block per task ran at 100 GFLOP/s,
+ * waiting on strided V loads, 174 with 16; decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
  * so calls with fewer than 16 query vectors per kv head go to the
- * vdpbf16ps decode kernel (okv_attend_decode.c), else AVX-512.
- * The log2-domain softmax with the degree-3 exp2 (11 vector ops per 16
- * scores instead of 16; was Cephes degree 6, a mul by log2 e and two
- * masks) measured 1.1x on the 16k prefill of the last 512 (medians of 5,
- * one thread by CPU time, load ~20, old vs new interleaved: 412 -> 372 and
- * 444 -> 397 ms), within 3e-3 of the reference as before. */
+ * vdpbf16ps decode kernel (okv_attend_decode.c), else AVX-512. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
