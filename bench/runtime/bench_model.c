@@ -196,7 +196,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--kv-storage-dtype")) okv_dtype_parse(argv[i + 1], &co.storage_dtype);
+        else if (!strcmp(argv[i], "--kv-storage-dtype")) {
+            if (okv_kv_dtype_parse(argv[i + 1], &co.storage_dtype)) {
+                fprintf(stderr, "--kv-storage-dtype: '%s' is not f32, f16, bf16 or q8\n", argv[i + 1]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--longctx")) longctx = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
     }
