@@ -6,7 +6,5 @@
 #include "okv_kernels.h"
 
 void bench_attend_v1_avx2(okv_threadpool *tp, const okv_attn_args *a);
-/* The vdpbf16ps decode kernel before the long-context work (attend_decode_v0.c). */
-void bench_attend_decode_v0(okv_threadpool *tp, const okv_attn_args *a);
 
 #endif

@@ -36,8 +36,8 @@
  *
  *  12. attndecode: a whole decode step's attention of Llama-3.2-1B (16 layers,
  *      each its own pool: 512 MiB of bf16 K/V at 16k positions) at 512/4k/16k
- *      positions and with K/V hot in cache, the decode kernels (v0 = the
- *      vdpbf16ps one before the AMX kernel, attend_decode_v0.c; the
+ *      positions and with K/V hot in cache, the decode kernels (dpbf16 =
+ *      the vdpbf16ps one the AMX kernel replaced, kept for Zen 4; the
  *      blocked AVX-512 one for q8) interleaved with a read-bandwidth probe
  *      over the same pools; medians of wall and process CPU time, the
  *      probe's time over each kernel's; `q8` for q8 KV, `1t` one thread,
@@ -51,8 +51,8 @@
  *      alternating with a sum over the same bytes; bf16 also on the previous
  *      AVX2 GEMV and the deterministic table's AMX T = 1 form
  *
- *  15. attnamx: the AMX prefill attention (okv_attend_amx_tiles) against its
- *      frozen previous version (attend_amx_v0.c), interleaved rep by rep on
+ *  15. attnamx: the AMX prefill attention (okv_attend_amx_tiles) against the
+ *      blocked AVX-512 kernel (okv_attend_avx512), interleaved rep by rep on
  *      the same data, medians: the T = 512 calls of pp512 (512 positions
  *      from 0) and of the last 512 at 4k/16k (flat) and 16k (ring, window
  *      4096), one thread by CPU time, then 2 threads by wall time
@@ -78,7 +78,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "attend_amx_v0.h"
 #include "attend_v1.h"
 #include "okv_common.h"
 #include "okv_kernels.h"
@@ -1078,13 +1077,12 @@ static void kvprobe_task(void *ctx, int task, int thread) {
  * time over the kernel's. A "hot" row repeats one small layer 16 times
  * (4 MiB: K/V in L2/L3): what the kernel costs when DRAM does not bound it. */
 static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int only) {
-    enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 5, MAXR = 31 };
+    enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 4, MAXR = 31 };
     const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
-    const char *names[NF] = {"blocked", "v0 decode", "dpbf16", "amx", "table"};
-    attend_fn fns[NF] = {okv_attend_avx512, bench_attend_decode_v0, okv_attend_decode_dpbf16, okv_attend_decode_amx,
-                         k->attend};
+    const char *names[NF] = {"blocked", "dpbf16", "amx", "table"};
+    attend_fn fns[NF] = {okv_attend_avx512, okv_attend_decode_dpbf16, okv_attend_decode_amx, k->attend};
     bool ok[NF] = {dt == OKV_Q8, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
-                   okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt), okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
+                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
     printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
            okv_dtype_name(dt), okv_threadpool_size(tp), k->name);
     printf("%-6s %-10s %9s %9s %8s %8s %9s\n", "pos", "kernel", "wall ms", "cpu ms", "cpu/wall", "GB/s", "of probe");
@@ -1263,23 +1261,23 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
     free(y);
 }
 
-/* ---- 15. AMX prefill attention, previous vs current --------------------------------- */
+/* ---- 15. AMX prefill attention vs the blocked AVX-512 kernel ------------------------- */
 
 static void bench_attn_amx(okv_threadpool **tps, int quick) {
     if (!okv_amx_usable(NULL)) {
         printf("\nattnamx: AMX not usable here\n");
         return;
     }
-    printf("\nAMX prefill attention, 32/8 heads x 64, kv bf16, T = 512, medians; v0 = attend_amx_v0.c, new = "
+    printf("\nAMX prefill attention, 32/8 heads x 64, kv bf16, T = 512, medians; blocked = okv_attend_avx512, amx = "
            "okv_attend_amx_tiles\n");
-    printf("%-3s %-5s %6s %10s %10s %8s %9s %9s\n", "thr", "cache", "pos", "v0 ms", "new ms", "new/v0", "new GF/s",
+    printf("%-3s %-5s %6s %10s %10s %8s %9s %9s\n", "thr", "cache", "pos", "blocked ms", "amx ms", "amx/blk", "amx GF/s",
            "max|diff|");
     static const int npos[] = {512, 4096, 16384, 16384};
     for (int th = 0; th < 2; th++)
         for (int i = 0; i < 4; i++) {
             int ringc = i == 3, T = 512, reps = quick ? 3 : (npos[i] > 4096 ? 5 : 11);
             int32_t ring = ringc ? 4096 + 512 - 1 : 0, window = ringc ? 4096 : 0;
-            attend_fn fns[2] = {bench_attend_amx_v0, okv_attend_amx_tiles};
+            attend_fn fns[2] = {okv_attend_avx512, okv_attend_amx_tiles};
             double sec[2];
             double md = attn_long_case(tps[th], fns, 2, th ? now : cpu_now, OKV_BF16, npos[i], T, ring, window, reps, sec);
             double pairs = 0;

@@ -46,9 +46,9 @@
  * key splits, when tasks are too few for the threads, change the order of
  * sums).
  *
- * Measured (bench_kernels attnamx: Llama-3.2-1B geometry 32/8 heads x 64,
- * bf16 KV, one layer, T = 512, this kernel vs its previous version frozen
- * in bench/kernels/attend_amx_v0.c, interleaved, medians, ONE thread by
+ * Measured (Llama-3.2-1B geometry 32/8 heads x 64, bf16 KV, one layer,
+ * T = 512, this kernel vs its previous version, which a bench copy held
+ * until the comparison was done (git 66521f0), interleaved, medians, ONE thread by
  * CPU time; load 6-8, so ratios only): new/old 0.66-0.71 for pp512's
  * attention (512 positions from 0), 0.65-0.88 at 4k, 0.68-0.71 for the
  * last 512 of 16k (old 261-317 ms -> new 184-214 ms, ~340 GFLOP/s), 0.59-
