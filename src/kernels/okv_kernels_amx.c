@@ -309,6 +309,32 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
     }
 }
 
+/* C tiles (g, g+1) x (tb, tb+1) += W pair chunk x x pair chunk over nk K
+ * tiles; first: start from zero instead of the stored partial sums. */
+static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1,
+                                                              const uint16_t *x0, const uint16_t *x1, int nk,
+                                                              float *c00, float *c01, float *c10, float *c11,
+                                                              bool first) {
+    if (first) {
+        TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
+    } else {
+        TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
+    }
+    for (int kb = 0; kb < nk; kb++) {
+        /* loads interleaved with the products that need them (the first
+         * product starts after two loads, not four) */
+        TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
+        TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(0, 4, 6);
+        TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(1, 4, 7);
+        TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
+        TILE_DP(2, 5, 6);
+        TILE_DP(3, 5, 7);
+    }
+    TILE_STORE(0, c00); TILE_STORE(1, c01); TILE_STORE(2, c10); TILE_STORE(3, c11);
+}
+
 /* v1 (okv_matmul_amx_v1, okv_matmul_amx_tiles): C tiles for n groups
  * [g, g+2) x t tiles (all): chunks of K, 2x2 blocking. */
 static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int g) {
@@ -320,24 +346,8 @@ static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int
             float *c00 = cb + ((size_t)g * ntb + tb) * C_ELEMS, *c01 = c00 + C_ELEMS;
             float *c10 = c00 + (size_t)ntb * C_ELEMS, *c11 = c10 + C_ELEMS;
             const uint16_t *x0 = a->xp + (size_t)tb * nkb * TILE_ELEMS, *x1 = x0 + (size_t)nkb * TILE_ELEMS;
-            if (kc0 == 0) {
-                TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
-            } else {
-                TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
-            }
-            for (int kb = kc0; kb < kc1; kb++) {
-                /* loads interleaved with the products that need them (the
-                 * first product starts after two loads, not four) */
-                TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
-                TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
-                TILE_DP(0, 4, 6);
-                TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
-                TILE_DP(1, 4, 7);
-                TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
-                TILE_DP(2, 5, 6);
-                TILE_DP(3, 5, 7);
-            }
-            TILE_STORE(0, c00); TILE_STORE(1, c01); TILE_STORE(2, c10); TILE_STORE(3, c11);
+            size_t off = (size_t)kc0 * TILE_ELEMS;
+            tile_2x2(w0 + off, w1 + off, x0 + off, x1 + off, kc1 - kc0, c00, c01, c10, c11, kc0 == 0);
         }
     }
 }
@@ -475,29 +485,6 @@ static TGT void pack_w_chunk(const amx2_job *a, uint16_t *wp, int n0, int rows, 
     }
 }
 
-/* C tiles (g, g+1) x (tb, tb+1) += W pair chunk x x pair chunk over nk K
- * tiles; first: start from zero instead of the stored partial sums. */
-static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1,
-                                                              const uint16_t *x0, const uint16_t *x1, int nk,
-                                                              float *c00, float *c01, float *c10, float *c11,
-                                                              bool first) {
-    if (first) {
-        TILE_ZERO(0); TILE_ZERO(1); TILE_ZERO(2); TILE_ZERO(3);
-    } else {
-        TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
-    }
-    for (int kb = 0; kb < nk; kb++) {
-        TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
-        TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
-        TILE_DP(0, 4, 6);
-        TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
-        TILE_DP(1, 4, 7);
-        TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
-        TILE_DP(2, 5, 6);
-        TILE_DP(3, 5, 7);
-    }
-    TILE_STORE(0, c00); TILE_STORE(1, c01); TILE_STORE(2, c10); TILE_STORE(3, c11);
-}
 
 /* y[t][n] = C[n][t] (+ bias) for rows [n0, n0 + rows) and x tiles [tb0,
  * tb0 + tbt) of the C buffer [rows/16][tbt] tiles. Per x tile all the
