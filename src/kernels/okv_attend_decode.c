@@ -82,6 +82,26 @@ typedef struct dec_job {
     size_t part_floats;  /* per (split, kv head, vector): D + 2 */
 } dec_job;
 
+/* The keys split `split` must visit: [lo, hi) = the union of the queries'
+ * visible ranges clipped to the split; every query sees [maxlo, minhi). */
+typedef struct split_range { int32_t lo, hi, maxlo, minhi; } split_range;
+
+static split_range dec_split_range(const dec_job *j, int split) {
+    int32_t k0 = split * j->split_len, k1 = k0 + j->split_len < j->n_keys ? k0 + j->split_len : j->n_keys;
+    split_range r = {INT32_MAX, 0, 0, INT32_MAX};
+    for (int t = 0; t < j->a->T; t++) {
+        if (j->qlo[t] > r.maxlo) r.maxlo = j->qlo[t];
+        if (j->qhi[t] < r.minhi) r.minhi = j->qhi[t];
+        if (j->qlo[t] >= j->qhi[t]) continue;
+        if (j->qlo[t] < r.lo) r.lo = j->qlo[t];
+        if (j->qhi[t] > r.hi) r.hi = j->qhi[t];
+    }
+    if (r.lo < k0) r.lo = k0;
+    if (r.hi > k1) r.hi = k1;
+    return r;
+}
+
+
 /* Lane L of a reduced score vector holds key key_of_lane[L] of the block. */
 static const int8_t key_of_lane[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
@@ -227,17 +247,8 @@ TGT static void dec_task(void *ctx, int split, int thread) {
         p[D] = -INFINITY;
         p[D + 1] = 0.0f;
     }
-    int32_t k0 = split * j->split_len, k1 = k0 + j->split_len < j->n_keys ? k0 + j->split_len : j->n_keys;
-    int32_t L = INT32_MAX, H = 0, maxlo = 0, minhi = INT32_MAX;
-    for (int t = 0; t < a->T; t++) {
-        if (j->qlo[t] > maxlo) maxlo = j->qlo[t];
-        if (j->qhi[t] < minhi) minhi = j->qhi[t];
-        if (j->qlo[t] >= j->qhi[t]) continue;
-        if (j->qlo[t] < L) L = j->qlo[t];
-        if (j->qhi[t] > H) H = j->qhi[t];
-    }
-    if (L < k0) L = k0;
-    if (H > k1) H = k1;
+    split_range sr = dec_split_range(j, split);
+    int32_t L = sr.lo, H = sr.hi, maxlo = sr.maxlo, minhi = sr.minhi;
     __m512i vi[NK / 2 * DMAX / 16];
     uint32_t pp[RMAX * 8];
     float c[RMAX];
@@ -491,17 +502,8 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
         float *p = base + j->part_floats * x;
         memset(p, 0, sizeof(float) * D);
     }
-    int32_t k0 = split * j->split_len, k1 = k0 + j->split_len < j->n_keys ? k0 + j->split_len : j->n_keys;
-    int32_t L = INT32_MAX, H = 0, maxlo = 0, minhi = INT32_MAX;
-    for (int t = 0; t < a->T; t++) {
-        if (j->qlo[t] > maxlo) maxlo = j->qlo[t];
-        if (j->qhi[t] < minhi) minhi = j->qhi[t];
-        if (j->qlo[t] >= j->qhi[t]) continue;
-        if (j->qlo[t] < L) L = j->qlo[t];
-        if (j->qhi[t] > H) H = j->qhi[t];
-    }
-    if (L < k0) L = k0;
-    if (H > k1) H = k1;
+    split_range sr = dec_split_range(j, split);
+    int32_t L = sr.lo, H = sr.hi, maxlo = sr.maxlo, minhi = sr.minhi;
     amx_state st[64];
     for (int h = 0; h < Hkv; h++)
         for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
