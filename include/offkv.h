@@ -59,6 +59,9 @@ typedef struct okv_export_options {
     const int32_t *calibration_ids;
     int n_calibration_ids;
     int calibration_ctx;
+    /* Threads for quantization's scale search (0 = every online CPU; the
+     * bytes written do not depend on it) and for the calibration pass. */
+    int n_threads;
     /* Receives non-fatal notices (skipped tensors, missing tokenizer, ...). */
     void (*notice)(void *ctx, const char *message);
     void *notice_ctx;

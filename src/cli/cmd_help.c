@@ -47,6 +47,8 @@ static const help_page PAGES[] = {
      "  --calibration TEXT                activation-aware quantization: run the float model over TEXT first and\n"
      "                                    weight each input channel's error by its mean square (not the eval text)\n"
      "  --calibration-ctx N               tokens per calibration window (default 512)\n"
+     "  --threads N                       threads for quantization and calibration (default: every CPU;\n"
+     "                                    the program written is the same for any N)\n"
      "\n"
      "example: offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv --dtype fp32\n"},
     {"inspect",

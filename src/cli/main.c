@@ -4,7 +4,7 @@
  *
  *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
  *                [--qlinear 4w|8w] [--qlinear-group-size G] [--qembedding 4w|8w] [--qembedding-group-size G]
- *                [--calibration TEXT] [--calibration-ctx N]
+ *                [--calibration TEXT] [--calibration-ctx N] [--threads N]
  *   offkv inspect OUT.okv|MODEL.gguf [--json] |  offkv inspect --config DIR|config.json [--json]
  *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
  *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
@@ -220,7 +220,7 @@ static bool parse_qgroup(const char *v, int *group) {
 
 #define EXPORT_USAGE "HF_DIR|MODEL.gguf -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
                      "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G] " \
-                     "[--calibration TEXT] [--calibration-ctx N]"
+                     "[--calibration TEXT] [--calibration-ctx N] [--threads N]"
 
 /* The export progress line: redrawn in place (at most 5 times a second)
  * when stderr is a terminal; a summary line at the end either way. */
@@ -293,6 +293,9 @@ static int cmd_export(int argc, char **argv) {
         } else if (!strcmp(a, "--calibration-ctx") && v) {
             if (!okv_cli_parse_int(v, 2, 1 << 24, &o.calibration_ctx))
                 return okv_cli_usage_error("--calibration-ctx: '%s' must be an integer >= 2", v);
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (!okv_cli_parse_int(v, 1, 1024, &o.n_threads)) return okv_cli_usage_error("--threads: '%s' must be an integer in 1..1024", v);
             i++;
         } else if (a[0] != '-' && !dir) dir = a;
         else return okv_cli_usage_error("export: unknown or incomplete option '%s'", a);

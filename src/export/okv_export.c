@@ -28,6 +28,7 @@
 #include "okv_safetensors.h"
 #include "okv_gguf.h"
 #include "okv_gguf_model.h"
+#include "okv_export_quant.h"
 #include "okv_gguf_vocab.h"
 
 void okv_export_options_default(okv_export_options *o) {
@@ -73,6 +74,7 @@ typedef struct export_job {
     blob blobs[4];
     int n_blobs;
     const okv_calib *calib;      /* activation statistics (calibration), or NULL */
+    struct okv_threadpool *pool; /* quantization's rows are spread over it (NULL = inline) */
     okv_export_progress progress; /* what produce_tensor has written so far */
     double progress_start;
 } export_job;
@@ -400,7 +402,7 @@ static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_e
     if (!w) return err->status ? err->status : okv_fail(err, OKV_ERR_NOMEM, "out of memory quantizing '%s'", want->name);
     float *imp = j->calib ? malloc(sizeof(float) * (size_t)want->shape[1]) : NULL;
     if (imp && !okv_calib_importance(j->calib, want->name, (int)want->shape[1], imp)) { free(imp); imp = NULL; }
-    okv_status st = okv_quantize_weighted(&want->quant, w, want->shape[0], want->shape[1], imp, dst, want->name, err);
+    okv_status st = okv_export_quantize(j->pool, &want->quant, w, want->shape[0], want->shape[1], imp, dst, want->name, err);
     free(imp);
     free(w);
     return st;
@@ -554,6 +556,7 @@ static void job_free(export_job *j) {
     okv_gguf_close(j->gguf);
     free(j->all);
     free(j->src);
+    okv_export_pool_free(j->pool);
     for (int b = 0; b < j->n_blobs; b++) { free(j->blobs[b].name); free(j->blobs[b].data); }
 }
 
@@ -648,7 +651,7 @@ static void report_carried(const export_job *j) {
  * description, graph and writer as an HF directory. */
 static okv_status export_gguf(const char *path, const char *out_path, const okv_export_options *o, const okv_calib *calib,
                               okv_error *err) {
-    export_job j = {.opt = o, .calib = calib};
+    export_job j = {.opt = o, .calib = calib, .pool = o->qlinear || o->qembedding ? okv_export_pool_create(o->n_threads) : NULL};
     char *config = NULL;
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_gguf_open(path, &j.gguf, err);
@@ -677,7 +680,7 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
 
 static okv_status export_hf(const char *hf_dir, const char *out_path, const okv_export_options *o, const okv_calib *calib,
                             okv_error *err) {
-    export_job j = {.opt = o, .calib = calib};
+    export_job j = {.opt = o, .calib = calib, .pool = o->qlinear || o->qembedding ? okv_export_pool_create(o->n_threads) : NULL};
     okv_status st = check_quant_options(o, err);
     if (!st) st = okv_check_output_path(out_path, err); /* before the slow part; checked again at the end */
     if (!st) st = okv_hf_load_config(hf_dir, &j.model, err);
@@ -740,7 +743,7 @@ static okv_status calibrate(const char *src, const char *out_path, const okv_exp
            o->calibration_file ? o->calibration_file : "the calibration tokens");
     okv_status st = okv_is_gguf_file(src) ? export_gguf(src, tmp, &fo, NULL, err) : export_hf(src, tmp, &fo, NULL, err);
     if (st) okv_fail_prefix(err, "calibration (float program)");
-    okv_calib_source cs = {o->calibration_file, o->calibration_ids, o->n_calibration_ids, fo.max_ctx_len, 0,
+    okv_calib_source cs = {o->calibration_file, o->calibration_ids, o->n_calibration_ids, fo.max_ctx_len, o->n_threads,
                            o->progress ? calib_progress : NULL, (void *)o};
     if (!st) st = okv_calib_collect(tmp, &cs, c, err);
     unlink(tmp);

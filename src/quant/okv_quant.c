@@ -306,8 +306,8 @@ okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t
     return okv_quantize_weighted(s, W, N, K, NULL, dst, what, err);
 }
 
-okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
-                                 const char *what, okv_error *err) {
+okv_status okv_quantize_check(const okv_qscheme *s, int64_t N, int64_t K, const float *imp, const char *what,
+                              okv_error *err) {
     if (!what) what = "tensor";
     okv_status st = okv_qscheme_check(s, N, K, what, err);
     if (st) return st;
@@ -315,9 +315,15 @@ okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N
         if (!(imp[k] >= 0.0f) || !isfinite(imp[k]))
             return okv_fail(err, OKV_ERR_INVALID, "%s: importance of input channel %lld is %g (want finite, >= 0)", what,
                             (long long)k, (double)imp[k]);
+    return OKV_OK;
+}
+
+okv_status okv_quantize_rows(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
+                             int64_t row0, int64_t row1, const char *what, okv_error *err) {
+    if (!what) what = "tensor";
     okv_qview v = okv_quant_view(s, dst, N, K);
     uint8_t codes[256];
-    for (int64_t r = 0; r < N; r++) {
+    for (int64_t r = row0; r < row1; r++) {
         uint8_t *crow = (uint8_t *)v.codes + (size_t)r * v.code_stride;
         uint16_t *drow = (uint16_t *)v.d + (size_t)r * v.scale_stride;
         uint16_t *mrow = v.m ? (uint16_t *)v.m + (size_t)r * v.scale_stride : NULL;
@@ -325,14 +331,20 @@ okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N
         for (int g = 0; g < v.groups; g++) {
             int64_t k0 = (int64_t)g * s->group;
             uint16_t m16 = 0;
-            st = quantize_group(s, W + (size_t)r * K + k0, imp ? imp + k0 : NULL, s->group, codes, &drow[g], &m16, what,
-                                r, k0, err);
+            okv_status st = quantize_group(s, W + (size_t)r * K + k0, imp ? imp + k0 : NULL, s->group, codes, &drow[g],
+                                           &m16, what, r, k0, err);
             if (st) return st;
             if (mrow) mrow[g] = m16;
             for (int i = 0; i < s->group; i++) put_code(&v, crow, k0 + i, codes[i]);
         }
     }
     return OKV_OK;
+}
+
+okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
+                                 const char *what, okv_error *err) {
+    okv_status st = okv_quantize_check(s, N, K, imp, what, err);
+    return st ? st : okv_quantize_rows(s, W, N, K, imp, dst, 0, N, what, err);
 }
 
 void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *codes, const float *d, const float *m,

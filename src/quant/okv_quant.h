@@ -52,6 +52,15 @@ okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t
  * the weighted error, so it is never worse than round to nearest there. */
 okv_status okv_quantize_weighted(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
                                  const char *what, okv_error *err);
+/* okv_quantize_weighted in two parts, so a caller can spread rows over
+ * threads: the checks (scheme fits [N, K], every imp[k] finite and >= 0),
+ * then rows [row0, row1) of dst, which only touches those rows' codes and
+ * scales (each row is quantized on its own: any split gives the same
+ * bytes). okv_quantize_rows assumes okv_quantize_check passed. */
+okv_status okv_quantize_check(const okv_qscheme *s, int64_t N, int64_t K, const float *imp, const char *what,
+                              okv_error *err);
+okv_status okv_quantize_rows(const okv_qscheme *s, const float *W, int64_t N, int64_t K, const float *imp, void *dst,
+                             int64_t row0, int64_t row1, const char *what, okv_error *err);
 /* Lays out given codes and scales exactly (GGUF blocks carried over without
  * re-quantization): codes[N*K] in [0, 2^bits), d[N*K/group], m[N*K/group]
  * (NULL for symmetric); d and m must be exactly representable in the scale

@@ -243,6 +243,46 @@ static void test_group_not_dividing(void) {
     free(out);
 }
 
+static unsigned char *file_bytes(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    unsigned char *b = malloc((size_t)*len + 1);
+    if (b && fread(b, 1, (size_t)*len, f) != (size_t)*len) { free(b); b = NULL; }
+    fclose(f);
+    return b;
+}
+
+/* Quantization's rows are spread over export threads (okv_export_quant.c):
+ * the program written with 1 thread and with 3 must be the same bytes,
+ * calibrated 4w + 4w embedding (the vocab's rows span several tasks). */
+static void test_threads_same_bytes(const char *fixture) {
+    char *out1 = e2e_path("thr1.q.okv"), *out3 = e2e_path("thr3.q.okv");
+    char dir[512];
+    snprintf(dir, sizeof dir, FIXTURES "%s", fixture);
+    okv_export_options o;
+    okv_export_options_default(&o);
+    o.dtype = OKV_F32;
+    o.qlinear = o.qembedding = 4;
+    o.calibration_ids = calib_tokens();
+    o.n_calibration_ids = N_CALIB;
+    okv_error err = {0};
+    o.n_threads = 1;
+    CHECK_OK(okv_export(dir, out1, &o, &err), &err);
+    o.n_threads = 3;
+    CHECK_OK(okv_export(dir, out3, &o, &err), &err);
+    long n1 = 0, n3 = 0;
+    unsigned char *b1 = file_bytes(out1, &n1), *b3 = file_bytes(out3, &n3);
+    CHECKF(b1 && b3 && n1 == n3 && n1 > 0 && !memcmp(b1, b3, (size_t)n1), "%s: 1-thread and 3-thread exports differ (%ld vs %ld bytes)",
+           fixture, n1, n3);
+    free(b1);
+    free(b3);
+    free(out1);
+    free(out3);
+}
+
 /* A checkpoint whose layers.1.mlp.up_proj.weight holds a NaN (and one with
  * +Inf): quantizing it is an export error naming the tensor, no file left. */
 static void test_nonfinite_weight(void) {
@@ -413,6 +453,8 @@ int main(void) {
     }
     test_group_not_dividing();
     test_nonfinite_weight();
+    test_threads_same_bytes("llama32-tiny");
+    test_threads_same_bytes("qwen3-untied-tiny");
     e2e_cleanup();
     return okv_test_finish();
 }
