@@ -499,7 +499,7 @@ static void bench_qlayout(okv_threadpool *tp, int quick) {
                 v.d = (const uint16_t *)((const uint8_t *)v.d + off);
                 if (v.m) v.m = (const uint16_t *)((const uint8_t *)v.m + off);
                 double t0 = now();
-                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL);
+                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL, false);
                 tpl[r] = now() - t0;
                 v = rv;
                 off = (size_t)((r * 2 + 1) % q.n_copies) * q.stride;
@@ -507,7 +507,7 @@ static void bench_qlayout(okv_threadpool *tp, int quick) {
                 v.d = (const uint16_t *)(a.mem + off + pv.code_stride);
                 v.m = q.s.asym ? (const uint16_t *)(a.mem + off + pv.code_stride + sbytes) : NULL;
                 t0 = now();
-                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL);
+                okv_qmm_run_view(tp, ops, y, x, 1, K, &v, N, NULL, false);
                 tri[r] = now() - t0;
             }
             double bw = (double)pn * 4 / median(tpr, reps) / 1e9, bytes = (double)q.bytes;

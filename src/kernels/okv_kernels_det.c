@@ -315,9 +315,12 @@ void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, 
  * okv_qmatmul.c bit for bit (per-row activation quantization, exact integer
  * dots, the same per-group lanes and 16 -> 1 float order), so any T may use
  * any of them: T >= 16 takes the tiles. Never the dequant-to-bf16 AMX path
- * the default table uses for prefill (bf16 products: not the GEMV's bits). */
+ * the default table uses for prefill (bf16 products: not the GEMV's bits).
+ * Both activation planes for every T (okv_qmm_run's invariant): the default
+ * table's 4-bit decode GEMV has one, its prompt steps two, which would make
+ * a row's bits depend on the batch; a 4-bit GEMV here is a 1-row GEMM. */
 void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
                       int N, const float *bias) {
     if (T >= 16 && okv_qmm_have_amx_int8()) okv_matmul_q_amx_tiles(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    else okv_qmm_run(tp, okv_qmm_ops_best(s->bits, s->asym), y, x, T, K, W, s, N, bias, true);
 }

@@ -193,19 +193,24 @@ void okv_qmm_fail(float *y, int T, int N);
  * with per-ISA inner loops. Activations are quantized once per call: row t
  * of x[T, K] becomes int8 planes in W's superblock order (unpacked, one
  * byte per element), x ~= dx * q + dx2 * q2 per group, with their sums.
- * 8-bit W gets both planes; 4-bit W one (okv_qact_one_plane: q2, dx2 and
- * qsum2 are written as zeros, so a loop that does run the second plane
- * adds fma(0, 0, acc) = acc and keeps the one-plane bits). */
+ * 8-bit W gets both planes, and so does every prompt step (T > 1); a
+ * 4-bit decode GEMV (T = 1) one (okv_qact_two_planes: q2, dx2 and qsum2
+ * are written as zeros, so a loop that does run the second plane adds
+ * fma(0, 0, acc) = acc and keeps the one-plane bits). */
 typedef struct okv_qact {
     int8_t *q, *q2;          /* [T][K]: codes and residual codes */
     float *dx, *dx2;         /* [T][G]: dx = max|x| / 127, dx2 = max|x| / 32258 (0: one plane) */
     int32_t *qsum, *qsum2;   /* [T][G]: sums of the group's q, q2 (symmetric offset) */
     float *sx;               /* [T][G]: dx * qsum + dx2 * qsum2 (asymmetric offset) */
+    bool two;                /* two planes (okv_qact_two_planes): fixed per call, whatever row is quantized */
 } okv_qact;
 
-/* One activation plane for 4-bit W (measured by perplexity/KL on real
- * models, okv_qmatmul.c), two for 8-bit W. */
-static inline bool okv_qact_one_plane(int bits) { return bits == 4; }
+/* Two activation planes for 8-bit W and for every T > 1; one for a 4-bit
+ * GEMV (T = 1), where the second plane's dots were what bounded it and its
+ * error measured small (okv_qmatmul.c). A prompt step is compute-bound,
+ * and one plane there flipped SmolLM2 4w's first answer token (a 0.08
+ * logit near-tie) where HF and the bf16 tiles keep it. */
+static inline bool okv_qact_two_planes(int bits, int T) { return bits == 8 || T > 1; }
 
 typedef struct okv_qmm_job {
     float *y;               /* [T, N] */
@@ -240,13 +245,18 @@ typedef struct okv_qmm_ops {
 
 /* Quantizes x with ops, then runs the GEMV (T = 1: per-thread ranges of W
  * rows claimed in chunks, like the bf16 GEMV) or the GEMM (T > 1: blocks of
- * W rows that stay in L2). */
+ * W rows that stay in L2). invariant: two activation planes whatever T
+ * (the deterministic table: a row's bits must not depend on the batch),
+ * else okv_qact_two_planes(bits, T). */
 void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
-                 const okv_qscheme *s, int N, const float *bias);
+                 const okv_qscheme *s, int N, const float *bias, bool invariant);
 /* The same on planes described by a view (a layout experiment can point
  * the kernels at other strides; bench_kernels qlayout). */
 void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K,
-                      const okv_qview *w, int N, const float *bias);
+                      const okv_qview *w, int N, const float *bias, bool invariant);
+/* The integer ops okv_matmul_q_best runs on this CPU (VNNI, AVX2, plain). */
+const okv_qmm_ops *okv_qmm_ops_best(int bits, bool asym);
+const okv_qmm_ops *okv_qmm_ops_avx2(int bits, bool asym);
 /* The AVX-512 VNNI ops for a scheme's bits / asym. */
 const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym);
 /* The integer algorithm in plain C: the model the SIMD versions must match

@@ -8,12 +8,19 @@
  *
  * Integer algorithm: each row of x is quantized per group of the W scheme
  * into int8: dx = max|x| / 127, q = round(x / dx) in [-127, 127]. For 8-bit
- * W a second plane holds the residual r = x - q dx (|r| <= dx/2): dx2 =
- * max|x| / 32258 (= dx / 254), q2 = round(r / dx2) in [-127, 127], so x ~=
- * dx q + dx2 q2 to within max|x| / 64516 per element, ~15 bits. For 4-bit W
- * there is one plane (llama.cpp's Q8 activation blocks), x within dx/2 =
- * max|x| / 254; q2, dx2, qsum2 are zeros (okv_qact_one_plane) and the loops
- * below skip them. Why per bit width (offkv perplexity, all of GPL-3, ctx
+ * W, and for every prompt step (T > 1), a second plane holds the residual
+ * r = x - q dx (|r| <= dx/2): dx2 = max|x| / 32258 (= dx / 254), q2 =
+ * round(r / dx2) in [-127, 127], so x ~= dx q + dx2 q2 to within max|x| /
+ * 64516 per element, ~15 bits. A 4-bit decode GEMV (T = 1) has one plane
+ * (llama.cpp's Q8 activation blocks), x within dx/2 = max|x| / 254; q2,
+ * dx2, qsum2 are zeros (okv_qact_two_planes) and the loops below skip them.
+ * Prefill keeps two because it is compute-bound (the plane costs dots, not
+ * bytes) and because one plane there changed a real answer: SmolLM2-135M
+ * 4w's chat reply to "What is the capital of France?" starts with a token
+ * 0.08 logits ahead of the next; one-plane prefill on the VNNI path
+ * (2026-12-02, a Xeon without AMX) flipped it and the reply became
+ * "L'Etoile, la Marseillaise, ..." instead of HF's "The capital of France
+ * is Paris." (tests/e2e/test_quant_real.c). Why per bit width (offkv perplexity, all of GPL-3, ctx
  * 512, integer path for every T via OKV_KERNELS=avx512, 2026-12-02):
  *     Gemma-3 270M 4w g32 + 8w, KL vs fp32 (PPL): two planes 0.1691
  *       (16.463) -> one 0.1717 (16.534): KL +1.5%, PPL +0.44%;
@@ -188,15 +195,16 @@ static void qmm_gemm_task(void *ctx, int task, int thread) {
 }
 
 void okv_qmm_run(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K, const void *W,
-                 const okv_qscheme *s, int N, const float *bias) {
+                 const okv_qscheme *s, int N, const float *bias, bool invariant) {
     okv_qview v = okv_quant_view(s, W, N, K);
-    okv_qmm_run_view(tp, ops, y, x, T, K, &v, N, bias);
+    okv_qmm_run_view(tp, ops, y, x, T, K, &v, N, bias, invariant);
 }
 
 void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, const float *x, int T, int K,
-                      const okv_qview *w, int N, const float *bias) {
+                      const okv_qview *w, int N, const float *bias, bool invariant) {
     if (T <= 0 || N <= 0) return;
     okv_qmm_job j = {y, T, K, N, *w, {0}, bias, 0};
+    j.a.two = invariant || okv_qact_two_planes(w->bits, T);
     int G = j.w.groups;
     size_t tk = (size_t)T * K, tg = (size_t)T * G;
     /* one block: two code planes (64-byte aligned rows when K allows), then per-group values */
@@ -254,7 +262,7 @@ void okv_qact_poison_group(const okv_qmm_job *j, int t, int g) {
 
 static void quantize_x_plain(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
-    const bool one = okv_qact_one_plane(j->w.bits);
+    const bool one = !j->a.two;
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     for (int g = 0; g < G; g++) {
         const float *xg = x + (size_t)g * gs;
@@ -312,7 +320,7 @@ static float reduce16(const float *a) {
 static float qdot_plain(const okv_qmm_job *j, int n, int t) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, off = w->asym ? 0 : 1 << (w->bits - 1);
-    const bool one = okv_qact_one_plane(w->bits);
+    const bool one = !j->a.two;
     const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
     const uint16_t *drow = w->d + (size_t)n * w->scale_stride, *mrow = w->m ? w->m + (size_t)n * w->scale_stride : NULL;
     const int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
@@ -362,7 +370,7 @@ const okv_qmm_ops okv_qmm_ops_plain = {quantize_x_plain, gemm_plain, gemm_plain}
 
 void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias) {
-    okv_qmm_run(tp, &okv_qmm_ops_plain, y, x, T, K, W, s, N, bias);
+    okv_qmm_run(tp, &okv_qmm_ops_plain, y, x, T, K, W, s, N, bias, false);
 }
 
 /* The best integer kernel this CPU runs (the tables point here). */
@@ -371,4 +379,10 @@ void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int 
     if (okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni(tp, y, x, T, K, W, s, N, bias);
     else if (okv_qmm_have_avx2()) okv_matmul_q_avx2(tp, y, x, T, K, W, s, N, bias);
     else okv_matmul_q_plain(tp, y, x, T, K, W, s, N, bias);
+}
+
+const okv_qmm_ops *okv_qmm_ops_best(int bits, bool asym) {
+    if (okv_qmm_have_avx512vnni()) return okv_qmm_ops_avx512vnni(bits, asym);
+    if (okv_qmm_have_avx2()) return okv_qmm_ops_avx2(bits, asym);
+    return &okv_qmm_ops_plain;
 }

@@ -351,6 +351,7 @@ void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T,
     a.j.K = K;
     a.j.N = N;
     a.j.w = okv_quant_view(s, W, N, K);
+    a.j.a.two = okv_qact_two_planes(s->bits, T);
     a.j.bias = bias;
     a.j.block_rows = qa_block_rows(N, n_threads);
     a.ops = okv_qmm_ops_avx512vnni(s->bits, s->asym);

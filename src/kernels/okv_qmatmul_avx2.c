@@ -50,7 +50,7 @@ INLINE_TGT void pack8(__m256i v, int32_t out[2]) {
 
 static TGT void quantize_avx2(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
-    const bool one = okv_qact_one_plane(j->w.bits);
+    const bool one = !j->a.two;
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), fmax = _mm256_set1_ps(3.4028234664e38f);
     const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
@@ -122,11 +122,10 @@ INLINE_TGT __m256i load_half(const void *p, int lanes) {
 
 /* Integer sums of half h of a superblock: isum (plane q) and isum2 (q2). */
 INLINE_TGT void half_sums(const uint8_t *c, const int8_t *xq, const int8_t *xq2, size_t us, int lanes, int gs,
-                          int bits, __m256i *is, __m256i *is2) {
+                          int bits, bool two, __m256i *is, __m256i *is2) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
     if (bits == 4) {
-        (void)xq2; /* one activation plane for 4-bit W (okv_qact_one_plane): b stays 0 */
         for (int p = 0; p < gs / 8; p++) {
             __m256i wv = load_half(c + p * us, lanes);
             __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
@@ -134,6 +133,10 @@ INLINE_TGT void half_sums(const uint8_t *c, const int8_t *xq, const int8_t *xq2,
             /* int16 sums of two units stay below 2 * 3810 */
             __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xa), _mm256_maddubs_epi16(hi, xb));
             a = _mm256_add_epi32(a, _mm256_madd_epi16(s, _mm256_set1_epi16(1)));
+            if (!two) continue; /* one activation plane (okv_qact_two_planes): b stays 0 */
+            __m256i ya = load_half(xq2 + 2 * p * us, lanes), yb = load_half(xq2 + (2 * p + 1) * us, lanes);
+            __m256i s2 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, ya), _mm256_maddubs_epi16(hi, yb));
+            b = _mm256_add_epi32(b, _mm256_madd_epi16(s2, _mm256_set1_epi16(1)));
         }
     } else {
         for (int u = 0; u < gs / 4; u++) {
@@ -162,7 +165,7 @@ INLINE_TGT __m256 grp_f16(const uint16_t *p, int lanes) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
 }
 
-INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool asym) {
+INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool asym, bool two) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups;
     const uint8_t *crow = w->codes + (size_t)n * w->code_stride;
@@ -179,7 +182,7 @@ INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool as
             int lanes = L - 8 * h > 8 ? 8 : L - 8 * h;
             if (lanes <= 0) continue; /* adds fma(0, 0, acc) = acc in the model */
             __m256i is, is2;
-            half_sums(c + 32 * h, xq + 32 * h, xq2 + 32 * h, us, lanes, gs, bits, &is, &is2);
+            half_sums(c + 32 * h, xq + 32 * h, xq2 + 32 * h, us, lanes, gs, bits, two, &is, &is2);
             int gl = g0 + 8 * h;
             __m256 dw = grp_f16(drow + gl, lanes);
             __m256 s = _mm256_mul_ps(dw, grp_f32(j->a.dx + a0 + gl, lanes));
@@ -189,10 +192,10 @@ INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool as
                 __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(is, _mm256_slli_epi32(qs, bits - 1)));
                 __m256 v2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(is2, _mm256_slli_epi32(qs2, bits - 1)));
                 acc[h] = _mm256_fmadd_ps(s, v, acc[h]);
-                if (bits == 8) acc[h] = _mm256_fmadd_ps(s2, v2, acc[h]);
+                if (two) acc[h] = _mm256_fmadd_ps(s2, v2, acc[h]);
             } else {
                 acc[h] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(is), acc[h]);
-                if (bits == 8) acc[h] = _mm256_fmadd_ps(s2, _mm256_cvtepi32_ps(is2), acc[h]);
+                if (two) acc[h] = _mm256_fmadd_ps(s2, _mm256_cvtepi32_ps(is2), acc[h]);
                 acc[h] = _mm256_fmadd_ps(grp_f16(mrow + gl, lanes), grp_f32(j->a.sx + a0 + gl, lanes), acc[h]);
             }
         }
@@ -204,10 +207,17 @@ INLINE_TGT float qdot_avx2(const okv_qmm_job *j, int n, int t, int bits, bool as
     return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
 }
 
-INLINE_TGT void qgemm_avx2(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+INLINE_TGT void qgemm_planes(const okv_qmm_job *j, int n0, int n1, int bits, bool asym, bool two) {
     for (int t = 0; t < j->T; t++)
         for (int n = n0; n < n1; n++)
-            j->y[(size_t)t * j->N + n] = qdot_avx2(j, n, t, bits, asym) + (j->bias ? j->bias[n] : 0.0f);
+            j->y[(size_t)t * j->N + n] = qdot_avx2(j, n, t, bits, asym, two) + (j->bias ? j->bias[n] : 0.0f);
+}
+
+/* Two activation planes for 8-bit W and every T > 1, one for a 4-bit GEMV
+ * (okv_qact_two_planes); each a separate instance, so the loops stay fixed. */
+INLINE_TGT void qgemm_avx2(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+    if (bits == 4 && !j->a.two) qgemm_planes(j, n0, n1, 4, asym, false);
+    else qgemm_planes(j, n0, n1, bits, asym, true);
 }
 
 static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) { qgemm_avx2(j, n0, n1, 4, false); }
@@ -222,7 +232,9 @@ static const okv_qmm_ops ops_avx2[4] = {
     {quantize_avx2, gemm_q8a, gemm_q8a},
 };
 
+const okv_qmm_ops *okv_qmm_ops_avx2(int bits, bool asym) { return &ops_avx2[(bits == 8 ? 2 : 0) + (asym ? 1 : 0)]; }
+
 void okv_matmul_q_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias) {
-    okv_qmm_run(tp, &ops_avx2[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)], y, x, T, K, W, s, N, bias);
+    okv_qmm_run(tp, okv_qmm_ops_avx2(s->bits, s->asym), y, x, T, K, W, s, N, bias, false);
 }

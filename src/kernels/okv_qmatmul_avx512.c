@@ -87,7 +87,7 @@ bool okv_qmm_have_avx512vnni(void) {
  * the plain model's operations: max, f32 multiplies, round to nearest even). */
 static TGT void quantize_avx512(const okv_qmm_job *j, const float *x, int t) {
     const int gs = j->w.group, G = j->w.groups;
-    const bool one = okv_qact_one_plane(j->w.bits);
+    const bool one = !j->a.two;
     int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), fmax = _mm512_set1_ps(FLT_MAX);
     const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
@@ -172,7 +172,7 @@ INLINE_TGT __m512i ld_unit(const void *p, bool full, __mmask64 km) {
 /* Integer sums of one superblock: is / is2 [r][i] = W row r's codes . x row
  * i's planes q / q2, per group lane. */
 INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const int8_t *const *xq2, size_t us,
-                        __mmask64 km, bool full, int gs, int RW, int RT, int bits, __m512i is[4][4],
+                        __mmask64 km, bool full, int gs, int RW, int RT, int bits, bool two, __m512i is[4][4],
                         __m512i is2[4][4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     if (bits == 4) {
@@ -187,7 +187,9 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
                     if (i >= RT) continue;
                     is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, ld_unit(xq[i] + 2 * p * us, full, km));
                     is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, ld_unit(xq[i] + (2 * p + 1) * us, full, km));
-                    /* 4-bit W: one activation plane (is2 stays 0, as q2 is) */
+                    if (!two) continue; /* one activation plane: is2 stays 0, as q2 is */
+                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ld_unit(xq2[i] + 2 * p * us, full, km));
+                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, ld_unit(xq2[i] + (2 * p + 1) * us, full, km));
                 }
             }
         }
@@ -211,8 +213,8 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
 /* y[t0 + i, n0 + r] for r < RW, i < RT (both <= 4): W rows n0.. times
  * activation rows t0.. over all of K. RW, RT, bits, asym are constants
  * after inlining; 2 x RW x RT int32 accumulators. */
-INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym, int gstart,
-                          __m512 acc[4][4]) {
+INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym, bool two,
+                          int gstart, __m512 acc[4][4]) {
     const okv_qview *w = &j->w;
     const int gs = w->group, G = w->groups, K = j->K;
     for (int g0 = gstart; g0 < G; g0 += OKV_QSB_GROUPS) {
@@ -236,8 +238,8 @@ INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, 
         for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) is[r][i] = is2[r][i] = _mm512_setzero_si512();
-        if (L == OKV_QSB_GROUPS) sb_sums(c, xq, xq2, us, km, true, gs, RW, RT, bits, is, is2);
-        else sb_sums(c, xq, xq2, us, km, false, gs, RW, RT, bits, is, is2);
+        if (L == OKV_QSB_GROUPS) sb_sums(c, xq, xq2, us, km, true, gs, RW, RT, bits, two, is, is2);
+        else sb_sums(c, xq, xq2, us, km, false, gs, RW, RT, bits, two, is, is2);
         /* scales: lane l of everything below is group g0 + l (0 past L) */
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -251,7 +253,6 @@ INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, 
                 size_t arow = (size_t)(t0 + i) * G + g0;
                 __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
                 __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
-                const bool two = bits == 8;
                 if (!asym) {
                     __m512i qs = _mm512_maskz_loadu_epi32(lm, j->a.qsum + arow);
                     __m512i qs2 = _mm512_maskz_loadu_epi32(lm, j->a.qsum2 + arow);
@@ -269,13 +270,13 @@ INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, 
     }
 }
 
-INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
+INLINE_TGT void qtile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym, bool two) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
-    qtile_sbs(j, n0, t0, RW, RT, bits, asym, 0, acc);
+    qtile_sbs(j, n0, t0, RW, RT, bits, asym, two, 0, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         if (r >= RW) continue;
@@ -326,7 +327,7 @@ INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, 
         ia2[r] = start2;
         ih[r] = ih2[r] = _mm512_setzero_si512();
     }
-    if (bits == 4) { /* one activation plane (okv_qact_one_plane) */
+    if (bits == 4) { /* T = 1: one activation plane (okv_qact_two_planes) */
         const __m512i m4 = _mm512_set1_epi8(0x0f), m4h = _mm512_set1_epi8((char)0xf0);
         for (int p = 0; p < gs / 8; p++) {
             __m512i xa = _mm512_loadu_si512(xq + 2 * p * us), xb = _mm512_loadu_si512(xq + (2 * p + 1) * us);
@@ -376,7 +377,7 @@ INLINE_TGT void gemv_sb(const okv_qmm_job *j, int n0, int g0, int RW, int bits, 
 INLINE_TGT float gemv_tail(const okv_qmm_job *j, int n, int g0, int bits, bool asym, __m512 acc) {
     __m512 a[4][4];
     a[0][0] = acc;
-    qtile_sbs(j, n, 0, 1, 1, bits, asym, g0, a);
+    qtile_sbs(j, n, 0, 1, 1, bits, asym, bits == 8, g0, a); /* T = 1: two planes for 8-bit W only */
     return reduce16(a[0][0]);
 }
 
@@ -411,20 +412,35 @@ INLINE_TGT void qgemv(const okv_qmm_job *j, int n0, int n1, int bits, bool asym)
  * unpacked once for GEMM_RT rows of x. */
 enum { GEMM_RW = 2, GEMM_RT = 4 };
 
-INLINE_TGT void qgemm_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
+INLINE_TGT void qgemm_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym, bool two) {
     int n = n0;
-    for (; n + GEMM_RW <= n1; n += GEMM_RW) qtile(j, n, t0, GEMM_RW, RT, bits, asym);
-    for (; n < n1; n++) qtile(j, n, t0, 1, RT, bits, asym);
+    for (; n + GEMM_RW <= n1; n += GEMM_RW) qtile(j, n, t0, GEMM_RW, RT, bits, asym, two);
+    for (; n < n1; n++) qtile(j, n, t0, 1, RT, bits, asym, two);
+}
+
+/* Prefill has both activation planes (okv_qact_two_planes: T > 1); the
+ * one-plane instance serves a 4-bit T = 1 call routed here. */
+INLINE_TGT void qgemm_planes(const okv_qmm_job *j, int n0, int n1, int bits, bool asym, bool two) {
+    int t = 0;
+    for (; t + GEMM_RT <= j->T; t += GEMM_RT) qgemm_rows(j, n0, n1, t, GEMM_RT, bits, asym, two);
+    for (; t < j->T; t++) qgemm_rows(j, n0, n1, t, 1, bits, asym, two);
 }
 
 INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
-    int t = 0;
-    for (; t + GEMM_RT <= j->T; t += GEMM_RT) qgemm_rows(j, n0, n1, t, GEMM_RT, bits, asym);
-    for (; t < j->T; t++) qgemm_rows(j, n0, n1, t, 1, bits, asym);
+    if (bits == 4 && !j->a.two) qgemm_planes(j, n0, n1, 4, asym, false);
+    else qgemm_planes(j, n0, n1, bits, asym, true);
 }
 
-static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 4, false); }
-static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 4, true); }
+/* A 4-bit GEMV with two activation planes (the deterministic table's, whose
+ * bits must not depend on T) runs as a 1-row GEMM: gemv_sb has one plane. */
+static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.two) qgemm(j, n0, n1, 4, false);
+    else qgemv(j, n0, n1, 4, false);
+}
+static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.two) qgemm(j, n0, n1, 4, true);
+    else qgemv(j, n0, n1, 4, true);
+}
 static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, false); }
 static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
 static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, false); }
@@ -446,7 +462,7 @@ const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym) {
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias) {
     const okv_qmm_ops *ops = &ops_avx512[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
-    okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias);
+    okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias, false);
 }
 
 /* ---- the f32 alternative (measured, not dispatched) ------------------------------ */
