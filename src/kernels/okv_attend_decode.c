@@ -49,7 +49,14 @@
  * CPU time) 9.8 vs 5.2 ms. q8 KV at 16k, one thread by CPU time, load ~10:
  * blocked AVX-512 kernel 143 ms, AMX kernel 62-77, probe 28. The
  * vdpbf16ps kernel's own history: 1.33x over the blocked kernel at 16k;
- * its per-head prefetches one block ahead beat address order and none.
+ * its per-head prefetches one block ahead (into L1) beat address order and
+ * none; then (2026-12-02, no AMX on the VM, 16k, kernel / probe time,
+ * three interleaved pairs, load ~4) prefetching the next block in address
+ * order into L2, 1/Hkv of it per head step: 2.21-2.30x the probe against
+ * 2.44-2.72x for the per-head rows into L1 (two blocks ahead: worse; into
+ * L1: worse). On this CPU it is compute-bound (hot 2k, one thread: 12.6
+ * ms against 2.6 for the probe): vdpbf16ps issues ~1 per 1.3-2 cycles
+ * here and shares port 5 with the shuffles.
  * Prefetch distance of the AMX kernel, 2 threads by CPU time at 16k:
  * 1 / 2 / 3 / 8 (one block) steps 86 / 79 / 83 / 85 ms. Where the AMX
  * kernel still loses against the probe: it is not compute-bound in cache
@@ -277,13 +284,27 @@ TGT static void dec_task(void *ctx, int split, int thread) {
                     krow[i] = i < nb ? (const uint16_t *)a->kv.k + off : zero_row;
                     vrow[i] = i < nb ? (const uint16_t *)a->kv.v + off : zero_row;
                 }
-                /* this head's rows of the next block (within the run), a block of
-                 * all heads' work ahead */
-                for (int i = 0; i < NK && kb + nb + i < run_end; i++) {
-                    size_t off = (((size_t)(slot + nb + i) * Hkv) + h) * D * 2;
-                    for (size_t bo = 0; bo < (size_t)D * 2; bo += 64) {
-                        __builtin_prefetch((const char *)a->kv.k + off + bo);
-                        __builtin_prefetch((const char *)a->kv.v + off + bo);
+                if (Hkv <= 8) {
+                    /* one group sweeps every head: head step h prefetches the
+                     * h-th 1/Hkv of the next block's K and V bytes (in address
+                     * order, into L2), if the block is whole within the run */
+                    const size_t per = (size_t)NK * D * 2;
+                    if (kb + nb + NK <= run_end) {
+                        size_t off = (size_t)(slot + nb) * Hkv * D * 2 + per * h;
+                        for (size_t bo = 0; bo < per; bo += 64) {
+                            __builtin_prefetch((const char *)a->kv.k + off + bo, 0, 2);
+                            __builtin_prefetch((const char *)a->kv.v + off + bo, 0, 2);
+                        }
+                    }
+                } else {
+                    /* this head's rows of the next block (within the run), a
+                     * block of the group's work ahead */
+                    for (int i = 0; i < NK && kb + nb + i < run_end; i++) {
+                        size_t off = (((size_t)(slot + nb + i) * Hkv) + h) * D * 2;
+                        for (size_t bo = 0; bo < (size_t)D * 2; bo += 64) {
+                            __builtin_prefetch((const char *)a->kv.k + off + bo);
+                            __builtin_prefetch((const char *)a->kv.v + off + bo);
+                        }
                     }
                 }
                 interleave_v(vi, vrow, dt, D);
