@@ -37,14 +37,16 @@ static const okv_kernels kernels_avx2 = {
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
-    .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512, OPS_AVX512,
+    .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512_gemm, OPS_AVX512,
     .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
 };
 
-/* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids): bf16 weights x bf16 x;
+/* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids without AMX): prefill of
+ * bf16 / f16 weights on packed f32 FMAs (okv_kernels_avx512_gemm.c), decode
+ * GEMV of bf16 weights on vdpbf16ps with x rounded to bf16;
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
-    .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16, OPS_AVX512,
+    .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16_gemm, OPS_AVX512,
     .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
@@ -133,6 +135,7 @@ size_t okv_matmul_scratch_bytes(int T, int K, int N, okv_dtype wdt, int n_thread
     if (n_threads < 1) n_threads = 1;
     size_t b = okv_matmul_plain_scratch(K, wdt, n_threads);
     b = max_size(b, okv_matmul_avx512_scratch(T, K));
+    b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
     return max_size(b, okv_matmul_amx_scratch(T, K, N, n_threads));
 }
 

@@ -146,7 +146,8 @@ typedef struct okv_kernels {
                      const okv_qscheme *s, int N, const float *bias);
     /* How far matmul's products may be from exact f32 products, relative,
      * per weight dtype (index okv_dtype): 0 = x and W are used exactly (f32
-     * FMAs); 2^-8 = x is rounded to bf16 (vdpbf16ps / AMX, every T);
+     * FMAs); 2^-8 = x is rounded to bf16 (AMX: every T; avx512-bf16: the
+     * T = 1 GEMV, its prefill is exact);
      * 2^-7 = x and W (f16 -> bf16) are both rounded. Tests derive their
      * tolerance from it; f32 weights always get 0. */
     float matmul_rounding[3];

@@ -310,6 +310,17 @@ void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int 
                        const void *W, okv_dtype wdt, int N, const float *bias);
 void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
                             const void *W, okv_dtype wdt, int N, const float *bias);
+/* bf16 / f16 weights at T > 1 on f32 FMAs with x and W packed per call
+ * (okv_kernels_avx512_gemm.c); products exact. Other cases as
+ * okv_matmul_avx512. _takes: whether it packs (T > 1, bf16 / f16 W). */
+void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            okv_dtype wdt, int N, const float *bias);
+bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt);
+size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads);
+/* The avx512-bf16 table's matmul: okv_matmul_avx512_gemm where it packs,
+ * else okv_matmul_avx512_bf16 (its bf16 GEMV at T = 1). */
+void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                 okv_dtype wdt, int N, const float *bias);
 /* T = 1 with x rounded to bf16 first (then the AVX2 GEMV), so decode uses the
  * operands the bf16 prefill paths use. Needs AVX512-BF16. */
 void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,

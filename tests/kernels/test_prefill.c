@@ -1,4 +1,5 @@
-/* Tests the prefill matmul paths (T > 1): AVX-512 f32 FMAs, AVX-512 BF16
+/* Tests the prefill matmul paths (T > 1): AVX-512 f32 FMAs (dot products,
+ * and the packed broadcast kernel of okv_kernels_avx512_gemm.c), AVX-512 BF16
  * (vdpbf16ps) and AMX BF16 tiles, each against a double-precision reference
  * and against the plain table, for T in {1, 2, 7, 16, 17, 64, 130} (and 513), K
  * not a multiple of 32, N not a multiple of any tile (and one N past the AMX
@@ -104,6 +105,9 @@ static void test_path(const path *p) {
     check_shape(p, tp1, tp2, OKV_BF16, 513, 600, 531, true);
     check_shape(p, tp1, tp2, OKV_F16, 513, 77, 37, false);
     check_shape(p, tp1, tp2, OKV_F16, 40, 1100, 300, false);
+    /* the packed kernel's blocks exactly full (6-row x panels, 64-row W panels, 128-k chunks) */
+    check_shape(p, tp1, tp2, OKV_BF16, 12, 256, 128, true);
+    check_shape(p, tp1, tp2, OKV_F16, 18, 384, 192, false);
     printf("ran %s: %s\n", p->name, okv_t_fail == before ? "ok" : "FAILED");
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
@@ -138,6 +142,7 @@ int main(void) {
         {"avx2", okv_matmul_avx2, c->avx2 && c->fma && c->f16c, {0}},
         {"avx512 (f32 FMA)", okv_matmul_avx512, avx512, {0}},
         {"avx512-bf16 (vdpbf16ps)", okv_matmul_avx512_bf16, avx512 && c->avx512bf16, {[OKV_BF16] = 0x1p-8f}},
+        {"avx512 packed (f32 FMA, x and W packed)", okv_matmul_avx512_gemm, avx512, {0}},
         {"amx-bf16 (tiles)", okv_matmul_amx, avx512 && okv_amx_usable(NULL),
          {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}},
     };
@@ -145,6 +150,6 @@ int main(void) {
     /* the tables' stated rounding matches what their matmul does */
     const okv_kernels *kamx = okv_kernels_select(OKV_ISA_AMX);
     if (kamx->isa == OKV_ISA_AMX)
-        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[3].rounding[d]);
+        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[4].rounding[d]);
     return okv_test_finish();
 }
