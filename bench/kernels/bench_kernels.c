@@ -713,23 +713,25 @@ static double peak_two_threads(okv_threadpool *tp2, double (*probe)(long), long 
     return p.gflops[0] + p.gflops[1];
 }
 
-/* The one-core and 2-thread peaks of the three instruction paths a bf16
- * GEMM can use here (512-bit f32 FMA, vdpbf16ps, AMX tdpbf16ps; 0 = path
+/* The one-core and 2-thread peaks of the instruction paths a bf16 GEMM can
+ * use here (256- and 512-bit f32 FMA, vdpbf16ps, AMX tdpbf16ps; 0 = path
  * absent), best of `rounds`: the denominators of "percent of peak". */
+enum { PEAK_PATHS = 4 };
 typedef struct peaks {
-    double one[3], two[3];
+    double one[PEAK_PATHS], two[PEAK_PATHS];
     bool both;
 } peaks;
-static const char *const peak_names[3] = {"f32 FMA 512-bit", "vdpbf16ps", "AMX tdpbf16ps"};
+static const char *const peak_names[PEAK_PATHS] = {"f32 FMA 256-bit", "f32 FMA 512-bit", "vdpbf16ps", "AMX tdpbf16ps"};
 
 static peaks measure_peaks(okv_threadpool *tp2, int rounds) {
     const okv_cpu_caps *c = okv_cpu();
     peaks pk = {{0}, {0}, true};
-    double (*probe[3])(long) = {c->avx512f ? fma_peak_512 : NULL, c->avx512f && c->avx512bf16 ? dpbf16_peak : NULL,
-                                 c->avx512f && okv_amx_usable(NULL) ? amx_peak : NULL};
-    static const long iters[3] = {10000000, 10000000, 2000000};
+    double (*probe[PEAK_PATHS])(long) = {c->avx2 && c->fma ? fma_peak_256 : NULL, c->avx512f ? fma_peak_512 : NULL,
+                                          c->avx512f && c->avx512bf16 ? dpbf16_peak : NULL,
+                                          c->avx512f && okv_amx_usable(NULL) ? amx_peak : NULL};
+    static const long iters[PEAK_PATHS] = {10000000, 10000000, 10000000, 2000000};
     for (int r = 0; r < rounds; r++)
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < PEAK_PATHS; i++) {
             if (!probe[i]) continue;
             double v = probe[i](iters[i]);
             if (v > pk.one[i]) pk.one[i] = v;
@@ -744,7 +746,7 @@ static peaks measure_peaks(okv_threadpool *tp2, int rounds) {
 static void print_peaks(const peaks *pk) {
     printf("peak (thread CPU time, best of rounds; 0 = path absent)%s:\n",
            pk->both ? "" : " [a 2-thread probe ran on one pool thread: its sum is void]");
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < PEAK_PATHS; i++)
         printf("  %-16s one core %7.1f GFLOP/s, 2 threads at once %7.1f GFLOP/s\n", peak_names[i], pk->one[i],
                pk->two[i]);
 }
@@ -756,7 +758,7 @@ typedef struct pp_path {
 } pp_path;
 
 
-enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 6 };
+enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 7 };
 
 /* With cpu_time, tp must have 1 thread and times are the thread's CPU time. */
 static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool cpu_time) {
@@ -769,21 +771,33 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
                         {"avx512", okv_matmul_avx512, avx512},
                         {"avx512bf", okv_matmul_avx512_bf16, avx512 && c->avx512bf16},
                         {"amx-v1", okv_matmul_amx_v1, amx}, {"amx", okv_matmul_amx, amx},
-                        {"avx512pk", okv_matmul_avx512_gemm, avx512}};
-    if (getenv("PP_AMX_ONLY")) paths[0].ok = paths[1].ok = paths[2].ok = false;
+                        {"avx512pk", okv_matmul_avx512_gemm, avx512},
+                        {"avx2pk", okv_matmul_avx2_gemm, c->avx2 && c->fma && c->f16c}};
+    if (getenv("PP_AMX_ONLY")) paths[0].ok = paths[1].ok = paths[2].ok = paths[6].ok = false;
     int reps = quick ? 3 : 7;
     printf("\npp512: Llama-3.2-1B prefill matmuls, T=%d, %d thread%s, %s, median of %d interleaved rounds (amx: %s)\n",
            PP_T, okv_threadpool_size(tp), okv_threadpool_size(tp) > 1 ? "s" : "",
            cpu_time ? "thread CPU time" : "wall clock", reps, amx_why);
-    printf("  avx512 = f32 FMAs (exact products), avx512bf = vdpbf16ps for bf16 weights (x rounded to bf16),\n"
+    printf("  avx2 = dot-product tiles, avx2pk / avx512pk = packed broadcast kernels (f32 FMAs, exact products),\n"
+           "  avx512 = f32 FMAs (exact products), avx512bf = vdpbf16ps for bf16 weights (x rounded to bf16),\n"
            "  amx = tdpbf16ps tiles for bf16/f16 weights (x, f16 W rounded to bf16); f32 weights: amx/avx512bf = avx512\n");
     printf("%-6s %-11s %-5s", "matmul", "W (NxK)", "dtype");
     for (int p = 0; p < PP_PATHS; p++) printf(" %9s", paths[p].name);
     printf("   GFLOP/s\n");
     float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
     for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
+    /* planned scratch, as the runtime gives its kernels (without it the packed
+     * paths allocate, and fault in, their panels on every call) */
+    size_t ws_bytes = 0;
+    for (int s = 0; s < DEC_SHAPES; s++) {
+        size_t b = okv_matmul_scratch_bytes(PP_T, dec_shape[s][1], dec_shape[s][0], OKV_BF16, 2);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    memset(ws, 0, ws_bytes);
+    okv_threadpool_set_workspace(tp, ws, ws_bytes);
     static const okv_dtype dts[3] = {OKV_BF16, OKV_F16, OKV_F32};
-    int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_path = amx ? 4 : avx512 ? 5 : 0;
+    int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_path = amx ? 4 : avx512 ? 5 : 6;
     double layer_best[3] = {0};
     for (int d = 0; d < n_dt; d++) {
         double layer_sec[PP_PATHS] = {0}, layer_flops = 0;
@@ -821,6 +835,8 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
         printf("   (%.1f ms per layer on the best path)\n", 1e3 * layer_sec[best_path]);
         layer_best[d] = layer_flops / layer_sec[best_path] / 1e9;
     }
+    okv_threadpool_set_workspace(tp, NULL, 0);
+    free(ws);
     free(x);
     free(y);
     peaks pk = measure_peaks(tp2, quick ? 1 : 3);
@@ -828,7 +844,7 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
     int best = 0; /* the instruction path with the highest measured peak here (vdpbf16ps runs at half
                    * the f32 FMA rate on some Xeons, twice it on Zen 4) */
     const double *pkv = okv_threadpool_size(tp) > 1 ? pk.two : pk.one;
-    for (int i = 1; i < 3; i++)
+    for (int i = 1; i < PEAK_PATHS; i++)
         if (pkv[i] > pkv[best]) best = i;
     double denom = pkv[best];
     for (int d = 0; d < n_dt; d++)

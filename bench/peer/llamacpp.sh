@@ -9,8 +9,8 @@
 # back to back, ROUNDS times, so drift of the VM hits both alike; medians.
 #
 # llama.cpp's source comes from PyPI (the llama-cpp-python sdist vendors it)
-# and is built once into ~/.cache/offkv/peer with its AVX-512 (BF16, VNNI)
-# paths: a GGML_NATIVE build also compiles its AMX code, whose Q8_0/Q4_0
+# and is built once into ~/.cache/offkv/peer for this CPU's ISA (below): a
+# GGML_NATIVE build also compiles its AMX code, whose Q8_0/Q4_0
 # kernels died with SIGILL on this VM's Sapphire Rapids (first run,
 # 2026-12-01), so that row would have no peer.
 #   bench/peer/llamacpp.sh [WORKDIR] [ROUNDS]     (default build/bench-llama1b, 3)
@@ -21,8 +21,18 @@ rounds=${2:-3}
 peer=${OKV_PEER_DIR:-$HOME/.cache/offkv/peer}
 version=0.3.36
 
+# The peer is built for the ISA this CPU reports: its AVX-512 (BF16, VNNI)
+# paths where avx512_bf16 exists, else AVX2/FMA/F16C only (an AVX-512 build
+# dies with SIGILL on an AVX2-only CPU such as the AMD Zen 3 seen 2026-12-02).
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+  isa=avx512
+  isa_flags="-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+else
+  isa=avx2
+  isa_flags=""
+fi
 build_llamacpp() {
-  [ -x "$peer/llama.cpp/build-avx512/bin/llama-bench" ] && return
+  [ -x "$peer/llama.cpp/build-$isa/bin/llama-bench" ] && return
   mkdir -p "$peer"
   if [ ! -d "$peer/llama.cpp" ]; then
     pip download --no-deps --no-binary :all: -d "$peer" "llama-cpp-python==$version" >&2
@@ -30,15 +40,15 @@ build_llamacpp() {
     mv "$peer/llama_cpp_python-$version/vendor/llama.cpp" "$peer/llama.cpp"
     rm -rf "$peer/llama_cpp_python-$version"
   fi
-  cmake -S "$peer/llama.cpp" -B "$peer/llama.cpp/build-avx512" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
-    -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON \
-    -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+  # shellcheck disable=SC2086
+  cmake -S "$peer/llama.cpp" -B "$peer/llama.cpp/build-$isa" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
+    -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $isa_flags \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >&2
-  cmake --build "$peer/llama.cpp/build-avx512" -j"$(nproc)" --target llama-bench llama-quantize >&2
+  cmake --build "$peer/llama.cpp/build-$isa" -j"$(nproc)" --target llama-bench llama-quantize >&2
 }
 
 build_llamacpp
-bin=$peer/llama.cpp/build-avx512/bin
+bin=$peer/llama.cpp/build-$isa/bin
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}   # a shared-library build from before
 bench/llama1b.sh "$work" checkpoint >/dev/null   # builds offkv and writes the checkpoint only
 [ -f "$work/ckpt/model.safetensors" ] || { echo "no checkpoint in $work/ckpt" >&2; exit 1; }
@@ -59,7 +69,7 @@ for v in bf16 q8 q4; do
 done
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-echo "llama.cpp $version (AVX-512 BF16/VNNI build) vs offkv, 2 threads, $rounds rounds, medians"
+echo "llama.cpp $version ($isa build) vs offkv, 2 threads, $rounds rounds, medians"
 printf '%-5s %-28s %10s %10s | %-10s %10s %10s | %7s %7s\n' "" "offkv path" "pp512" "tg128" "llama.cpp" "pp512" "tg128" "pp x" "tg x"
 for v in bf16 q8 q4; do
   : >"$work/peer-$v.okv.txt"; : >"$work/peer-$v.lcpp.txt"

@@ -30,9 +30,13 @@ static const okv_kernels kernels_plain = {
     .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain,
 };
 
+/* AVX2 + FMA (Zen 2/3, Haswell...): prompt matmuls (T > 1) of bf16 / f16
+ * and quantized weights on packed f32 FMAs (okv_kernels_avx2_gemm.c), the
+ * decode GEMV on the dot-product kernels (okv_kernels_avx2.c) and integer
+ * dots for quantized W (okv_qmatmul_avx2.c). */
 static const okv_kernels kernels_avx2 = {
-    .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2, OPS_AVX2,
-    .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_best,
+    .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2_gemm, OPS_AVX2,
+    .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_avx2_gemm,
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
@@ -136,6 +140,7 @@ size_t okv_matmul_scratch_bytes(int T, int K, int N, okv_dtype wdt, int n_thread
     size_t b = okv_matmul_plain_scratch(K, wdt, n_threads);
     b = max_size(b, okv_matmul_avx512_scratch(T, K));
     b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
+    b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
     return max_size(b, okv_matmul_amx_scratch(T, K, N, n_threads));
 }
 
@@ -145,5 +150,6 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
     int groups = K / s->group;
     size_t b = max_size(okv_matmul_q_plain_scratch(K, n_threads), okv_qmm_scratch(T, K, groups));
     b = max_size(b, okv_matmul_q_amx_scratch(T, K, N, s, n_threads));
+    b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
     return max_size(b, sizeof(float) * ((size_t)K + groups)); /* okv_matmul_q_avx512_f32 */
 }

@@ -317,6 +317,21 @@ void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T,
                             okv_dtype wdt, int N, const float *bias);
 bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt);
 size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads);
+/* The same packed shape on 256-bit FMAs (okv_kernels_avx2_gemm.c). _packed
+ * packs every T > 1 (bf16 / f16 W; else okv_matmul_avx2), and for quantized
+ * W dequantizes it to f32 per call (x stays f32: the math of
+ * okv_matmul_q_plain; T = 1 or K not a multiple of 32: okv_matmul_q_best).
+ * _gemm is the avx2 table's entry: packed from the T where packing pays
+ * (measured, in the file), else the unpacked kernels. */
+void okv_matmul_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            okv_dtype wdt, int N, const float *bias);
+void okv_matmul_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                          int N, const float *bias);
+void okv_matmul_q_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_q_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            const okv_qscheme *s, int N, const float *bias);
+size_t okv_matmul_avx2_gemm_scratch(int T, int K, int N, int n_threads);
 /* The avx512-bf16 table's matmul: okv_matmul_avx512_gemm where it packs,
  * else okv_matmul_avx512_bf16 (its bf16 GEMV at T = 1). */
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

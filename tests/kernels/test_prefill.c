@@ -113,6 +113,20 @@ static void test_path(const path *p) {
     okv_threadpool_free(tp2);
 }
 
+/* The AVX2 packed kernel's blocks (6-row x panels, 16-row W micro-panels,
+ * 256-k chunks, 128-row tasks) exactly full, and one past each. */
+static void test_avx2_packed_blocks(bool available) {
+    if (!available) return;
+    path p = {"avx2 packed blocks", okv_matmul_avx2_packed, true, {0}};
+    okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
+    check_shape(&p, tp1, tp2, OKV_BF16, 12, 512, 256, true);
+    check_shape(&p, tp1, tp2, OKV_F16, 13, 513, 257, false);
+    check_shape(&p, tp1, tp2, OKV_BF16, 6, 256, 16, false);
+    check_shape(&p, tp1, tp2, OKV_BF16, 3, 9, 17, true);
+    okv_threadpool_free(tp1);
+    okv_threadpool_free(tp2);
+}
+
 /* The table okv_kernels_select hands out follows the CPU's features. */
 static void test_selection(void) {
     const okv_cpu_caps *c = okv_cpu();
@@ -140,6 +154,8 @@ int main(void) {
     test_selection();
     path paths[] = {
         {"avx2", okv_matmul_avx2, c->avx2 && c->fma && c->f16c, {0}},
+        {"avx2 packed (f32 FMA, x and W packed)", okv_matmul_avx2_packed, c->avx2 && c->fma && c->f16c, {0}},
+        {"avx2 table (packed from T = 48)", okv_matmul_avx2_gemm, c->avx2 && c->fma && c->f16c, {0}},
         {"avx512 (f32 FMA)", okv_matmul_avx512, avx512, {0}},
         {"avx512-bf16 (vdpbf16ps)", okv_matmul_avx512_bf16, avx512 && c->avx512bf16, {[OKV_BF16] = 0x1p-8f}},
         {"avx512 packed (f32 FMA, x and W packed)", okv_matmul_avx512_gemm, avx512, {0}},
@@ -147,9 +163,10 @@ int main(void) {
          {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}},
     };
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) test_path(&paths[i]);
+    test_avx2_packed_blocks(c->avx2 && c->fma && c->f16c);
     /* the tables' stated rounding matches what their matmul does */
     const okv_kernels *kamx = okv_kernels_select(OKV_ISA_AMX);
     if (kamx->isa == OKV_ISA_AMX)
-        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[4].rounding[d]);
+        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[6].rounding[d]);
     return okv_test_finish();
 }

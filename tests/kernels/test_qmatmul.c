@@ -21,9 +21,10 @@ typedef struct impl {
     qmm_fn fn;
     bool int_act; /* quantizes x to int8 per group: bounded by the x rounding */
     bool bf16;    /* x and the dequantized W rounded to bf16 (2^-8 each): 2^-7 of each |product| */
+    int int_below; /* fewer rows than this: the integer path (int_act's bound, not its bits) */
 } impl;
 
-static impl impls[10];
+static impl impls[12];
 static int n_impls;
 
 /* A quantized W with its generating codes and f16-exact scales. */
@@ -86,7 +87,7 @@ static int qmm_errors(const impl *im, const float *y, const float *x, const qwei
                 }
                 xq += ((w->s.bits == 4 ? 0.5 / 127 : 0.5 / 32258) + 3e-7) * amax * wsum;
             }
-            bool int_act = im->int_act || (im->bf16 && T < 16);
+            bool int_act = im->int_act || T < im->int_below;
             double tol = (K + 8) * 1.2e-7 * abs_s + (int_act ? xq : 0) + (im->bf16 ? 0x1.01p-7 * abs_s : 0) + 1e-30;
             double e = fabs(y[(size_t)t * N + n] - s);
             if (!(e <= tol)) {
@@ -167,6 +168,10 @@ static void test_shapes(void) {
     check_shape(tp1, tp2, 4, 32, true, 18, 384, 40, true);
     check_shape(tp1, tp2, 8, 32, true, 20, 768, 33, false);
     check_shape(tp1, tp2, 4, 32, false, 20, 768, 33, true);
+    /* packed f32 path: 256-k chunks across superblocks, odd tails (16 + 9 and 16 + 1 groups), 128-row tasks */
+    check_shape(tp1, tp2, 4, 32, true, 40, 800, 130, true);
+    check_shape(tp1, tp2, 8, 32, false, 14, 544, 17, false);
+    check_shape(tp1, tp2, 4, 64, false, 7, 1088, 257, false);
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
 }
@@ -222,27 +227,32 @@ static void test_tile_perm(void) {
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dull;
     test_tile_perm();
-    impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false, false};
-    impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true, false};
+    impls[n_impls++] = (impl){"plain", okv_matmul_q_plain, false, false, 0};
+    impls[n_impls++] = (impl){"int-plain", okv_matmul_q_int_plain, true, false, 0};
     if (okv_qmm_have_avx512vnni()) {
-        impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true, false};
-        impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false, false};
+        impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true, false, 0};
+        impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false, false, 0};
     } else {
         fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
     }
-    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true, false};
+    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true, false, 0};
+    /* the avx2 table's prompt path: W dequantized into packed f32 panels (T = 1: the integer GEMV) */
+    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2-packed-f32", okv_matmul_q_avx2_packed, false, false, 2};
+    /* the avx2 table's dispatch: packed from T = 8 (q8) / 32 (q4), integer below */
+    if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2-table", okv_matmul_q_avx2_gemm, false, false, 32};
     else fprintf(stderr, "no AVX2 here: that path is not tested\n");
     if (okv_qmm_have_amx_int8()) {
-        impls[n_impls++] = (impl){"amx-int8-tiles", okv_matmul_q_amx_tiles, true, false}; /* also T < 16 */
+        impls[n_impls++] = (impl){"amx-int8-tiles", okv_matmul_q_amx_tiles, true, false, 0}; /* also T < 16 */
     }
     if (okv_amx_usable(NULL)) { /* every T > 1; the amx table's dispatcher takes it from T >= 16 */
-        impls[n_impls++] = (impl){"amx-bf16-dequant", okv_matmul_q_amx_bf16, false, true};
-        impls[n_impls++] = (impl){"amx-dispatch", okv_matmul_q_amx, false, true};
+        impls[n_impls++] = (impl){"amx-bf16-dequant", okv_matmul_q_amx_bf16, false, true, 16};
+        impls[n_impls++] = (impl){"amx-dispatch", okv_matmul_q_amx, false, true, 16};
     }
     else fprintf(stderr, "no AMX-INT8 here (or no permission): that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
-    if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx)
-        impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain, false};
+    if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx &&
+        best->matmul_q != okv_matmul_q_avx2_gemm)
+        impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain, false, 0};
     test_shapes();
     test_non_finite_x();
     return okv_test_finish();
