@@ -1062,8 +1062,9 @@ static double process_cpu(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Integer sum of 64-byte lines (no float assists whatever the bytes are). */
-__attribute__((target("avx512f"))) static uint64_t sum_lines(const char *p, size_t bytes) {
+/* Integer sum of 64-byte lines (no float assists whatever the bytes are),
+ * 512-bit where the CPU has AVX-512, else 256-bit. */
+__attribute__((target("avx512f"))) static uint64_t sum_lines_512(const char *p, size_t bytes) {
     __m512i a = _mm512_setzero_si512(), b = a;
     size_t i = 0;
     for (; i + 128 <= bytes; i += 128) {
@@ -1071,6 +1072,24 @@ __attribute__((target("avx512f"))) static uint64_t sum_lines(const char *p, size
         b = _mm512_add_epi64(b, _mm512_loadu_si512(p + i + 64));
     }
     return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a, b));
+}
+
+__attribute__((target("avx2"))) static uint64_t sum_lines_256(const char *p, size_t bytes) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    size_t i = 0;
+    for (; i + 128 <= bytes; i += 128) {
+        a = _mm256_add_epi64(a, _mm256_loadu_si256((const __m256i *)(p + i)));
+        b = _mm256_add_epi64(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_add_epi64(c, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_add_epi64(d, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+    }
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)o, _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d)));
+    return o[0] + o[1] + o[2] + o[3];
+}
+
+static uint64_t sum_lines(const char *p, size_t bytes) {
+    return okv_cpu()->avx512f ? sum_lines_512(p, bytes) : sum_lines_256(p, bytes);
 }
 
 typedef struct kvprobe_job {
@@ -1101,8 +1120,11 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
     enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 4, MAXR = 31 };
     const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
     const char *names[NF] = {"blocked", "dpbf16", "amx", "table"};
-    attend_fn fns[NF] = {okv_attend_avx512, okv_attend_decode_dpbf16, okv_attend_decode_amx, k->attend};
-    bool ok[NF] = {dt == OKV_Q8, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
+    bool avx512 = okv_cpu()->avx512f && okv_cpu()->avx512bw && okv_cpu()->avx512vl && okv_cpu()->avx512dq;
+    /* "blocked": the blocked kernel of the table's ISA (on AVX2 what the table ran before its decode kernel) */
+    attend_fn fns[NF] = {avx512 ? okv_attend_avx512 : okv_attend_avx2, okv_attend_decode_dpbf16, okv_attend_decode_amx,
+                         k->attend};
+    bool ok[NF] = {dt == OKV_Q8 || !avx512, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
                    okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
     printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
            okv_dtype_name(dt), okv_threadpool_size(tp), k->name);

@@ -34,6 +34,18 @@
  *   softmax: online, one lane per key, the sum l kept per lane until the end;
  *   P V: p rounded to bf16, pairs of keys broadcast as dwords against V
  *     rows interleaved in pairs (vpermt2w), vdpbf16ps into register tiles.
+ * AVX2 + FMA (avx2_task; f32/bf16/f16 pools, head_dim a multiple of 8; the
+ * avx2 table's decode, e.g. Zen 3):
+ *   blocks of 8 keys, one lane each; per kv head the block's K and V rows
+ *     are widened to f32 once into an L1 stage (8 x D each);
+ *   scores: per query vector 8 partial-sum vectors (one per key) over D,
+ *     reduced by a hadd tree into one vector of 8 scores (the blocked
+ *     kernel pads the 4 vectors of a GQA group to 8 lanes and so does twice
+ *     the FMAs);
+ *   softmax online per vector (max over the live lanes, the rescale skipped
+ *     when the max does not move), P V in register tiles of 4 vectors x 16
+ *     channels. Products exact (f32 q times widened k), sums f32: the
+ *     blocked kernel's precision, not the bf16 kernels'.
  *
  * Precision: q and k rounded to bf16 (f16 pools: k converted; q8: k =
  * code x scale rounded to bf16, below q8's own step), products exact, sums
@@ -85,6 +97,7 @@ typedef struct dec_job {
     int32_t *qlo, *qhi;  /* [T] */
     uint16_t *qb;        /* [Hkv][R][D] bf16 queries, scale folded in */
     uint16_t *qt;        /* AMX: [Hkv][D / 32][16 dim pairs][Rp][2], the B tiles (same memory as qb) */
+    float *qf;           /* AVX2: [Hkv][R][D] f32 queries, scale folded in (same memory as qb) */
     float *part;         /* [n_splits][Hkv][R] x (acc [D], m, l) */
     size_t part_floats;  /* per (split, kv head, vector): D + 2 */
 } dec_job;
@@ -610,6 +623,231 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
         }
 }
 
+/* ---- AVX2 + FMA kernel (avx2_task; f32/bf16/f16 pools; CPUs without AVX-512) ------- */
+
+#define TGT2 __attribute__((target("avx2,fma,f16c")))
+#define INL2 static inline __attribute__((always_inline)) TGT2
+
+enum { NK2 = 8 }; /* keys per block: one lane each */
+
+/* 8 elements of a pool row from element d as f32 (exact widening). */
+INL2 __m256 row8(const char *row, okv_dtype dt, int d) {
+    if (dt == OKV_F32) return _mm256_loadu_ps((const float *)row + d);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
+    if (dt == OKV_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* v[i] (8 partial-sum vectors, one per key) -> one vector, lane i = the sum of v[i]. */
+INL2 __m256 reduce8(const __m256 v[NK2]) {
+    __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
+    __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
+    __m256 e = _mm256_hadd_ps(a, b), f = _mm256_hadd_ps(c, d);
+    return _mm256_add_ps(_mm256_permute2f128_ps(e, f, 0x20), _mm256_permute2f128_ps(e, f, 0x31));
+}
+
+INL2 float hmax8f(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+INL2 float hsum8f(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* exp(x) for x <= 0 (the polynomial of dexp; 2^n put into the exponent,
+ * x below -87 gives ~2^-126, which no softmax sum can tell from 0). */
+INL2 __m256 exp8(__m256 x) {
+    __m256 t = _mm256_mul_ps(_mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_setzero_ps()),
+                             _mm256_set1_ps(1.44269504088896341f));
+    __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.339887440266574e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618437357674640e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550332471162809e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402264791363012e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931472028550421e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+/* Scores of the staged block for one query vector: lane i = q . k[i]. */
+INL2 __m256 scores8(const float *q, const float *kst, int D) {
+    __m256 v[NK2];
+#pragma GCC unroll 8
+    for (int i = 0; i < NK2; i++) v[i] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+        __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 8
+        for (int i = 0; i < NK2; i++) v[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kst + i * D + d), v[i]);
+    }
+    return reduce8(v);
+}
+
+/* acc[r][d .. d + 16) = acc * c[r] + sum_i p[r][i] v[i][d ..] for rows [r0, r0 + nr) (nr <= 4),
+ * V rows read from the pool and widened in registers (once per tile: the tile has every row). */
+INL2 void pv_tile8(float *acc, size_t stride, const float *c, const float *p, const char *const vrow[NK2],
+                   okv_dtype dt, int r0, int nr, int d) {
+    __m256 a[4][2];
+#pragma GCC unroll 4
+    for (int y = 0; y < 4; y++) {
+        a[y][0] = a[y][1] = _mm256_setzero_ps();
+        if (y >= nr) continue;
+        __m256 cv = _mm256_set1_ps(c[r0 + y]);
+        a[y][0] = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + (size_t)(r0 + y) * stride + d));
+        a[y][1] = _mm256_mul_ps(cv, _mm256_loadu_ps(acc + (size_t)(r0 + y) * stride + d + 8));
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NK2; i++) {
+        __m256 v0 = row8(vrow[i], dt, d), v1 = row8(vrow[i], dt, d + 8);
+#pragma GCC unroll 4
+        for (int y = 0; y < 4; y++) {
+            if (y >= nr) continue;
+            __m256 pv = _mm256_broadcast_ss(p + (r0 + y) * NK2 + i);
+            a[y][0] = _mm256_fmadd_ps(pv, v0, a[y][0]);
+            a[y][1] = _mm256_fmadd_ps(pv, v1, a[y][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int y = 0; y < 4; y++) {
+        if (y >= nr) continue;
+        _mm256_storeu_ps(acc + (size_t)(r0 + y) * stride + d, a[y][0]);
+        _mm256_storeu_ps(acc + (size_t)(r0 + y) * stride + d + 8, a[y][1]);
+    }
+}
+
+/* The same for one 8-channel vector (D % 16 == 8: the last one). */
+INL2 void pv_tail8(float *acc, size_t stride, const float *c, const float *p, const char *const vrow[NK2],
+                   okv_dtype dt, int R, int d) {
+    for (int r = 0; r < R; r++) {
+        __m256 a = _mm256_mul_ps(_mm256_set1_ps(c[r]), _mm256_loadu_ps(acc + (size_t)r * stride + d));
+        for (int i = 0; i < NK2; i++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + r * NK2 + i), row8(vrow[i], dt, d), a);
+        _mm256_storeu_ps(acc + (size_t)r * stride + d, a);
+    }
+}
+
+/* P V of the block for all R vectors of a kv head. */
+INL2 void pv_block8(float *acc, size_t stride, const float *c, const float *p, const char *const vrow[NK2],
+                    okv_dtype dt, int R, int D) {
+    int d = 0;
+    for (; d + 16 <= D; d += 16)
+        for (int r0 = 0; r0 < R; r0 += 4) pv_tile8(acc, stride, c, p, vrow, dt, r0, R - r0 < 4 ? R - r0 : 4, d);
+    if (d < D) pv_tail8(acc, stride, c, p, vrow, dt, R, d);
+}
+
+/* The block's K rows widened to f32 into st[NK2][D]. */
+INL2 void stage_rows(float *st, const char *const krow[NK2], okv_dtype dt, int D) {
+#pragma GCC unroll 8
+    for (int i = 0; i < NK2; i++)
+        for (int d = 0; d < D; d += 8) _mm256_storeu_ps(st + i * D + d, row8(krow[i], dt, d));
+}
+
+/* One copy per pool dtype, so the loads are not branches. */
+TGT2 static void stage_k(float *st, const char *const krow[NK2], okv_dtype dt, int D) {
+    switch (dt) {
+    case OKV_F32: stage_rows(st, krow, OKV_F32, D); break;
+    case OKV_F16: stage_rows(st, krow, OKV_F16, D); break;
+    default: stage_rows(st, krow, OKV_BF16, D); break;
+    }
+}
+
+TGT2 static void pv_v(float *acc, size_t stride, const float *c, const float *p, const char *const vrow[NK2],
+                      okv_dtype dt, int R, int D) {
+    switch (dt) {
+    case OKV_F32: pv_block8(acc, stride, c, p, vrow, OKV_F32, R, D); break;
+    case OKV_F16: pv_block8(acc, stride, c, p, vrow, OKV_F16, R, D); break;
+    default: pv_block8(acc, stride, c, p, vrow, OKV_BF16, R, D); break;
+    }
+}
+
+static const float zero_row_f32[DMAX] __attribute__((aligned(64)));
+
+TGT2 static void avx2_task(void *ctx, int split, int thread) {
+    (void)thread;
+    const dec_job *j = ctx;
+    const okv_attn_args *a = j->a;
+    const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv;
+    const okv_dtype dt = a->kv.dtype;
+    const size_t esz = dt == OKV_F32 ? 4 : 2, key_bytes = (size_t)Hkv * D * esz; /* one slot of a pool */
+    float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
+    for (int x = 0; x < Hkv * R; x++) {
+        float *p = base + j->part_floats * x;
+        memset(p, 0, sizeof(float) * D);
+        p[D] = -INFINITY;
+        p[D + 1] = 0.0f;
+    }
+    split_range sr = dec_split_range(j, split);
+    float kst[NK2 * DMAX], pbuf[RMAX * NK2], c[RMAX];
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int run = 0;
+    int32_t run_start = 0;
+    for (int32_t kb = sr.lo; kb < sr.hi;) {
+        while (kb >= run_start + a->runs[run].n) run_start += a->runs[run++].n;
+        int32_t run_end = run_start + a->runs[run].n, slot = a->runs[run].slot + (kb - run_start);
+        int nb = NK2 - kb % NK2;
+        if (nb > sr.hi - kb) nb = sr.hi - kb;
+        if (nb > run_end - kb) nb = run_end - kb;
+        bool full = !a->vis && sr.maxlo <= kb && kb + nb <= sr.minhi;
+        __m256i keys = _mm256_add_epi32(_mm256_set1_epi32(kb), lane);
+        __m256i in_block = _mm256_cmpgt_epi32(_mm256_set1_epi32(kb + nb), keys);
+        const char *kblock = (const char *)a->kv.k + (size_t)slot * key_bytes;
+        const char *vblock = (const char *)a->kv.v + (size_t)slot * key_bytes;
+        for (int h = 0; h < Hkv; h++) {
+            /* head step h asks for the h-th 1/Hkv of the next block's K and V
+             * bytes (address order, into L2) when that block is in this run */
+            if (kb + nb + NK2 <= run_end) {
+                size_t per = (NK2 * key_bytes + Hkv - 1) / Hkv, off = nb * key_bytes + per * h;
+                for (size_t bo = 0; bo < per; bo += 64) {
+                    __builtin_prefetch(kblock + off + bo, 0, 2);
+                    __builtin_prefetch(vblock + off + bo, 0, 2);
+                }
+            }
+            const char *krow[NK2], *vrow[NK2];
+            for (int i = 0; i < NK2; i++) { /* rows past nb read as zeros */
+                size_t off = (size_t)i * key_bytes + (size_t)h * D * esz;
+                krow[i] = i < nb ? kblock + off : (const char *)zero_row_f32;
+                vrow[i] = i < nb ? vblock + off : (const char *)zero_row_f32;
+            }
+            stage_k(kst, krow, dt, D);
+            float *st0 = base + j->part_floats * (size_t)h * R;
+            for (int r = 0; r < R; r++) {
+                float *st = st0 + j->part_floats * r, *m = st + D, *l = st + D + 1;
+                int t = r / G;
+                __m256 s = scores8(j->qf + ((size_t)h * R + r) * D, kst, D);
+                __m256i live = in_block;
+                if (!full && a->vis) {
+                    int32_t bits[NK2];
+                    for (int i = 0; i < NK2; i++) bits[i] = i < nb && okv_attn_key_visible(a, t, slot + i) ? -1 : 0;
+                    live = _mm256_loadu_si256((const __m256i *)bits);
+                } else if (!full) {
+                    live = _mm256_and_si256(live, _mm256_cmpgt_epi32(keys, _mm256_set1_epi32(j->qlo[t] - 1)));
+                    live = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_set1_epi32(j->qhi[t]), keys));
+                }
+                __m256 livef = _mm256_castsi256_ps(live);
+                float bm = hmax8f(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, livef));
+                float mn = bm > *m ? bm : *m;
+                if (mn == -INFINITY) { /* nothing seen yet */
+                    c[r] = 1.0f;
+                    _mm256_storeu_ps(pbuf + r * NK2, _mm256_setzero_ps());
+                    continue;
+                }
+                c[r] = *m == -INFINITY ? 0.0f : mn == *m ? 1.0f : expf(*m - mn);
+                *m = mn;
+                __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(mn))), livef);
+                *l = *l * c[r] + hsum8f(p);
+                _mm256_storeu_ps(pbuf + r * NK2, p);
+            }
+            pv_v(st0, j->part_floats, c, pbuf, vrow, dt, R, D);
+        }
+        kb += nb;
+    }
+}
+
 /* ---- driver ----------------------------------------------------------------------- */
 
 static size_t r64(size_t b) { return (b + 63) / 64 * 64; }
@@ -627,8 +865,9 @@ static int pad_vectors(int R) {
     return p;
 }
 
+/* qlo/qhi, the queries (bf16 tiles, or f32 for the AVX2 kernel), the splits' states. */
 static size_t dec_scratch(int T, int R, int Hkv, int D, int n_splits) {
-    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * pad_vectors(R) * D * 2) +
+    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * pad_vectors(R) * D * 4) +
            r64((size_t)n_splits * Hkv * R * (D + 2) * 4);
 }
 
@@ -646,19 +885,29 @@ bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dty
            dec_shape_ok(T, n_heads, kv_heads, D) && okv_amx_usable(NULL);
 }
 
+bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
+    const okv_cpu_caps *c = okv_cpu();
+    if (kv_heads <= 0 || n_heads % kv_heads || D <= 0 || D % 8 || D > DMAX) return false;
+    return (dt == OKV_F32 || dt == OKV_BF16 || dt == OKV_F16) && (int64_t)T * (n_heads / kv_heads) <= RMAX &&
+           c->avx2 && c->fma && c->f16c;
+}
+
 bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
     return okv_attend_decode_amx_fits(T, n_heads, kv_heads, D, dt) ||
            okv_attend_decode_dpbf16_fits(T, n_heads, kv_heads, D, dt);
 }
 
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads) {
-    if (T <= 0 || kv_heads <= 0 || n_heads < kv_heads || head_dim <= 0 || head_dim % 32 || head_dim > DMAX) return 0;
+    if (T <= 0 || kv_heads <= 0 || n_heads < kv_heads || head_dim <= 0 || head_dim % 8 || head_dim > DMAX) return 0;
     int G = n_heads / kv_heads, t = T * G <= RMAX ? T : RMAX / G;
     if (t < 1) return 0;
     return dec_scratch(t, t * G, kv_heads, head_dim, dec_splits(-1, n_threads < 1 ? 1 : n_threads));
 }
 
-static void dec_run(okv_threadpool *tp, const okv_attn_args *a, bool amx) {
+typedef enum dec_kernel { DEC_DPBF16, DEC_AMX, DEC_AVX2 } dec_kernel;
+
+static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kernel) {
+    const bool amx = kernel == DEC_AMX;
     if (a->T <= 0) return;
     dec_job j = {0};
     j.a = a;
@@ -683,11 +932,16 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, bool amx) {
     j.qlo = (int32_t *)mem;
     j.qhi = j.qlo + a->T;
     j.qb = j.qt = (uint16_t *)(mem + r64((size_t)2 * a->T * 4));
-    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 2));
+    j.qf = (float *)j.qb;
+    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 4));
     okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
     for (int h = 0; h < j.Hkv; h++)
         for (int r = 0; r < (amx ? j.Rp : j.R); r++) {
             const float *q = r < j.R ? a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D : NULL;
+            if (kernel == DEC_AVX2) {
+                for (int e = 0; e < j.D; e++) j.qf[((size_t)h * j.R + r) * j.D + e] = q[e] * a->scale;
+                continue;
+            }
             for (int e = 0; e < j.D; e++) {
                 uint16_t b = q ? okv_f32_to_bf16(q[e] * a->scale) : 0;
                 if (amx) /* B tile u: row (e % 32) / 2 = dim pair, column r, element e % 2 */
@@ -696,7 +950,7 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, bool amx) {
                     j.qb[((size_t)h * j.R + r) * j.D + e] = b;
             }
         }
-    okv_threadpool_run(tp, j.n_splits, amx ? amx_task : dec_task, &j);
+    okv_threadpool_run(tp, j.n_splits, amx ? amx_task : kernel == DEC_AVX2 ? avx2_task : dec_task, &j);
     /* merge the splits' (acc, m, l) per (kv head, vector) */
     okv_dtype perm = amx ? a->kv.dtype : OKV_F32; /* amx_channel's order, or as is */
     for (int h = 0; h < j.Hkv; h++)
@@ -722,12 +976,25 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, bool amx) {
     okv_kscratch_release(&ks);
 }
 
-void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, false); }
+void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_DPBF16); }
 
-void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, true); }
+void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_AMX); }
+
+void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_AVX2); }
 
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
-    dec_run(tp, a, okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype));
+    dec_run(tp, a, okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype) ? DEC_AMX
+                                                                                                            : DEC_DPBF16);
+}
+
+/* The avx2 table's attention: decode-sized calls over f32/bf16/f16 pools on
+ * the AVX2 decode kernel, the rest (prefill chunks, q8 pools) on the
+ * blocked kernel with AVX2 inner loops. */
+void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a) {
+    if (okv_attend_decode_avx2_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+        okv_attend_decode_avx2(tp, a);
+    else
+        okv_attend_avx2(tp, a);
 }
 
 /* The AVX-512 BF16 table's attention (CPUs without AMX, e.g. Zen 4): decode

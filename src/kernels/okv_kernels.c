@@ -33,10 +33,11 @@ static const okv_kernels kernels_plain = {
 /* AVX2 + FMA (Zen 2/3, Haswell...): prompt matmuls (T > 1) of bf16 / f16
  * and quantized weights on packed f32 FMAs (okv_kernels_avx2_gemm.c), the
  * decode GEMV on the dot-product kernels (okv_kernels_avx2.c) and integer
- * dots for quantized W (okv_qmatmul_avx2.c). */
+ * dots for quantized W (okv_qmatmul_avx2.c); decode attention on the AVX2
+ * key-split kernel (okv_attend_decode.c), the rest on the blocked one. */
 static const okv_kernels kernels_avx2 = {
     .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2_gemm, OPS_AVX2,
-    .attend = okv_attend_avx2, .matmul_q = okv_matmul_q_avx2_gemm,
+    .attend = okv_attend_avx2_dec, .matmul_q = okv_matmul_q_avx2_gemm,
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */

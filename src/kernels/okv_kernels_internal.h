@@ -126,6 +126,12 @@ bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dty
 bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
 void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
+/* The same key-split decode on AVX2 f32 FMAs (f32/bf16/f16 pools, exact
+ * products like the blocked kernel; head_dim a multiple of 8), and the avx2
+ * table's attention: it for decode-sized calls, else okv_attend_avx2. */
+bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a);
+void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a);
 /* The AVX-512 BF16 table's attend: decode calls on okv_attend_decode_dpbf16,
  * the rest okv_attend_avx512. */
 void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a);

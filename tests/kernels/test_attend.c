@@ -587,16 +587,41 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         {"dec q8 ring wrap",            32, 8, 64, OKV_Q8,   1, 9000, 8001, 1000, 1031, 1},
         {"dec q8 peaky",                 8, 2, 128, OKV_Q8,  1, 2500,  0,  0,  0, 8},
     };
-    if (!okv_attend_decode_dpbf16_fits(1, 4, 2, 64, OKV_BF16)) {
-        printf("decode kernels: skipped (no AVX-512 BF16)\n");
-        return;
-    }
+    static const okv_kernels avx2 = {.name = "decode-avx2", .attend = okv_attend_decode_avx2};
+    bool have_avx2 = okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_BF16);
+    if (have_avx2) { /* f32 FMAs: head_dim any multiple of 8, f32 pools too */
+        static const scenario avx2_cases[] = {
+            /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
+            {"avx2 dec head_dim 40",         8, 2, 40, OKV_BF16, 1, 611,   0,  0,  0, 1},
+            {"avx2 dec head_dim 8 f32",      4, 4,  8, OKV_F32,  2, 100,   0,  0,  0, 1},
+            {"avx2 dec f32 llama",          32, 8, 64, OKV_F32,  1, 2050,  0,  0,  0, 1},
+            {"avx2 dec head_dim 72 ring",    6, 3, 72, OKV_F16,  2, 900,  850, 60, 70, 1},
+        };
+        for (size_t i = 0; i < sizeof avx2_cases / sizeof *avx2_cases; i++) {
+            scenario s = avx2_cases[i];
+            const okv_kernels *t[1] = {&avx2};
+            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel refuses", s.what);
+            run_scenario(&s, t, 1, tp2, false);
+        }
+    } else printf("decode kernel on AVX2: skipped (no AVX2/FMA/F16C)\n");
+    bool have_dpbf = okv_attend_decode_dpbf16_fits(1, 4, 2, 64, OKV_BF16);
+    if (!have_dpbf) printf("decode kernel on vdpbf16ps: skipped (no AVX-512 BF16)\n");
     bool have_amx = okv_attend_decode_amx_fits(1, 4, 2, 64, OKV_BF16);
     if (!have_amx) printf("decode kernel on AMX tiles: skipped (AMX not usable)\n");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         scenario s = cases[i];
-        const okv_kernels *tables[2];
+        const okv_kernels *tables[3];
         int n = 0;
+        if (s.dt != OKV_Q8 && have_avx2) {
+            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel refuses", s.what);
+            tables[n++] = &avx2;
+        } else if (have_avx2) {
+            CHECKF(!okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel takes q8", s.what);
+        }
+        if (!have_dpbf) {
+            if (n) run_scenario(&s, tables, n, tp2, false);
+            continue;
+        }
         if (s.dt != OKV_Q8) {
             CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
             tables[n++] = &dpbf;
@@ -609,6 +634,10 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         }
         if (n) run_scenario(&s, tables, n, tp2, false);
     }
+    if (have_avx2) /* too many vectors per kv head, head_dim not a multiple of 8 or too large, q8 */
+        CHECK(!okv_attend_decode_avx2_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 84, OKV_F16) &&
+              !okv_attend_decode_avx2_fits(1, 4, 2, 264, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_Q8));
+    if (!have_dpbf) return;
     CHECK(!okv_attend_decode_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_fits(1, 4, 2, 80, OKV_BF16) &&
           !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32) &&
           !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16));
