@@ -36,9 +36,11 @@
  *     rows interleaved in pairs (vpermt2w), vdpbf16ps into register tiles.
  * AVX2 + FMA (avx2_task; f32/bf16/f16 pools, head_dim a multiple of 8; the
  * avx2 table's decode, e.g. Zen 3):
- *   blocks of 8 keys, one lane each; per kv head the block's K and V rows
- *     are widened to f32 once into an L1 stage (8 x D each);
- *   scores: per query vector 8 partial-sum vectors (one per key) over D,
+ *   blocks of 16 keys, one lane each in two vectors; per kv head the
+ *     block's K rows are widened to f32 once into an L1 stage (16 x D),
+ *     V rows in registers inside each P V tile (every vector is in the
+ *     tile, so once);
+ *   scores: per query vector and 8 keys 8 partial-sum vectors over D,
  *     reduced by a hadd tree into one vector of 8 scores (the blocked
  *     kernel pads the 4 vectors of a GQA group to 8 lanes and so does twice
  *     the FMAs);
@@ -46,6 +48,12 @@
  *     when the max does not move), P V in register tiles of 4 vectors x 16
  *     channels. Products exact (f32 q times widened k), sums f32: the
  *     blocked kernel's precision, not the bf16 kernels'.
+ *   Measured (Zen 3, bench_kernels attndecode, Llama-3.2-1B, bf16 KV): at
+ *     16k, 2 threads, 138.5 ms against the blocked kernel's 217.0 (probe
+ *     36.3); hot 2k, one thread: 8-key blocks with K and V staged 0.52x
+ *     the blocked kernel's time, V widened in the tiles and 16-key blocks
+ *     (half the softmax's scalar work per key) 0.49-0.50x. Still ~100
+ *     cycles per (key, kv head) against 32 of FMAs: not at the FMA bound.
  *
  * Precision: q and k rounded to bf16 (f16 pools: k converted; q8: k =
  * code x scale rounded to bf16, below q8's own step), products exact, sums
@@ -628,7 +636,7 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
 #define TGT2 __attribute__((target("avx2,fma,f16c")))
 #define INL2 static inline __attribute__((always_inline)) TGT2
 
-enum { NK2 = 8 }; /* keys per block: one lane each */
+enum { NK2 = 16 }; /* keys per block: two vectors of 8, one lane a key */
 
 /* 8 elements of a pool row from element d as f32 (exact widening). */
 INL2 __m256 row8(const char *row, okv_dtype dt, int d) {
@@ -639,7 +647,7 @@ INL2 __m256 row8(const char *row, okv_dtype dt, int d) {
 }
 
 /* v[i] (8 partial-sum vectors, one per key) -> one vector, lane i = the sum of v[i]. */
-INL2 __m256 reduce8(const __m256 v[NK2]) {
+INL2 __m256 reduce8(const __m256 v[8]) {
     __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
     __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
     __m256 e = _mm256_hadd_ps(a, b), f = _mm256_hadd_ps(c, d);
@@ -676,15 +684,15 @@ INL2 __m256 exp8(__m256 x) {
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
-/* Scores of the staged block for one query vector: lane i = q . k[i]. */
+/* Scores of 8 staged keys for one query vector: lane i = q . k[i]. */
 INL2 __m256 scores8(const float *q, const float *kst, int D) {
-    __m256 v[NK2];
+    __m256 v[8];
 #pragma GCC unroll 8
-    for (int i = 0; i < NK2; i++) v[i] = _mm256_setzero_ps();
+    for (int i = 0; i < 8; i++) v[i] = _mm256_setzero_ps();
     for (int d = 0; d < D; d += 8) {
         __m256 qv = _mm256_loadu_ps(q + d);
 #pragma GCC unroll 8
-        for (int i = 0; i < NK2; i++) v[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kst + i * D + d), v[i]);
+        for (int i = 0; i < 8; i++) v[i] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kst + i * D + d), v[i]);
     }
     return reduce8(v);
 }
@@ -793,8 +801,11 @@ TGT2 static void avx2_task(void *ctx, int split, int thread) {
         if (nb > sr.hi - kb) nb = sr.hi - kb;
         if (nb > run_end - kb) nb = run_end - kb;
         bool full = !a->vis && sr.maxlo <= kb && kb + nb <= sr.minhi;
-        __m256i keys = _mm256_add_epi32(_mm256_set1_epi32(kb), lane);
-        __m256i in_block = _mm256_cmpgt_epi32(_mm256_set1_epi32(kb + nb), keys);
+        __m256i keys[2], in_block[2];
+        for (int x = 0; x < 2; x++) {
+            keys[x] = _mm256_add_epi32(_mm256_set1_epi32(kb + 8 * x), lane);
+            in_block[x] = _mm256_cmpgt_epi32(_mm256_set1_epi32(kb + nb), keys[x]);
+        }
         const char *kblock = (const char *)a->kv.k + (size_t)slot * key_bytes;
         const char *vblock = (const char *)a->kv.v + (size_t)slot * key_bytes;
         for (int h = 0; h < Hkv; h++) {
@@ -818,29 +829,39 @@ TGT2 static void avx2_task(void *ctx, int split, int thread) {
             for (int r = 0; r < R; r++) {
                 float *st = st0 + j->part_floats * r, *m = st + D, *l = st + D + 1;
                 int t = r / G;
-                __m256 s = scores8(j->qf + ((size_t)h * R + r) * D, kst, D);
-                __m256i live = in_block;
-                if (!full && a->vis) {
-                    int32_t bits[NK2];
-                    for (int i = 0; i < NK2; i++) bits[i] = i < nb && okv_attn_key_visible(a, t, slot + i) ? -1 : 0;
-                    live = _mm256_loadu_si256((const __m256i *)bits);
-                } else if (!full) {
-                    live = _mm256_and_si256(live, _mm256_cmpgt_epi32(keys, _mm256_set1_epi32(j->qlo[t] - 1)));
-                    live = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_set1_epi32(j->qhi[t]), keys));
+                const float *q = j->qf + ((size_t)h * R + r) * D;
+                __m256 sc[2] = {scores8(q, kst, D), scores8(q, kst + 8 * D, D)};
+                __m256 livef[2], bmv = _mm256_set1_ps(-INFINITY);
+                for (int x = 0; x < 2; x++) {
+                    __m256i live = in_block[x];
+                    if (!full && a->vis) {
+                        int32_t bits[8];
+                        for (int i = 0; i < 8; i++)
+                            bits[i] = 8 * x + i < nb && okv_attn_key_visible(a, t, slot + 8 * x + i) ? -1 : 0;
+                        live = _mm256_loadu_si256((const __m256i *)bits);
+                    } else if (!full) {
+                        live = _mm256_and_si256(live, _mm256_cmpgt_epi32(keys[x], _mm256_set1_epi32(j->qlo[t] - 1)));
+                        live = _mm256_and_si256(live, _mm256_cmpgt_epi32(_mm256_set1_epi32(j->qhi[t]), keys[x]));
+                    }
+                    livef[x] = _mm256_castsi256_ps(live);
+                    bmv = _mm256_max_ps(bmv, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc[x], livef[x]));
                 }
-                __m256 livef = _mm256_castsi256_ps(live);
-                float bm = hmax8f(_mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, livef));
+                float bm = hmax8f(bmv);
                 float mn = bm > *m ? bm : *m;
                 if (mn == -INFINITY) { /* nothing seen yet */
                     c[r] = 1.0f;
                     _mm256_storeu_ps(pbuf + r * NK2, _mm256_setzero_ps());
+                    _mm256_storeu_ps(pbuf + r * NK2 + 8, _mm256_setzero_ps());
                     continue;
                 }
                 c[r] = *m == -INFINITY ? 0.0f : mn == *m ? 1.0f : expf(*m - mn);
                 *m = mn;
-                __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(mn))), livef);
-                *l = *l * c[r] + hsum8f(p);
-                _mm256_storeu_ps(pbuf + r * NK2, p);
+                __m256 mv = _mm256_set1_ps(mn);
+                __m256 p0 = _mm256_and_ps(exp8(_mm256_sub_ps(sc[0], mv)), livef[0]);
+                __m256 p1 = _mm256_and_ps(exp8(_mm256_sub_ps(sc[1], mv)), livef[1]);
+                *l = *l * c[r] + hsum8f(_mm256_add_ps(p0, p1));
+                _mm256_storeu_ps(pbuf + r * NK2, p0);
+                _mm256_storeu_ps(pbuf + r * NK2 + 8, p1);
             }
             pv_v(st0, j->part_floats, c, pbuf, vrow, dt, R, D);
         }
