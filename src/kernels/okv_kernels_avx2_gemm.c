@@ -7,20 +7,25 @@
  * spend 7 loads per 12 FMAs; the integer quantized path (vpmaddubsw +
  * vpmaddwd) needs 3 instructions per 32 products and a scale FMA per group.
  * Here each W element is converted (or dequantized) to f32 once per call
- * and each loaded W vector feeds 6 FMAs, BLIS's Haswell shape.
+ * and each loaded W vector feeds 4 FMAs, each broadcast x value 3.
  *
  * Shapes (y[T,N] = x[T,K] W[N,K]^T + bias):
- *   1. x is packed once per call into panels of MR = 6 rows: xp[p][e][r] =
- *      x[6p + r][perm[e]] (f32, rows past T zero; perm the identity for
+ *   1. x is packed once per call into panels of MR = 4 rows: xp[p][e][r] =
+ *      x[4p + r][perm[e]] (f32, rows past T zero; perm the identity for
  *      float W, the codes' memory order for quantized W, okv_qmm_tile_perm:
  *      a row of codes is then dequantized front to back);
  *   2. a task owns NB rows of W; K is taken KC at a time: the task turns
- *      its rows' chunk into f32 micro-panels of NR = 16 rows, wp[j][e][n] =
- *      W[n0 + 16 j + n][e] (8 x 8 transposes; rows past N zero; KC * 64
+ *      its rows' chunk into f32 micro-panels of NR = 24 rows, wp[j][e][n] =
+ *      W[n0 + 24 j + n][e] (8 x 8 transposes; rows past N zero; KC * 96
  *      bytes a micro-panel, stays in L1);
- *   3. for each micro-panel, every x panel's chunk (in L2) runs the 6 x 16
- *      micro-kernel: 12 ymm accumulators, per k 2 W loads + 6 broadcasts
+ *   3. for each micro-panel, every x panel's chunk (in L2) runs the 4 x 24
+ *      micro-kernel: 12 ymm accumulators, per k 3 W loads + 4 broadcasts
  *      feed 12 FMAs; the tile is added into y (+ bias on the first chunk).
+ *      (BLIS's Haswell shape, 6 x 16, takes 8 loads per 12 FMAs; 4 x 24
+ *      measured 1.13x it on a whole layer's seven matmuls, 2 threads,
+ *      median of 5 interleaved pairs, 1.00-1.26x, and 1.02x on whole
+ *      bench_prefill processes of the bf16 Llama-3.2-1B, median of 7
+ *      pairs, 0.88-1.14x; 3 x 32 spills, 0.55x.)
  * Every output is the same sum (chunk by chunk in e order) whatever thread
  * or tile computes it: results depend only on (T, K, N) and the scheme.
  * Products are exact for float W (bf16 / f16 widen exactly), sums f32: the
@@ -50,11 +55,12 @@
  * layer, 2 threads, medians of 5, 3 rounds: KC 256 / NB 128 / MC 16
  * 137-142 GFLOP/s; 512 / 64 / all 138-149; 1024 / 32 / 8 139-152; 256 /
  * 256 / 8 132-142). */
-enum { MR = 6,   /* x rows per micro-kernel */
-       NR = 16,  /* W rows per micro-kernel: 2 ymm */
-       KC = 256, /* K per chunk: a 16-row micro-panel is 16 KiB of f32 */
-       NB = 128, /* W rows per task: its chunk is 128 KiB */
-       MC = 16   /* x panels per block: 96 rows x KC = 96 KiB, y block 48 KiB */ };
+enum { MR = 4,             /* x rows per micro-kernel */
+       NR = 24,            /* W rows per micro-kernel */
+       NV = NR / 8,        /* its ymm vectors: MR x NV = 12 accumulators */
+       KC = 256,           /* K per chunk: a micro-panel is 24 KiB of f32 */
+       NB = 128 / NR * NR, /* W rows per task (120): its chunk is 120 KiB */
+       MC = 96 / MR        /* x panels per block: 96 rows x KC = 96 KiB, y block 45 KiB */ };
 
 typedef struct gemm_job {
     matmul_job mm;      /* float W (mm.W, mm.wdt), or only the shapes for quantized W */
@@ -234,40 +240,44 @@ static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, i
 
 /* y rows [t0, t0 + rt) x columns [n0, n0 + nv) (+)= x panel chunk . W
  * micro-panel chunk over kc; first: y = sum + bias. */
-INLINE_TGT void kernel_6x16(const matmul_job *j, const float *xp, const float *wp, int kc, int t0, int rt, int n0,
+INLINE_TGT void kernel_tile(const matmul_job *j, const float *xp, const float *wp, int kc, int t0, int rt, int n0,
                             int nv, bool first) {
-    __m256 acc[MR][2];
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    __m256 acc[MR][NV];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
 #pragma GCC unroll 4
     for (int k = 0; k < kc; k++) {
-        __m256 w0 = _mm256_loadu_ps(wp + (size_t)k * NR), w1 = _mm256_loadu_ps(wp + (size_t)k * NR + 8);
-#pragma GCC unroll 6
+        __m256 w[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(wp + (size_t)k * NR + 8 * v);
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m256 b = _mm256_broadcast_ss(xp + (size_t)k * MR + r);
-            acc[r][0] = _mm256_fmadd_ps(b, w0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(b, w1, acc[r][1]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_fmadd_ps(b, w[v], acc[r][v]);
         }
     }
     if (nv == NR) { /* full tile: plain loads and stores (masked stores are slow on AMD cores) */
-        __m256 b0 = first && j->bias ? _mm256_loadu_ps(j->bias + n0) : _mm256_setzero_ps();
-        __m256 b1 = first && j->bias ? _mm256_loadu_ps(j->bias + n0 + 8) : _mm256_setzero_ps();
-#pragma GCC unroll 6
+        __m256 bias[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) bias[v] = first && j->bias ? _mm256_loadu_ps(j->bias + n0 + 8 * v) : _mm256_setzero_ps();
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) { /* constant r: acc stays in registers */
             if (r >= rt) break;
             float *out = j->y + (size_t)(t0 + r) * j->N + n0;
-            __m256 p0 = first ? b0 : _mm256_loadu_ps(out), p1 = first ? b1 : _mm256_loadu_ps(out + 8);
-            _mm256_storeu_ps(out, _mm256_add_ps(p0, acc[r][0]));
-            _mm256_storeu_ps(out + 8, _mm256_add_ps(p1, acc[r][1]));
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                _mm256_storeu_ps(out + 8 * v, _mm256_add_ps(first ? bias[v] : _mm256_loadu_ps(out + 8 * v), acc[r][v]));
         }
         return;
     }
     float tile[MR][NR];
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(tile[r], acc[r][0]);
-        _mm256_storeu_ps(tile[r] + 8, acc[r][1]);
-    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm256_storeu_ps(tile[r] + 8 * v, acc[r][v]);
     for (int r = 0; r < rt; r++) {
         float *out = j->y + (size_t)(t0 + r) * j->N + n0;
         for (int n = 0; n < nv; n++) out[n] = (first ? (j->bias ? j->bias[n0 + n] : 0.0f) : out[n]) + tile[r][n];
@@ -294,7 +304,7 @@ static TGT void gemm_task(void *ctx, int task, int thread) {
                 int nn = n0 + jp * NR, nv = j->N - nn < NR ? j->N - nn : NR;
                 for (int p = p0; p < p1; p++) {
                     int t0 = p * MR, rt = j->T - t0 < MR ? j->T - t0 : MR;
-                    kernel_6x16(j, g->xp + ((size_t)p * K + k0) * MR, w, kc, t0, rt, nn, nv, k0 == 0);
+                    kernel_tile(j, g->xp + ((size_t)p * K + k0) * MR, w, kc, t0, rt, nn, nv, k0 == 0);
                 }
             }
         }

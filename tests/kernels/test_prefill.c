@@ -113,8 +113,9 @@ static void test_path(const path *p) {
     okv_threadpool_free(tp2);
 }
 
-/* The AVX2 packed kernel's blocks (6-row x panels, 16-row W micro-panels,
- * 256-k chunks, 128-row tasks) exactly full, and one past each. */
+/* The AVX2 packed kernel's blocks (4-row x panels, 24-row W micro-panels,
+ * 256-k chunks, 120-row tasks, 24-panel x blocks) exactly full, and one
+ * past each. */
 static void test_avx2_packed_blocks(bool available) {
     if (!available) return;
     path p = {"avx2 packed blocks", okv_matmul_avx2_packed, true, {0}};
@@ -123,6 +124,9 @@ static void test_avx2_packed_blocks(bool available) {
     check_shape(&p, tp1, tp2, OKV_F16, 13, 513, 257, false);
     check_shape(&p, tp1, tp2, OKV_BF16, 6, 256, 16, false);
     check_shape(&p, tp1, tp2, OKV_BF16, 3, 9, 17, true);
+    check_shape(&p, tp1, tp2, OKV_BF16, 8, 256, 240, false);
+    check_shape(&p, tp1, tp2, OKV_F16, 97, 300, 24, true);
+    check_shape(&p, tp1, tp2, OKV_BF16, 4, 257, 25, false);
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
 }
