@@ -89,6 +89,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd256.h"
 
 enum { NK = 16,        /* keys per block */
        RMAX = 15,      /* query vectors per kv head */
@@ -639,12 +640,7 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
 enum { NK2 = 16 }; /* keys per block: two vectors of 8, one lane a key */
 
 /* 8 elements of a pool row from element d as f32 (exact widening). */
-INL2 __m256 row8(const char *row, okv_dtype dt, int d) {
-    if (dt == OKV_F32) return _mm256_loadu_ps((const float *)row + d);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + d));
-    if (dt == OKV_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
+INL2 __m256 row8(const char *row, okv_dtype dt, int d) { return okv_load8_f32(row, dt, (size_t)d); }
 
 /* v[i] (8 partial-sum vectors, one per key) -> one vector, lane i = the sum of v[i]. */
 INL2 __m256 reduce8(const __m256 v[8]) {

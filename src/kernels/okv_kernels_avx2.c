@@ -33,17 +33,11 @@
 #include <stdlib.h>
 
 #include "okv_kernels_internal.h"
+#include "okv_simd256.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE_TGT static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-/* 8 elements of a row stored in dt, starting at element i, as f32. */
-INLINE_TGT __m256 load8(const void *p, okv_dtype dt, size_t i) {
-    if (dt == OKV_F32) return _mm256_loadu_ps((const float *)p + i);
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
-    if (dt == OKV_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 
 INLINE_TGT float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -87,7 +81,7 @@ INLINE_TGT void mm_tile(const matmul_job *j, int t0, int n0, int k0, int k1, okv
         __m256 w[4];
 #pragma GCC unroll 4
         for (int n = 0; n < 4; n++)
-            if (n < nt) w[n] = load8(wr[n], dt, (size_t)k);
+            if (n < nt) w[n] = okv_load8_f32(wr[n], dt, (size_t)k);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             if (r >= rt) continue;
@@ -121,12 +115,12 @@ INLINE_TGT void mm_row(const matmul_job *j, int t, int n, int k0, int k1, okv_dt
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int k = k0;
     for (; k + 32 <= k1; k += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr, dt, (size_t)k), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 8), load8(wr, dt, (size_t)k + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 16), load8(wr, dt, (size_t)k + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 24), load8(wr, dt, (size_t)k + 24), a3);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), okv_load8_f32(wr, dt, (size_t)k), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 8), okv_load8_f32(wr, dt, (size_t)k + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 16), okv_load8_f32(wr, dt, (size_t)k + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k + 24), okv_load8_f32(wr, dt, (size_t)k + 24), a3);
     }
-    for (; k + 8 <= k1; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), load8(wr, dt, (size_t)k), a0);
+    for (; k + 8 <= k1; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k), okv_load8_f32(wr, dt, (size_t)k), a0);
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     for (; k < k1; k++) s += xr[k] * okv_k_load(wr, dt, (size_t)k);
     float *out = &j->y[(size_t)t * j->N + n];
@@ -147,7 +141,7 @@ INLINE_TGT void mm_rows8(const matmul_job *j, int n0, okv_dtype dt) {
     for (; k + 8 <= K; k += 8) {
         __m256 xv = _mm256_loadu_ps(j->x + k);
 #pragma GCC unroll 8
-        for (int r = 0; r < MM_GEMV_TILE; r++) acc[r] = _mm256_fmadd_ps(xv, load8(w + r * K * esz, dt, k), acc[r]);
+        for (int r = 0; r < MM_GEMV_TILE; r++) acc[r] = _mm256_fmadd_ps(xv, okv_load8_f32(w + r * K * esz, dt, k), acc[r]);
     }
     float s[MM_GEMV_TILE];
     _mm_storeu_ps(s, hsum8x4(acc[0], acc[1], acc[2], acc[3]));

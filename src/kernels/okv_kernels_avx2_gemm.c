@@ -33,18 +33,20 @@
  * as okv_dequant_row computes it, so this is okv_matmul_q_plain's math
  * (f32 x, no int8 activations) in another summation order.
  *
- * Memory: scratch per call x panels ceil(T/6)*6*K*4 bytes (T = 512, K =
- * 8192: 16.9 MB), K int32 of perm, and per thread NB*KC*4 + 8*KC*4 bytes;
+ * Memory: scratch per call x panels ceil(T/4)*4*K*4 bytes (T = 512, K =
+ * 8192: 16.8 MB), K int32 of perm, and per thread NB*KC*4 + 8*KC*4 bytes;
  * no weight copy outlives the call.
  *
- * Measured (AMD EPYC Zen 3, 2026-12-02; bench_kernels pp512 / qgemm): see
- * the figures at okv_matmul_avx2_gemm_takes. */
+ * Measured (AMD EPYC Zen 3, 2026-12-02): the blocking at the enum below,
+ * the micro-kernel shape in step 3, and where packing pays at
+ * PACK_MIN_T_FLOAT. */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd256.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define INLINE_TGT static inline __attribute__((always_inline, target("avx2,fma,f16c")))
@@ -119,15 +121,10 @@ INLINE_TGT void transpose8(__m256 r[8]) {
 
 /* 8 elements of a bf16 / f16 row from element k as f32 (kv < 8: the rest zero). */
 INLINE_TGT __m256 w8(const uint16_t *row, okv_dtype dt, int k, int kv) {
-    __m128i h;
-    if (kv == 8) h = _mm_loadu_si128((const __m128i *)(row + k));
-    else {
-        uint16_t tmp[8] = {0};
-        memcpy(tmp, row + k, sizeof(uint16_t) * (size_t)kv);
-        h = _mm_loadu_si128((const __m128i *)tmp);
-    }
-    if (dt == OKV_F16) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    if (kv == 8) return okv_load8_half(row + k, dt);
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, row + k, sizeof(uint16_t) * (size_t)kv);
+    return okv_load8_half(tmp, dt);
 }
 
 /* Eight transposed vectors into the micro-panel: panel[(k + e) NR] gets r[e]. */
@@ -313,11 +310,7 @@ static TGT void gemm_task(void *ctx, int task, int thread) {
 
 /* ---- entry ------------------------------------------------------------------------------ */
 
-static int task_rows(int N, int n_threads) {
-    int per = (N + n_threads - 1) / n_threads;
-    per = (per + NR - 1) / NR * NR;
-    return per < NB ? per : NB;
-}
+static int task_rows(int N, int n_threads) { return okv_gemm_task_rows(N, n_threads, NR, NB); }
 
 /* Fewest rows for which packing pays (2 threads, 8192 x 2048 W, Zen 3,
  * 2026-12-02, GFLOP/s packed / unpacked): bf16 T = 16 58 / 84, 32 84 / 96,

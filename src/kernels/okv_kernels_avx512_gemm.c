@@ -207,11 +207,7 @@ static TGT void gemm_task(void *ctx, int task, int thread) {
 
 /* ---- entry ---------------------------------------------------------------------------- */
 
-static int task_rows(int N, int n_threads) {
-    int per = (N + n_threads - 1) / n_threads;
-    per = (per + NR - 1) / NR * NR;
-    return per < NB ? per : NB;
-}
+static int task_rows(int N, int n_threads) { return okv_gemm_task_rows(N, n_threads, NR, NB); }
 
 size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads) {
     if (T <= 1 || K <= 0 || N <= 0) return 0;

@@ -323,6 +323,13 @@ void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T,
                             okv_dtype wdt, int N, const float *bias);
 bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt);
 size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads);
+/* The packed GEMMs' task height: N shared by the threads, rounded up to
+ * whole micro-panels of nr rows, at most nb (a multiple of nr). */
+static inline int okv_gemm_task_rows(int N, int n_threads, int nr, int nb) {
+    int per = (N + n_threads - 1) / n_threads;
+    per = (per + nr - 1) / nr * nr;
+    return per < nb ? per : nb;
+}
 /* The same packed shape on 256-bit FMAs (okv_kernels_avx2_gemm.c). _packed
  * packs every T > 1 (bf16 / f16 W; else okv_matmul_avx2), and for quantized
  * W dequantizes it to f32 per call (x stays f32: the math of
