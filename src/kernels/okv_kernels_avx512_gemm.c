@@ -58,14 +58,9 @@ typedef struct gemm_job {
 
 /* ---- packing -------------------------------------------------------------------------- */
 
-static TGT void pack_x_panel(const gemm_job *g, int p) {
+static void pack_x_panel(const gemm_job *g, int p) {
     const matmul_job *j = &g->mm;
-    const int K = j->K;
-    float *dst = g->xp + (size_t)p * K * MR;
-    const float *row[MR];
-    for (int r = 0; r < MR; r++) row[r] = 6 * p + r < j->T ? j->x + (size_t)(6 * p + r) * K : NULL;
-    for (int k = 0; k < K; k++)
-        for (int r = 0; r < MR; r++) dst[(size_t)k * MR + r] = row[r] ? row[r][k] : 0.0f;
+    okv_gemm_pack_x_panel(g->xp + (size_t)p * j->K * MR, j->x, j->T, j->K, MR, NULL, p);
 }
 
 static void pack_x_task(void *ctx, int task, int thread) {

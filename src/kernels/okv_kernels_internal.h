@@ -330,6 +330,17 @@ static inline int okv_gemm_task_rows(int N, int n_threads, int nr, int nb) {
     per = (per + nr - 1) / nr * nr;
     return per < nb ? per : nb;
 }
+/* The packed GEMMs' x panel p: dst[e][r] = x[mr p + r][perm ? perm[e] : e]
+ * for e < K, r < mr (<= 8), rows past T zero. */
+static inline void okv_gemm_pack_x_panel(float *dst, const float *x, int T, int K, int mr, const int32_t *perm,
+                                         int p) {
+    const float *row[8];
+    for (int r = 0; r < mr; r++) row[r] = mr * p + r < T ? x + (size_t)(mr * p + r) * K : NULL;
+    for (int k = 0; k < K; k++) {
+        int src = perm ? perm[k] : k;
+        for (int r = 0; r < mr; r++) dst[(size_t)k * mr + r] = row[r] ? row[r][src] : 0.0f;
+    }
+}
 /* The same packed shape on 256-bit FMAs (okv_kernels_avx2_gemm.c). _packed
  * packs every T > 1 (bf16 / f16 W; else okv_matmul_avx2), and for quantized
  * W dequantizes it to f32 per call (x stays f32: the math of
