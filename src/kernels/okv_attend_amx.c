@@ -1,5 +1,8 @@
 /* okv_attend_amx.c — attention of prefill chunks on AMX-BF16 tiles, for
- * bf16 and f16 K/V pools (f16 rounded to bf16 on the way in). f32 pools
+ * bf16, f16 and q8 K/V pools (f16, and q8's code x scale, rounded to
+ * bf16 as each key block is staged: a block at a time, never a converted
+ * copy of the cache; q8 at 16k positions measured 0.86x bf16's time, it
+ * reads 0.56x the bytes, see README "KV storage"). f32 pools
  * and decode-sized calls go to the AVX-512 blocked kernel (okv_attend.c):
  * an f32 program keeps f32 attention; bf16 attention is only chosen by
  * storing the cache in 16 bits.
@@ -10,8 +13,8 @@
  * in blocks of KB = 64 with an online softmax, everything transposed so no
  * step needs a transpose per row block:
  *   1. S^T[key][vec] = K Q^T: K is the A operand, loaded straight from the
- *      pool (16 keys x 32 dims, rows ld apart; a partial block or f16 is
- *      staged as bf16 first), Q^T (scale and log2 e folded in) the B
+ *      pool (16 keys x 32 dims, rows ld apart; a partial block, f16 or q8
+ *      is staged as bf16 first), Q^T (scale and log2 e folded in) the B
  *      operand in pairs of dims, built once per task; four independent C
  *      tiles per 32 keys. Keys down the tile rows: the softmax runs down
  *      columns, 16 vectors a register, no horizontal reductions.
@@ -73,6 +76,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_kvq8.h"
 
 enum { KB = 64,     /* keys per block */
        MV = 32,     /* query vectors per task (two tiles of 16 columns) */
@@ -155,11 +159,11 @@ static size_t amx_scratch(const amx_shape *s, int T, int n_threads, int n_splits
     return b;
 }
 
-/* Whether a call goes on tiles: 16-bit pools, head_dim a multiple of 32 up
+/* Whether a call goes on tiles: 16-bit or q8 pools, head_dim a multiple of 32 up
  * to DMAX, G <= MV, enough query vectors per kv head to fill a tile's
  * columns, and the OS granted AMX. */
 static bool amx_attend_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    if (dt != OKV_BF16 && dt != OKV_F16) return false;
+    if (dt != OKV_BF16 && dt != OKV_F16 && dt != OKV_Q8) return false;
     if (kv_heads <= 0 || n_heads % kv_heads || D % 32 || D > DMAX || n_heads / kv_heads > MV) return false;
     return (int64_t)T * (n_heads / kv_heads) >= OKV_AMX_ATTN_MIN_VECS;
 }
@@ -199,6 +203,19 @@ INLINE __m512i load32_bf16(const void *row, okv_dtype dt, int n) {
     __m512 lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)m, row));
     __m512 hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(m >> 16), (const uint16_t *)row + 16));
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* Elements [d, d + 32) of a pool row as bf16, d a multiple of 32; row is
+ * the row's first byte in the pool's storage: bf16, f16 (rounded), or q8
+ * (one block of 32 codes and its f32 scale, okv_kvq8.h: code x scale in
+ * f32, then rounded to bf16, as the decode kernel stages q8 keys). */
+INLINE __m512i pool32_bf16(const char *row, okv_dtype dt, int d) {
+    if (dt != OKV_Q8) return load32_bf16((const uint16_t *)row + d, dt, 32);
+    const char *blk = row + (size_t)(d / OKV_Q8_BLOCK) * OKV_Q8_BLOCK_BYTES;
+    __m512 sc = _mm512_set1_ps(okv_q8_scale(blk));
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 16))));
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
 }
 
 /* r[i] (16 dwords each) := column i of the 16x16 dword matrix r. */
@@ -300,11 +317,11 @@ TGT static void build_qb(const amx_job *j, const amx_qblock *b, int kvh, int t0,
     }
 }
 
-/* V^T of keys [0, nb) of the block (rows ld elements apart) as A tiles
+/* V^T of keys [0, nb) of the block (rows rowb bytes apart) as A tiles
  * [ks][dt]: row d of tile (ks, dt) = v[32 ks + 0..31][16 dt + d]; keys past
  * nb are zero. Built as pairs of keys per channel (dwords), then a 16x16
  * dword transpose per tile; once per block for the whole super-block. */
-TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t ld, int nb, int nks, int D) {
+TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t rowb, int nb, int nks, int D) {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
@@ -314,9 +331,9 @@ TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t 
             __m512i r[16], s[16];
             for (int kp = 0; kp < 16; kp++) {
                 int i0 = 32 * ks + 2 * kp;
-                const char *v0 = V + (size_t)i0 * ld * 2, *v1 = v0 + ld * 2;
-                __m512i x = i0 < nb ? load32_bf16((const uint16_t *)v0 + d, dt, 32) : _mm512_setzero_si512();
-                __m512i y = i0 + 1 < nb ? load32_bf16((const uint16_t *)v1 + d, dt, 32) : _mm512_setzero_si512();
+                const char *v0 = V + (size_t)i0 * rowb, *v1 = v0 + rowb;
+                __m512i x = i0 < nb ? pool32_bf16(v0, dt, d) : _mm512_setzero_si512();
+                __m512i y = i0 + 1 < nb ? pool32_bf16(v1, dt, d) : _mm512_setzero_si512();
                 r[kp] = _mm512_permutex2var_epi16(x, lo, y);
                 b->vtmp[kp] = _mm512_permutex2var_epi16(x, hi, y);
             }
@@ -330,10 +347,10 @@ TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t 
 }
 
 /* Keys [0, nb) into kst as bf16 rows of D, zero rows up to 32 * nks. */
-TGT static void stage_k(const amx_task *b, const char *K, okv_dtype dt, size_t ld, int nb, int nks, int D) {
+TGT static void stage_k(const amx_task *b, const char *K, okv_dtype dt, size_t rowb, int nb, int nks, int D) {
     for (int i = 0; i < 32 * nks; i++)
         for (int d = 0; d < D; d += 32) {
-            __m512i x = i < nb ? load32_bf16((const uint16_t *)(K + (size_t)i * ld * 2) + d, dt, 32) : _mm512_setzero_si512();
+            __m512i x = i < nb ? pool32_bf16(K + (size_t)i * rowb, dt, d) : _mm512_setzero_si512();
             _mm512_storeu_si512(b->kst + (size_t)i * D + d, x);
         }
 }
@@ -531,11 +548,12 @@ static void qblock_init(const amx_job *j, amx_qblock *q, int kvh, int qb, int32_
     if (q->H > k1) q->H = k1;
 }
 
-static void prefetch_block(const char *K, const char *V, size_t ld, int nb, int D) {
+/* The head's rows (hb bytes each, rowb apart) of nb keys of K and V. */
+static void prefetch_block(const char *K, const char *V, size_t rowb, int nb, size_t hb) {
     for (int i = 0; i < nb; i++)
-        for (int d = 0; d < D * 2; d += 64) {
-            __builtin_prefetch(K + (size_t)i * ld * 2 + d);
-            __builtin_prefetch(V + (size_t)i * ld * 2 + d);
+        for (size_t d = 0; d < hb; d += 64) {
+            __builtin_prefetch(K + (size_t)i * rowb + d);
+            __builtin_prefetch(V + (size_t)i * rowb + d);
         }
 }
 
@@ -578,8 +596,8 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (qbs[i].L < qbs[i].H && qbs[i].H > H) H = qbs[i].H;
     }
     __asm__ volatile("ldtilecfg %0" ::"m"(attn_tilecfg));
-    const size_t ld = (size_t)s->Hkv * D;
     const okv_dtype dt = a->kv.dtype;
+    const size_t ld = (size_t)s->Hkv * D, rowb = okv_kv_row_bytes(dt, ld), hb = okv_kv_row_bytes(dt, (size_t)D);
     run_cursor cur = {0, 0};
     for (int32_t kb = L; kb < H;) {
         /* blocks aligned to KB in the logical index, so the cut does not
@@ -590,9 +608,11 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (nb > run_end - kb) nb = run_end - kb;
         int nks = (nb + 31) / 32;
         size_t off = ((size_t)slot * s->Hkv + kvh) * D;
-        const char *K = (const char *)a->kv.k + off * 2, *V = (const char *)a->kv.v + off * 2;
+        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(dt, off);
+        const char *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, off);
         int32_t next = kb + nb;
-        if (next < H && next < run_end) prefetch_block(K + nb * ld * 2, V + nb * ld * 2, ld, H - next < KB ? H - next : KB, D);
+        if (next < H && next < run_end)
+            prefetch_block(K + nb * rowb, V + nb * rowb, rowb, H - next < KB ? H - next : KB, hb);
         int na = 0;
         for (int i = 0; i < nq; i++) {
             amx_qblock *q = &qbs[i];
@@ -602,9 +622,9 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         }
         if (na > 0) {
             bool direct = dt == OKV_BF16 && nb % 32 == 0;
-            build_vt(&b, V, dt, ld, nb, nks, D);
-            if (!direct) stage_k(&b, K, dt, ld, nb, nks, D);
-            if (direct) block_run(j, &b, act, na, (const uint16_t *)K, ld * 2, kb, nb, nks, slot);
+            build_vt(&b, V, dt, rowb, nb, nks, D);
+            if (!direct) stage_k(&b, K, dt, rowb, nb, nks, D);
+            if (direct) block_run(j, &b, act, na, (const uint16_t *)K, rowb, kb, nb, nks, slot);
             else block_run(j, &b, act, na, b.kst, (size_t)D * 2, kb, nb, nks, slot);
         }
         kb += nb;

@@ -5,7 +5,8 @@
  * pools against the reference over the same pools (1e-5 absolute, 1 and 2
  * threads; flat, ring wrap, windows, GQA/MQA, head_dim 32..256, decode and
  * prefill, thousands of keys, many sequences via okv_attn_vis; 2e-2 for
- * tables whose decode kernel rounds q and k to bf16, the AMX one), and q8
+ * tables whose kernels round q and k to bf16: the AMX decode and prefill
+ * tiles), and q8
  * attention against f32 attention of the same data within a bound computed
  * from the actual quantization errors. */
 #include <stdint.h>
@@ -209,7 +210,7 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
             a.out = fast;
             memset(fast, 0xff, sizeof(float) * nq);
             tables[ti]->attend(th ? tp2 : NULL, &a);
-            /* tables whose decode rounds q and k to bf16 (AMX decode kernel) */
+            /* tables whose kernels round q and k to bf16 (AMX decode and prefill tiles) */
             double m = max_diff_f(fast, ref, nq), tol = tables[ti]->attend_bf16 ? 2e-2 : 1e-5;
             CHECKF(m <= tol * s->kv_scale, "%s: %s q8 attend (%d threads) vs reference %g", s->what,
                    tables[ti]->name, th + 1, m);
