@@ -14,7 +14,9 @@
  *      over the threads first); T is taken 512 rows at a time and K 512
  *      (KC2 = 16 tiles) at a time: for each K chunk the task copies its W
  *      rows' chunk into A tiles (256 KiB; f16 converted to bf16 here, the
- *      next chunk's W bytes prefetched towards L2 during this one's tiles),
+ *      next chunk's W bytes prefetched towards L2 during this one's tiles;
+ *      bf16 W with K % 32 == 0 and a full block needs no copy: its tiles
+ *      are loaded from W's own rows, row stride K * 2 bytes, see below),
  *      then for every 32-row W pair (2 x 16 KiB, stays in L1) runs over all
  *      x tile pairs of the chunk (512 KiB, stays in L2): 2x2 register
  *      blocking (C: tmm0-3, A: tmm4-5, B: tmm6-7), per 32 k two A and two B
@@ -105,6 +107,15 @@
  * the separate-process gap is not reproducible here. One real excess: the
  * permuted x pack (gathers) cost 2-3x bf16's pack; x32_permuted now loads
  * runs of 4 floats (perf: pack_x 5.1% -> 3.6% of a q8 step's samples).
+ * bf16 A tiles read in place (2026-12-03): a tile is 16 rows of 64 bytes
+ * at any stride, so W's rows serve as A tiles without pack_w_chunk (the
+ * first chunk of the next W pair prefetched during the current one). At
+ * K = 2048 the rows are 4 KiB apart, so a W pair maps onto few L1 sets
+ * and its tiles come from L2 more often; a standalone tile loop measured
+ * 0.89x with a 4096-byte stride against packed tiles (0.97x at 4160), but
+ * the copy it saves cost more: bench_kernels pp512, 2 threads, two
+ * interleaved runs, layer sum 653.6 vs 632.1 and 588.5 vs 564.6 GFLOP/s
+ * (1.03x / 1.04x; gate/up/down +1-8%, k/v/o -7..+5%).
  * Tried and dropped: pipelining the producer into the tile steps (a
  * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
  * rows after each 2x2 step, the one after prefetched, y written one step
@@ -173,6 +184,7 @@ static const okv_amx_tilecfg tilecfg __attribute__((aligned(64))) = {
  * build them alike without AMX intrinsics headers. */
 #define TILE_LOAD(t, p) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"((long)64) : "memory")
 #define TILE_STORE(t, p) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)64) : "memory")
+#define TILE_LOADW(t, p, stride) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(p), "r"(stride) : "memory")
 #define TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define TILE_DP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
@@ -311,7 +323,7 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
 
 /* C tiles (g, g+1) x (tb, tb+1) += W pair chunk x x pair chunk over nk K
  * tiles; first: start from zero instead of the stored partial sums. */
-static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1,
+static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1, long wrow,
                                                               const uint16_t *x0, const uint16_t *x1, int nk,
                                                               float *c00, float *c01, float *c10, float *c11,
                                                               bool first) {
@@ -320,15 +332,17 @@ static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w
     } else {
         TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
     }
+    /* W tiles: packed (wrow 64 bytes, next k tile TILE_ELEMS on) or rows of W itself (wrow = its row bytes, next k tile 32 on) */
+    const size_t wstep = wrow == 64 ? TILE_ELEMS : 32;
     for (int kb = 0; kb < nk; kb++) {
         /* loads interleaved with the products that need them (the first
          * product starts after two loads, not four) */
-        TILE_LOAD(4, w0 + (size_t)kb * TILE_ELEMS);
+        TILE_LOADW(4, w0 + (size_t)kb * wstep, wrow);
         TILE_LOAD(6, x0 + (size_t)kb * TILE_ELEMS);
         TILE_DP(0, 4, 6);
         TILE_LOAD(7, x1 + (size_t)kb * TILE_ELEMS);
         TILE_DP(1, 4, 7);
-        TILE_LOAD(5, w1 + (size_t)kb * TILE_ELEMS);
+        TILE_LOADW(5, w1 + (size_t)kb * wstep, wrow);
         TILE_DP(2, 5, 6);
         TILE_DP(3, 5, 7);
     }
@@ -347,7 +361,7 @@ static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int
             float *c10 = c00 + (size_t)ntb * C_ELEMS, *c11 = c10 + C_ELEMS;
             const uint16_t *x0 = a->xp + (size_t)tb * nkb * TILE_ELEMS, *x1 = x0 + (size_t)nkb * TILE_ELEMS;
             size_t off = (size_t)kc0 * TILE_ELEMS;
-            tile_2x2(w0 + off, w1 + off, x0 + off, x1 + off, kc1 - kc0, c00, c01, c10, c11, kc0 == 0);
+            tile_2x2(w0 + off, w1 + off, 64, x0 + off, x1 + off, kc1 - kc0, c00, c01, c10, c11, kc0 == 0);
         }
     }
 }
@@ -540,14 +554,25 @@ static TGT void block2_task(void *ctx, int task, int thread) {
     int groups = (rows + 31) / 32 * 2;
     uint16_t *wp = a->wp + (size_t)thread * a->wp_elems;
     float *cb = a->cb + (size_t)thread * a->cb_elems;
+    /* bf16 W whose tiles can be read in place: every row of the block
+     * exists and no k tile runs past a row's end */
+    bool direct = !a->q && j->wdt == OKV_BF16 && j->K % 32 == 0 && n0 + groups * 16 <= j->N;
+    if (direct) prefetch_w_rows(a, n0, 0, 32, 0, a->kcb);
     for (int tb0 = 0; tb0 < a->ntb; tb0 += a->tbt) {
         int tbn = a->ntb - tb0 < a->tbt ? a->ntb - tb0 : a->tbt; /* even */
         for (int kb0 = 0; kb0 < a->nkb; kb0 += a->kcb) {
             int nk = a->nkb - kb0 < a->kcb ? a->nkb - kb0 : a->kcb;
-            pack_w_chunk(a, wp, n0, groups * 16, kb0, nk);
+            if (!direct) pack_w_chunk(a, wp, n0, groups * 16, kb0, nk);
             tiles_configure();
             for (int g = 0; g < groups; g += 2) {
                 const uint16_t *w0 = wp + (size_t)g * nk * TILE_ELEMS, *w1 = w0 + (size_t)nk * TILE_ELEMS;
+                long wrow = 64;
+                if (direct) {
+                    w0 = (const uint16_t *)j->W + (size_t)(n0 + 16 * g) * j->K + (size_t)kb0 * 32;
+                    w1 = w0 + (size_t)16 * j->K;
+                    wrow = (long)j->K * 2;
+                    if (kb0 == 0 && g + 2 < groups) prefetch_w_rows(a, n0, 16 * (g + 2), 32, 0, nk);
+                }
                 for (int tb = 0; tb < tbn; tb += 2) {
                     if (kb0 + nk < a->nkb) { /* rows of the next chunk: spread over this chunk's tile work */
                         int per = (groups * 16 + groups / 2 * (tbn / 2) - 1) / (groups / 2 * (tbn / 2));
@@ -558,7 +583,7 @@ static TGT void block2_task(void *ctx, int task, int thread) {
                     const uint16_t *x1 = x0 + (size_t)a->nkb * TILE_ELEMS;
                     float *c00 = cb + ((size_t)g * a->tbt + tb) * C_ELEMS, *c01 = c00 + C_ELEMS;
                     float *c10 = c00 + (size_t)a->tbt * C_ELEMS, *c11 = c10 + C_ELEMS;
-                    tile_2x2(w0, w1, x0, x1, nk, c00, c01, c10, c11, kb0 == 0);
+                    tile_2x2(w0, w1, wrow, x0, x1, nk, c00, c01, c10, c11, kb0 == 0);
                 }
             }
             tiles_release();

@@ -105,6 +105,10 @@ static void test_path(const path *p) {
     check_shape(p, tp1, tp2, OKV_BF16, 513, 600, 531, true);
     check_shape(p, tp1, tp2, OKV_F16, 513, 77, 37, false);
     check_shape(p, tp1, tp2, OKV_F16, 40, 1100, 300, false);
+    /* bf16 with K % 32 == 0: full 256-row blocks read their A tiles from W in place
+     * (three K chunks, the last partial), the ragged last block packed */
+    check_shape(p, tp1, tp2, OKV_BF16, 513, 1088, 530, true);
+    check_shape(p, tp1, tp2, OKV_BF16, 64, 2048, 512, false);
     /* the packed kernel's blocks exactly full (6-row x panels, 64-row W panels, 128-k chunks) */
     check_shape(p, tp1, tp2, OKV_BF16, 12, 256, 128, true);
     check_shape(p, tp1, tp2, OKV_F16, 18, 384, 192, false);
