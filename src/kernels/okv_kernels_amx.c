@@ -460,10 +460,19 @@ void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, i
 
 /* Blocking of okv_matmul_amx (see the head comment): a task owns NB2 rows
  * of W; its T rows are taken TB2 at a time and K KC2 tiles at a time, so
- * the packed x chunk [TB2 x 32 KC2] (512 KiB) stays in L2 while every
- * 32-row W pair of the block uses it, and one W pair chunk (2 KC2 KiB)
- * stays in L1 while the x tiles stream past it. */
-enum { NB2 = 256, TB2_TILES = 32, KC2 = 16 };
+ * the packed x chunk [TB2 x 32 KC2] (256 KiB; 512 for quantized W) stays
+ * in L2 while every 32-row W pair of the block uses it, and one W pair
+ * chunk (2 KC2 KiB) stays in L1 while the x tiles stream past it.
+ * TB2 = 256 rows for bf16/f16 W (16 x tiles; was 512): with W's tiles
+ * read in place the block's W chunk (256 rows x 1 KiB at a 4 KiB stride,
+ * plus the next one prefetched) lands on a quarter of L2's sets, and the
+ * smaller x chunk and C buffer (256 KiB each instead of 512) leave it
+ * room, at the price of reading W once per 256 rows of T. bench_kernels
+ * pp512, 2 threads, layer sum, interleaved with TB2 = 512 (2026-12-03,
+ * host load varying): 1.08-1.09x in three runs; against K chunks of 32
+ * and 64 tiles with 128-256 rows of T, 16 / 256 was 1.00-1.07x. Quantized
+ * W keeps 512 rows (its dequantization is per T block; not re-measured). */
+enum { NB2 = 256, TB2_TILES = 16, TB2_TILES_Q = 32, KC2 = 16 };
 
 typedef struct amx2_job {
     matmul_job mm;
@@ -600,7 +609,7 @@ static int amx2_rows(int N, int n_threads) {
 
 static size_t amx2_sizes(int T, int K, int N, int n_threads, size_t *wp_elems, size_t *cb_elems) {
     int nkb = (K + 31) / 32, ntb = (T + 31) / 32 * 2, nb = amx2_rows(N, n_threads);
-    int tbt = ntb < TB2_TILES ? ntb : TB2_TILES, kcb = nkb < KC2 ? nkb : KC2;
+    int tbt = ntb < TB2_TILES_Q ? ntb : TB2_TILES_Q, kcb = nkb < KC2 ? nkb : KC2; /* the larger of the two T blocks */
     *wp_elems = (size_t)(nb / 16) * kcb * TILE_ELEMS;
     *cb_elems = (size_t)(nb / 16) * tbt * C_ELEMS;
     return (size_t)ntb * nkb * TILE_ELEMS;
@@ -621,7 +630,8 @@ static bool matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int
                   NULL, NULL, NULL, 0, 0, q};
     a.nb = amx2_rows(N, n_threads);
     a.kcb = a.nkb < KC2 ? a.nkb : KC2;
-    a.tbt = a.ntb < TB2_TILES ? a.ntb : TB2_TILES;
+    int tb2 = q ? TB2_TILES_Q : TB2_TILES;
+    a.tbt = a.ntb < tb2 ? a.ntb : tb2;
     size_t xp_elems = amx2_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
     okv_kscratch ks;
     size_t perm_bytes = q ? sizeof(int32_t) * (size_t)K + 64 : 0;
