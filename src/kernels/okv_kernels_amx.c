@@ -11,7 +11,8 @@
  *      ([T/16][K/32] tiles of 1 KiB, zero-padded to 32 rows and 32 k),
  *      shared by both threads;
  *   2. each task owns a block of up to NB2 = 256 rows of W (N split evenly
- *      over the threads first); T is taken 512 rows at a time and K 512
+ *      over the threads first); T is taken 256 rows at a time (512 for
+ *      quantized W, see the blocked loop's enum) and K 512
  *      (KC2 = 16 tiles) at a time: for each K chunk the task copies its W
  *      rows' chunk into A tiles (256 KiB; f16 converted to bf16 here, the
  *      next chunk's W bytes prefetched towards L2 during this one's tiles;
@@ -323,7 +324,7 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
 
 /* C tiles (g, g+1) x (tb, tb+1) += W pair chunk x x pair chunk over nk K
  * tiles; first: start from zero instead of the stored partial sums. */
-static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1, long wrow,
+static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w0, const uint16_t *w1, long wrow, size_t wstep,
                                                               const uint16_t *x0, const uint16_t *x1, int nk,
                                                               float *c00, float *c01, float *c10, float *c11,
                                                               bool first) {
@@ -332,8 +333,7 @@ static inline __attribute__((always_inline)) TGT void tile_2x2(const uint16_t *w
     } else {
         TILE_LOAD(0, c00); TILE_LOAD(1, c01); TILE_LOAD(2, c10); TILE_LOAD(3, c11);
     }
-    /* W tiles: packed (wrow 64 bytes, next k tile TILE_ELEMS on) or rows of W itself (wrow = its row bytes, next k tile 32 on) */
-    const size_t wstep = wrow == 64 ? TILE_ELEMS : 32;
+    /* W tiles: packed (wrow 64 bytes, wstep TILE_ELEMS) or W's own rows (wrow its row bytes, wstep 32) */
     for (int kb = 0; kb < nk; kb++) {
         /* loads interleaved with the products that need them (the first
          * product starts after two loads, not four) */
@@ -361,7 +361,7 @@ static TGT void block_tiles(const amx_job *a, const uint16_t *wp, float *cb, int
             float *c10 = c00 + (size_t)ntb * C_ELEMS, *c11 = c10 + C_ELEMS;
             const uint16_t *x0 = a->xp + (size_t)tb * nkb * TILE_ELEMS, *x1 = x0 + (size_t)nkb * TILE_ELEMS;
             size_t off = (size_t)kc0 * TILE_ELEMS;
-            tile_2x2(w0 + off, w1 + off, 64, x0 + off, x1 + off, kc1 - kc0, c00, c01, c10, c11, kc0 == 0);
+            tile_2x2(w0 + off, w1 + off, 64, TILE_ELEMS, x0 + off, x1 + off, kc1 - kc0, c00, c01, c10, c11, kc0 == 0);
         }
     }
 }
@@ -471,7 +471,9 @@ void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, i
  * pp512, 2 threads, layer sum, interleaved with TB2 = 512 (2026-12-03,
  * host load varying): 1.08-1.09x in three runs; against K chunks of 32
  * and 64 tiles with 128-256 rows of T, 16 / 256 was 1.00-1.07x. Quantized
- * W keeps 512 rows (its dequantization is per T block; not re-measured). */
+ * W keeps 512 rows: its dequantization is per T block, and 256 measured
+ * slower (bench_kernels qgemm, one run: q8 0.79x / 0.94x, q4 1.11x /
+ * 0.89x on 2048x2048 / 8192x2048). */
 enum { NB2 = 256, TB2_TILES = 16, TB2_TILES_Q = 32, KC2 = 16 };
 
 typedef struct amx2_job {
@@ -576,10 +578,12 @@ static TGT void block2_task(void *ctx, int task, int thread) {
             for (int g = 0; g < groups; g += 2) {
                 const uint16_t *w0 = wp + (size_t)g * nk * TILE_ELEMS, *w1 = w0 + (size_t)nk * TILE_ELEMS;
                 long wrow = 64;
+                size_t wstep = TILE_ELEMS;
                 if (direct) {
                     w0 = (const uint16_t *)j->W + (size_t)(n0 + 16 * g) * j->K + (size_t)kb0 * 32;
                     w1 = w0 + (size_t)16 * j->K;
                     wrow = (long)j->K * 2;
+                    wstep = 32;
                     if (kb0 == 0 && g + 2 < groups) prefetch_w_rows(a, n0, 16 * (g + 2), 32, 0, nk);
                 }
                 for (int tb = 0; tb < tbn; tb += 2) {
@@ -592,7 +596,7 @@ static TGT void block2_task(void *ctx, int task, int thread) {
                     const uint16_t *x1 = x0 + (size_t)a->nkb * TILE_ELEMS;
                     float *c00 = cb + ((size_t)g * a->tbt + tb) * C_ELEMS, *c01 = c00 + C_ELEMS;
                     float *c10 = c00 + (size_t)a->tbt * C_ELEMS, *c11 = c10 + C_ELEMS;
-                    tile_2x2(w0, w1, wrow, x0, x1, nk, c00, c01, c10, c11, kb0 == 0);
+                    tile_2x2(w0, w1, wrow, wstep, x0, x1, nk, c00, c01, c10, c11, kb0 == 0);
                 }
             }
             tiles_release();

@@ -6,9 +6,8 @@
  * threads; flat, ring wrap, windows, GQA/MQA, head_dim 32..256, decode and
  * prefill, thousands of keys, many sequences via okv_attn_vis; 2e-2 for
  * tables whose kernels round q and k to bf16: the AMX decode and prefill
- * tiles), and q8
- * attention against f32 attention of the same data within a bound computed
- * from the actual quantization errors. */
+ * tiles), and q8 attention against f32 attention of the same data within a
+ * bound computed from the actual quantization errors. */
 #include <stdint.h>
 
 #include "okv_common.h"
