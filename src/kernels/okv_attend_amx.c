@@ -10,7 +10,7 @@
  * A task is (kv head, block of query rows[, key split]): its M <= 32 query
  * vectors are the rows x the G heads sharing the kv head (GQA: one K/V read
  * for all of them), stacked as the columns of the score tiles. Keys stream
- * in blocks of KB = 64 with an online softmax, everything transposed so no
+ * in blocks of KB = 64 (128 at long context) with an online softmax, everything transposed so no
  * step needs a transpose per row block:
  *   1. S^T[key][vec] = K Q^T: K is the A operand, loaded straight from the
  *      pool (16 keys x 32 dims, rows ld apart; a partial block, f16 or q8
@@ -66,7 +66,11 @@
  * all 0.61-0.71, no softmax 0.56, no P V 0.50, neither 0.33-0.38 (scores,
  * V^T, masks, setup); V^T build ~0.05; staging K contiguous instead of
  * reading it from the pool: no gain; KB = 128: 0.93x at 16k, 1.1x at 512
- * (more masked waste on the diagonal), kept 64.
+ * (more masked waste on the diagonal), so calls over KB_LONG_KEYS = 8192
+ * keys or more take 128-key blocks, others 64 (remeasured 2026-12-03,
+ * interleaved, 2 threads: 128 vs 64 at 16k 0.95-0.97x the time, at 4k
+ * 0.98-1.04x, at 512 1.06-1.09x). The choice depends on the call's key
+ * count only, never on the threads or the grouping.
  * Before (previous version): one row block per task ran at 100 GFLOP/s,
  * waiting on strided V loads, 174 with 16; decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
@@ -82,6 +86,8 @@
 #include "okv_kvq8.h"
 
 enum { KB = 64,     /* keys per block */
+       KB_MAX = 128, /* keys per block from KB_LONG_KEYS keys on (buffers are sized for it) */
+       KB_LONG_KEYS = 8192,
        MV = 32,     /* query vectors per task (two tiles of 16 columns) */
        DMAX = 256,  /* largest head_dim on tiles */
        OKV_AMX_ATTN_MIN_VECS = 16, /* query vectors per kv head that go on tiles (decode: AVX-512, see above) */
@@ -121,7 +127,7 @@ typedef struct amx_shape {
  * bf16), vt (KB x D bf16 as A tiles), vtmp (one tile's pairs), st (2 x KB x
  * MV f32), pw (2 x 2 x KB/2 x 16 dwords). */
 static size_t thread_fixed_bytes(int D) {
-    return (size_t)KB * D * 2 * 2 + 1024 + 2 * KB * MV * 4 + 2 * 2 * (KB / 2) * 64;
+    return (size_t)KB_MAX * D * 2 * 2 + 1024 + 2 * KB_MAX * MV * 4 + 2 * 2 * (KB_MAX / 2) * 64;
 }
 
 /* Per thread: the fixed buffers, and per row block of the super-block: qb
@@ -243,6 +249,7 @@ typedef struct amx_job {
     const okv_attn_args *a;
     amx_shape s;
     int n_keys, n_splits, split_len;
+    int kb;             /* keys per block: KB, or KB_MAX at long context */
     int32_t *qlo, *qhi;
     char *scratch;
     float *part;
@@ -269,11 +276,11 @@ typedef struct amx_task {
 static void task_buffers(const amx_job *j, int thread, int task, amx_task *b, amx_qblock *qbs) {
     const int D = j->s.D;
     char *p = j->scratch + j->s.thread_bytes * thread;
-    b->kst = (uint16_t *)p, p += (size_t)KB * D * 2;
-    b->vt = (uint16_t *)p, p += (size_t)KB * D * 2;
+    b->kst = (uint16_t *)p, p += (size_t)KB_MAX * D * 2;
+    b->vt = (uint16_t *)p, p += (size_t)KB_MAX * D * 2;
     b->vtmp = (__m512i *)p, p += 1024;
-    for (int i = 0; i < 2; i++) b->st[i] = (float *)p, p += KB * MV * 4;
-    for (int i = 0; i < 2; i++) b->pw[i] = (__m512i *)p, p += 2 * (KB / 2) * 64;
+    for (int i = 0; i < 2; i++) b->st[i] = (float *)p, p += KB_MAX * MV * 4;
+    for (int i = 0; i < 2; i++) b->pw[i] = (__m512i *)p, p += 2 * (KB_MAX / 2) * 64;
     for (int i = 0; i < j->s.nqb; i++) {
         amx_qblock *q = &qbs[i];
         q->qb = (uint16_t *)p, p += (size_t)D * 64;
@@ -461,7 +468,7 @@ TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q,
     const int n = 32 * nks;
     for (int qt = 0; qt < q->nqt; qt++) {
         __m512 m = _mm512_loadu_ps(q->m + 16 * qt);
-        __m512i *pwq = pw + (size_t)qt * (KB / 2);
+        __m512i *pwq = pw + (size_t)qt * (KB_MAX / 2);
         __m512 sum = softmax_pass(st + 16 * qt, pwq, n, m);
         __mmask16 moved = _mm512_cmp_ps_mask(sum, _mm512_set1_ps(1 << (int)LAZY_TH), _CMP_GT_OQ);
         __m512 l = _mm512_loadu_ps(q->l + 16 * qt);
@@ -486,7 +493,7 @@ TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q,
  * back, V^T in tmm4/5, P^T in tmm6/7, one pair of each per 32 keys. */
 TGT static void pv_tiles(const amx_task *b, __m512i *const pw, const amx_qblock *q, int nks, int D) {
     const int nqt = q->nqt, ndt = D / 16;
-    const char *p0 = (const char *)pw, *p1 = (const char *)(pw + KB / 2);
+    const char *p0 = (const char *)pw, *p1 = (const char *)(pw + KB_MAX / 2);
     for (int dt = 0; dt < ndt; dt += 2) {
         float *c0 = q->acc + (size_t)(16 * dt) * MV, *c1 = c0 + 16 * MV;
         TL(0, c0, MV * 4);
@@ -618,7 +625,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         /* blocks aligned to KB in the logical index, so the cut does not
          * depend on how row blocks were grouped */
         int32_t run_end, slot = cursor_at(a, &cur, kb, &run_end);
-        int nb = KB - kb % KB;
+        int nb = j->kb - kb % j->kb;
         if (nb > H - kb) nb = H - kb;
         if (nb > run_end - kb) nb = run_end - kb;
         int nks = (nb + 31) / 32;
@@ -627,7 +634,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         const char *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, off);
         int32_t next = kb + nb;
         if (next < H && next < run_end)
-            prefetch_block(K + nb * rowb, V + nb * rowb, rowb, H - next < KB ? H - next : KB, hb);
+            prefetch_block(K + nb * rowb, V + nb * rowb, rowb, H - next < j->kb ? H - next : j->kb, hb);
         int na = 0;
         for (int i = 0; i < nq; i++) {
             amx_qblock *q = &qbs[i];
@@ -698,6 +705,7 @@ void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
     int n_threads = okv_threadpool_size(tp);
     j.s = amx_shape_of(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, n_threads);
     j.n_keys = count_keys(a);
+    j.kb = j.n_keys >= KB_LONG_KEYS ? KB_MAX : KB;
     j.n_splits = amx_splits(&j.s, j.n_keys, n_threads);
     j.split_len = (j.n_keys + j.n_splits - 1) / j.n_splits;
     if (j.split_len == 0) j.split_len = 1;

@@ -302,6 +302,9 @@ static void test_attention(void) {
         {"amx ring wrap f16",           32, 8, 64, OKV_F16,  64, 5000, 4864, 128, 200, 1},
         {"amx one kv head split",        8, 1, 64, OKV_BF16, 4, 3000,  0,  0,  0, 1},
         {"amx mqa 32",                  32, 1, 64, OKV_BF16, 3, 2500,  0,  0,  0, 1},
+        {"amx 128-key blocks",           8, 2, 64, OKV_BF16, 40, 9000, 0,  0,  0, 1},
+        {"amx 128-key blocks window",    8, 2, 128, OKV_F16, 33, 9100, 0, 300, 0, 1},
+        {"amx 128-key blocks gqa 3",     9, 3, 64, OKV_BF16, 13, 8200, 0,  0,  0, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         scenario s = cases[i];
