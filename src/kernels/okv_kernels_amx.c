@@ -117,6 +117,15 @@
  * the copy it saves cost more: bench_kernels pp512, 2 threads, two
  * interleaved runs, layer sum 653.6 vs 632.1 and 588.5 vs 564.6 GFLOP/s
  * (1.03x / 1.04x; gate/up/down +1-8%, k/v/o -7..+5%).
+ * Dequant cost (2026-12-03, perf of a q8 pp512 step): ~9% of the samples
+ * in the producer, against ~2% by instruction count; its general
+ * superblock loop (an idiv and index arithmetic per 32 columns) gave way
+ * to an unrolled one for 16-group superblocks (0.199 -> 0.136 ns per
+ * weight standalone); bench_prefill then had q8 / q4 at 0.99x / 1.00x of
+ * bf16. Prefetching the codes (and scales) a few rows ahead inside the
+ * producer, or the next blocks' first chunks, changed nothing (0.99-1.00x
+ * in q8-vs-q8 interleaved runs), nor did weights in huge pages (1.04x
+ * wall, 0.98x CPU, one run): the producer is not waiting on memory.
  * Tried and dropped: pipelining the producer into the tile steps (a
  * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
  * rows after each 2x2 step, the one after prefetched, y written one step
