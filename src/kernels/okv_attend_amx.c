@@ -10,8 +10,9 @@
  * A task is (kv head, block of query rows[, key split]): its M <= 32 query
  * vectors are the rows x the G heads sharing the kv head (GQA: one K/V read
  * for all of them), stacked as the columns of the score tiles. Keys stream
- * in blocks of KB = 64 (128 at long context) with an online softmax, everything transposed so no
- * step needs a transpose per row block:
+ * in blocks of KB = 64 (KB_MAX = 128 from 8192 keys on) with an online
+ * softmax, everything transposed so no step needs a transpose per row
+ * block:
  *   1. S^T[key][vec] = K Q^T: K is the A operand, loaded straight from the
  *      pool (16 keys x 32 dims, rows ld apart; a partial block, f16 or q8
  *      is staged as bf16 first), Q^T (scale and log2 e folded in) the B
@@ -123,9 +124,10 @@ typedef struct amx_shape {
     size_t thread_bytes, qb_bytes, part_floats; /* part per row block: acc^T [D][MV], m, l [MV] */
 } amx_shape;
 
-/* Per-thread buffers that do not depend on the super-block: kst (KB x D
- * bf16), vt (KB x D bf16 as A tiles), vtmp (one tile's pairs), st (2 x KB x
- * MV f32), pw (2 x 2 x KB/2 x 16 dwords). */
+/* Per-thread buffers that do not depend on the super-block, sized for the
+ * longest key block: kst (KB_MAX x D bf16), vt (KB_MAX x D bf16 as A
+ * tiles), vtmp (one tile's pairs), st (2 x KB_MAX x MV f32), pw (2 x 2 x
+ * KB_MAX/2 x 16 dwords). */
 static size_t thread_fixed_bytes(int D) {
     return (size_t)KB_MAX * D * 2 * 2 + 1024 + 2 * KB_MAX * MV * 4 + 2 * 2 * (KB_MAX / 2) * 64;
 }
@@ -264,11 +266,11 @@ typedef struct amx_qblock { /* one row block of a super-block */
 } amx_qblock;
 
 typedef struct amx_task {
-    uint16_t *kst;   /* [KB][D] staged keys */
-    uint16_t *vt;    /* [KB/32][D/16] A tiles of V^T: row d = v[0..31][d] of 32 keys */
+    uint16_t *kst;   /* [KB_MAX][D] staged keys */
+    uint16_t *vt;    /* [KB_MAX/32][D/16] A tiles of V^T: row d = v[0..31][d] of 32 keys */
     __m512i *vtmp;   /* [16] pairs of one tile before the transpose */
-    float *st[2];    /* [KB][MV] scores, keys down (two: the next row block's are computed meanwhile) */
-    __m512i *pw[2];  /* [2 vec tiles][KB/2] B tiles of P^T: row kp = (p[2kp][v], p[2kp+1][v]) for 16 v */
+    float *st[2];    /* [KB_MAX][MV] scores, keys down (two: the next row block's are computed meanwhile) */
+    __m512i *pw[2];  /* [2 vec tiles][KB_MAX/2] B tiles of P^T: row kp = (p[2kp][v], p[2kp+1][v]) for 16 v */
 } amx_task;
 
 /* Buffers of a task; qbs[i] for row block i of the super-block (task: the
@@ -418,8 +420,6 @@ TGT static void mask_scores(const amx_job *j, float *st, const amx_qblock *q, in
     }
 }
 
-/* p = 2^(s - m) down one vector tile's column of n scores into the B rows
- * of P^T; returns the column sums, *bm the column maxima. */
 /* 2^x (scores are in log2 units: log2 e is folded into q's scale) for x
  * <= LAZY_TH (a column with a larger one is redone), 0 for x <= MASKV /
  * 2: f = x - floor(x) in [0, 1) by one vreduceps, a degree-3 minimax
@@ -452,6 +452,7 @@ INLINE __m512 softmax_pass(const float *st, __m512i *pw, int n, __m512 m) {
     return sum;
 }
 
+/* The maxima of one 16-column tile's n scores (the redo's offset). */
 INLINE __m512 column_max(const float *st, int n) {
     __m512 mx = _mm512_set1_ps(MASKV);
     for (int k = 0; k < n; k++) mx = _mm512_max_ps(mx, _mm512_loadu_ps(st + (size_t)k * MV));
@@ -486,7 +487,6 @@ TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q,
         _mm512_storeu_ps(q->l + 16 * qt, _mm512_add_ps(l, sum));
     }
 }
-
 
 /* acc^T += V^T P^T, 32 channels a step: four independent C tiles (2
  * channel tiles x 2 vector tiles, tmm0-3) loaded from acc^T and stored
@@ -622,7 +622,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
     const size_t ld = (size_t)s->Hkv * D, rowb = okv_kv_row_bytes(dt, ld), hb = okv_kv_row_bytes(dt, (size_t)D);
     run_cursor cur = {0, 0};
     for (int32_t kb = L; kb < H;) {
-        /* blocks aligned to KB in the logical index, so the cut does not
+        /* blocks aligned to j->kb in the logical index, so the cut does not
          * depend on how row blocks were grouped */
         int32_t run_end, slot = cursor_at(a, &cur, kb, &run_end);
         int nb = j->kb - kb % j->kb;
