@@ -57,6 +57,10 @@
  *      from 0) and of the last 512 at 4k/16k (flat) and 16k (ring, window
  *      4096), one thread by CPU time, then 2 threads by wall time
  *
+ *  16. amxceiling: one thread, round by round: the tdpbf16ps probe, the
+ *      GEMM's 2x2 step with its four tile loads (operands in L1), and
+ *      okv_matmul_amx on the gate shape; medians and per-round ratios
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -66,7 +70,7 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
- * [attndecode [q8] [1t] [16k|hot]]
+ * [attndecode [q8] [1t] [16k|hot]] [amxceiling]
  * (default: all sections but attnlong, attndecode, ops, attnamx and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -683,6 +687,39 @@ static double amx_peak(long iters) {
     return 4.0 * 16 * 16 * 32 * 2 * iters / dt / 1e9;
 }
 
+/* GFLOP/s of the GEMM's 2x2 step as it must run: per 32 k two A and two B
+ * tiles loaded (from 16 KiB of packed tiles that stay in L1, cycling over
+ * four k steps), then the four tdpbf16ps that use them, C tiles held in
+ * registers throughout (no C traffic). Not an instruction peak but the
+ * ceiling of any loop built on this step: it measures what the tile loads
+ * cost next to the products (here they do not overlap fully). */
+static double amx_loop_peak(long iters) {
+    static const uint8_t cfg[64] __attribute__((aligned(64))) = {
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
+    enum { STEPS = 4 };
+    static _Thread_local uint16_t tiles[STEPS][4][512] __attribute__((aligned(64))); /* per thread */
+    for (int s = 0; s < STEPS; s++)
+        for (int t = 0; t < 4; t++)
+            for (int i = 0; i < 512; i++) tiles[s][t][i] = (uint16_t)(0x3c00 + ((s * 4 + t + i) & 0x7f)); /* ~2^-7 */
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
+    double t0 = thread_cpu();
+    for (long it = 0; it < iters; it++) {
+        const uint16_t *w0 = tiles[it % STEPS][0], *w1 = tiles[it % STEPS][1];
+        const uint16_t *x0 = tiles[it % STEPS][2], *x1 = tiles[it % STEPS][3];
+        __asm__ volatile("tileloadd (%0,%4,1), %%tmm4\n\ttileloadd (%2,%4,1), %%tmm6\n\t"
+                         "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttileloadd (%3,%4,1), %%tmm7\n\t"
+                         "tdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\ttileloadd (%1,%4,1), %%tmm5\n\t"
+                         "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::"r"(w0),
+                         "r"(w1), "r"(x0), "r"(x1), "r"((long)64)
+                         : "memory");
+    }
+    double dt = thread_cpu() - t0;
+    __asm__ volatile("tilerelease" ::);
+    return 4.0 * 16 * 16 * 32 * 2 * iters / dt / 1e9;
+}
+
 /* A peak probe on every thread of a 2-thread pool at once, as pp512 runs
  * its two threads: each task waits (up to 0.2 s) for the other to start,
  * then probes; the figure is the sum of the two threads' GFLOP/s (each by
@@ -716,20 +753,22 @@ static double peak_two_threads(okv_threadpool *tp2, double (*probe)(long), long 
 /* The one-core and 2-thread peaks of the instruction paths a bf16 GEMM can
  * use here (256- and 512-bit f32 FMA, vdpbf16ps, AMX tdpbf16ps; 0 = path
  * absent), best of `rounds`: the denominators of "percent of peak". */
-enum { PEAK_PATHS = 4 };
+enum { PEAK_PATHS = 5, PEAK_INSNS = 4 }; /* the first PEAK_INSNS are instruction peaks; the last the AMX loop ceiling */
 typedef struct peaks {
     double one[PEAK_PATHS], two[PEAK_PATHS];
     bool both;
 } peaks;
-static const char *const peak_names[PEAK_PATHS] = {"f32 FMA 256-bit", "f32 FMA 512-bit", "vdpbf16ps", "AMX tdpbf16ps"};
+static const char *const peak_names[PEAK_PATHS] = {"f32 FMA 256-bit", "f32 FMA 512-bit", "vdpbf16ps", "AMX tdpbf16ps",
+                                                   "AMX 2x2 + loads"};
 
 static peaks measure_peaks(okv_threadpool *tp2, int rounds) {
     const okv_cpu_caps *c = okv_cpu();
     peaks pk = {{0}, {0}, true};
     double (*probe[PEAK_PATHS])(long) = {c->avx2 && c->fma ? fma_peak_256 : NULL, c->avx512f ? fma_peak_512 : NULL,
                                           c->avx512f && c->avx512bf16 ? dpbf16_peak : NULL,
-                                          c->avx512f && okv_amx_usable(NULL) ? amx_peak : NULL};
-    static const long iters[PEAK_PATHS] = {10000000, 10000000, 10000000, 2000000};
+                                          c->avx512f && okv_amx_usable(NULL) ? amx_peak : NULL,
+                                          c->avx512f && okv_amx_usable(NULL) ? amx_loop_peak : NULL};
+    static const long iters[PEAK_PATHS] = {10000000, 10000000, 10000000, 2000000, 2000000};
     for (int r = 0; r < rounds; r++)
         for (int i = 0; i < PEAK_PATHS; i++) {
             if (!probe[i]) continue;
@@ -844,13 +883,17 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
     int best = 0; /* the instruction path with the highest measured peak here (vdpbf16ps runs at half
                    * the f32 FMA rate on some Xeons, twice it on Zen 4) */
     const double *pkv = okv_threadpool_size(tp) > 1 ? pk.two : pk.one;
-    for (int i = 1; i < PEAK_PATHS; i++)
+    for (int i = 1; i < PEAK_INSNS; i++)
         if (pkv[i] > pkv[best]) best = i;
     double denom = pkv[best];
     for (int d = 0; d < n_dt; d++)
         printf("layer %-5s on %s: %.1f GFLOP/s = %.1f%% of the %s %s peak\n", okv_dtype_name(dts[d]),
                paths[best_path].name, layer_best[d], denom > 0 ? 100 * layer_best[d] / denom : 0.0,
                okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core", peak_names[best]);
+    if (best_path == 4 && pkv[PEAK_INSNS] > 0) /* how close to what the 2x2 step itself can sustain */
+        printf("layer bf16  on amx: %.1f%% of the %s AMX 2x2 step with its tile loads (%.1f GFLOP/s, %.0f%% of tdpbf16ps)\n",
+               100 * layer_best[0] / pkv[PEAK_INSNS], okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core",
+               pkv[PEAK_INSNS], 100 * pkv[PEAK_INSNS] / pkv[3]);
 }
 
 
@@ -1304,6 +1347,52 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
     free(y);
 }
 
+/* ---- 16. amxceiling: the bf16 GEMM against its loop and its instruction ------------ */
+
+/* One thread, by CPU time, round by round in the same moments (the host's
+ * speed drifts ~2x, so peaks taken in another minute say little): the
+ * tdpbf16ps probe, the 2x2 step with its tile loads (amx_loop_peak), and
+ * okv_matmul_amx on the gate shape (8192 x 2048, T = 512). Medians of each
+ * and of the per-round ratios. */
+static void bench_amx_ceiling(okv_threadpool *tp1, int quick) {
+    if (!okv_amx_usable(NULL)) {
+        printf("\namxceiling: AMX not usable here\n");
+        return;
+    }
+    enum { N = 8192, K = 2048, R = 15 };
+    int reps = quick ? 5 : R;
+    wset w = make_wset(OKV_BF16, N, K);
+    float *x = malloc(sizeof(float) * PP_T * K), *y = malloc(sizeof(float) * PP_T * N);
+    for (int i = 0; i < PP_T * K; i++) x[i] = frand();
+    size_t ws_bytes = okv_matmul_scratch_bytes(PP_T, K, N, OKV_BF16, 1);
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    memset(ws, 0, ws_bytes);
+    okv_threadpool_set_workspace(tp1, ws, ws_bytes);
+    okv_matmul_amx(tp1, y, x, PP_T, K, w.copies[0], OKV_BF16, N, NULL); /* warm-up */
+    double g[3][R], r_loop[R], r_peak[R];
+    for (int r = 0; r < reps; r++) {
+        g[0][r] = amx_peak(1000000);
+        g[1][r] = amx_loop_peak(1000000);
+        double t0 = thread_cpu();
+        okv_matmul_amx(tp1, y, x, PP_T, K, w.copies[(r + 1) % w.n_copies], OKV_BF16, N, NULL);
+        g[2][r] = 2.0 * PP_T * N * K / (thread_cpu() - t0) / 1e9;
+        r_loop[r] = g[2][r] / g[1][r];
+        r_peak[r] = g[2][r] / g[0][r];
+    }
+    printf("\namxceiling: one thread, CPU time, %d interleaved rounds, medians (GFLOP/s)\n", reps);
+    printf("  tdpbf16ps alone %.1f, 2x2 step with its 4 tile loads %.1f (%.0f%% of it), "
+           "okv_matmul_amx gate %dx%d T=%d %.1f\n",
+           median(g[0], reps), median(g[1], reps), 100 * median(g[1], reps) / median(g[0], reps), N, K, PP_T,
+           median(g[2], reps));
+    printf("  per round: GEMM / 2x2-step %.0f%%, GEMM / tdpbf16ps %.0f%%\n", 100 * median(r_loop, reps),
+           100 * median(r_peak, reps));
+    okv_threadpool_set_workspace(tp1, NULL, 0);
+    free(ws);
+    free(x);
+    free(y);
+    free_wset(&w);
+}
+
 /* ---- 15. AMX prefill attention vs the blocked AVX-512 kernel ------------------------- */
 
 static void bench_attn_amx(okv_threadpool **tps, int quick) {
@@ -1529,6 +1618,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "ops")) bench_ops(quick); /* 13 */
     if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
     if (want(argc, argv, "attnamx")) bench_attn_amx(tps, quick); /* 15 */
+    if (want(argc, argv, "amxceiling")) bench_amx_ceiling(tps[0], quick); /* 16 */
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
