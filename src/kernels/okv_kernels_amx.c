@@ -126,6 +126,19 @@
  * producer, or the next blocks' first chunks, changed nothing (0.99-1.00x
  * in q8-vs-q8 interleaved runs), nor did weights in huge pages (1.04x
  * wall, 0.98x CPU, one run): the producer is not waiting on memory.
+ * Against its own inner step (2026-12-03, bench_kernels amxceiling: one
+ * thread, round by round with the tdpbf16ps probe and the 2x2 step with
+ * its four tile loads from L1): perf puts ~95% of block2_task's samples in
+ * the tile loop, which runs at 24-37% of tdpbf16ps, while the 2x2 step on
+ * L1 operands reaches 86-101% of it when the host is fast and 53-56% when
+ * it is slow. None of these moved the GEMM out of that band: x packed K
+ * chunk by K chunk (contiguous), T blocks of 512, K chunks of 8/32/64
+ * tiles, packed W tiles (22-26%), no W prefetch, the next x chunk
+ * prefetched to L2, C never reloaded (timing only), x or W pinned to one
+ * tile set (timing only; x pinned 1.1-1.25x), 2 MiB pages, loads software-
+ * pipelined one step ahead (pp512 1.01x / 1.03x / 0.96x). A standalone
+ * copy of the loop on packed L2-resident operands ran 0.6-0.7x of
+ * tdpbf16ps (fast host) / ~0.45x (slow): feeding tiles from L2 is the cost.
  * Tried and dropped: pipelining the producer into the tile steps (a
  * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
  * rows after each 2x2 step, the one after prefetched, y written one step
