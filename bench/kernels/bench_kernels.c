@@ -692,7 +692,8 @@ static double amx_peak(long iters) {
  * four k steps), then the four tdpbf16ps that use them, C tiles held in
  * registers throughout (no C traffic). Not an instruction peak but the
  * ceiling of any loop built on this step: it measures what the tile loads
- * cost next to the products (here they do not overlap fully). */
+ * cost next to the products (on the Xeon VM: nothing while the host runs
+ * fast, ~45% of the step's time while it runs slow). */
 static double amx_loop_peak(long iters) {
     static const uint8_t cfg[64] __attribute__((aligned(64))) = {
         1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
