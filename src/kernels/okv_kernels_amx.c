@@ -138,7 +138,12 @@
  * tile set (timing only; x pinned 1.1-1.25x), 2 MiB pages, loads software-
  * pipelined one step ahead (pp512 1.01x / 1.03x / 0.96x). A standalone
  * copy of the loop on packed L2-resident operands ran 0.6-0.7x of
- * tdpbf16ps (fast host) / ~0.45x (slow): feeding tiles from L2 is the cost.
+ * tdpbf16ps (fast host) / ~0.45x (slow), with W's rows at the real 4 KiB
+ * stride 0.85-0.95x of that; with both operands pinned to one hot tile set
+ * (timing only) this GEMM still ran at 30-36%: what costs is the loop's
+ * own tile traffic (one operand from L2, C reloaded per K chunk), not
+ * fetching fresh W or x. A load-time repack of W would buy at most the
+ * stride's 5-15%.
  * Tried and dropped: pipelining the producer into the tile steps (a
  * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
  * rows after each 2x2 step, the one after prefetched, y written one step
