@@ -665,16 +665,19 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(long ite
     return 12.0 * 64 * iters / dt / 1e9;
 }
 
+/* The AMX probes' LDTILECFG block: palette 1, tiles 0-7 16 rows x 64
+ * bytes, every other byte zero. */
+static const uint8_t amx_probe_cfg[64] __attribute__((aligned(64))) = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
+
 /* GFLOP/s of tdpbf16ps on one core: 4 independent C tiles from 2 A and 2 B
  * tiles in registers (16x16x32 x 2 flops each), as the GEMM's inner loop
  * without the loads. */
 static double amx_peak(long iters) {
-    static const uint8_t cfg[64] __attribute__((aligned(64))) = {
-        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
     uint16_t tile[512] __attribute__((aligned(64))); /* per thread: the probe runs on both at once */
     for (int i = 0; i < 512; i++) tile[i] = 0x3c00; /* bf16 2^-7: sums stay finite */
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    __asm__ volatile("ldtilecfg %0" ::"m"(amx_probe_cfg));
     __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
     __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\t"
                      "tileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%0,%1,1), %%tmm7" ::"r"(tile), "r"((long)64) : "memory");
@@ -695,15 +698,12 @@ static double amx_peak(long iters) {
  * cost next to the products (on the Xeon VM: nothing while the host runs
  * fast, ~45% of the step's time while it runs slow). */
 static double amx_loop_peak(long iters) {
-    static const uint8_t cfg[64] __attribute__((aligned(64))) = {
-        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16};
     enum { STEPS = 4 };
     static _Thread_local uint16_t tiles[STEPS][4][512] __attribute__((aligned(64))); /* per thread */
     for (int s = 0; s < STEPS; s++)
         for (int t = 0; t < 4; t++)
             for (int i = 0; i < 512; i++) tiles[s][t][i] = (uint16_t)(0x3c00 + ((s * 4 + t + i) & 0x7f)); /* ~2^-7 */
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    __asm__ volatile("ldtilecfg %0" ::"m"(amx_probe_cfg));
     __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
     double t0 = thread_cpu();
     for (long it = 0; it < iters; it++) {
@@ -891,10 +891,6 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
         printf("layer %-5s on %s: %.1f GFLOP/s = %.1f%% of the %s %s peak\n", okv_dtype_name(dts[d]),
                paths[best_path].name, layer_best[d], denom > 0 ? 100 * layer_best[d] / denom : 0.0,
                okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core", peak_names[best]);
-    if (best_path == 4 && pkv[PEAK_INSNS] > 0) /* how close to what the 2x2 step itself can sustain */
-        printf("layer bf16  on amx: %.1f%% of the %s AMX 2x2 step with its tile loads (%.1f GFLOP/s, %.0f%% of tdpbf16ps)\n",
-               100 * layer_best[0] / pkv[PEAK_INSNS], okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core",
-               pkv[PEAK_INSNS], 100 * pkv[PEAK_INSNS] / pkv[3]);
 }
 
 
