@@ -86,6 +86,9 @@
 #include "okv_common.h"
 #include "okv_kernels.h"
 #include "okv_kernels_internal.h"
+#ifdef OKV_PEER_ONEDNN
+#include "peer_onednn.h"
+#endif
 
 void bench_ops(int quick); /* 13, bench_ops.c */
 
@@ -1390,6 +1393,115 @@ static void bench_amx_ceiling(okv_threadpool *tp1, int quick) {
     free_wset(&w);
 }
 
+/* ---- 17. onednn: the AMX GEMM side by side with oneDNN's ------------------------- */
+
+#ifdef OKV_PEER_ONEDNN
+/* Per Llama-3.2-1B prefill shape (T = 512, bf16 W read in place by both):
+ * okv_matmul_amx and oneDNN's matmul (peer_onednn.c) alternating call by
+ * call, with the tdpbf16ps probe in each round; first one thread by CPU
+ * time, then two threads by wall clock (our pool vs oneDNN's OpenMP team).
+ * Medians, and the median of the per-round ratios peer / ours. */
+static void bench_onednn(okv_threadpool **tps, int quick) {
+    if (!okv_amx_usable(NULL)) {
+        printf("\nonednn: AMX not usable here\n");
+        return;
+    }
+    enum { R = 9 };
+    int reps = quick ? 3 : R;
+    float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
+    uint16_t *xb = malloc(sizeof(uint16_t) * PP_T * 8192);
+    for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
+    size_t ws_bytes = 0;
+    for (int s = 0; s < DEC_SHAPES; s++) {
+        size_t b = okv_matmul_scratch_bytes(PP_T, dec_shape[s][1], dec_shape[s][0], OKV_BF16, 2);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    memset(ws, 0, ws_bytes);
+    for (int nt = 1; nt <= 2; nt++) {
+        okv_threadpool *tp = tps[nt - 1];
+        double (*clock_fn)(void) = nt == 1 ? thread_cpu : now;
+        okv_threadpool_set_workspace(tp, ws, ws_bytes);
+        printf("\nonednn: bf16 W [N][K] read in place, T=%d, %d thread%s by %s, %d rounds, medians (GFLOP/s)\n", PP_T,
+               nt, nt > 1 ? "s" : "", nt == 1 ? "CPU time" : "wall clock", reps);
+        printf("  oneDNN = W read in place (as offkv does), packed = W repacked once into oneDNN's layout,\n"
+               "  MKL = cblas_gemm_bf16bf16f32 on W in place (0 when not built in);\n"
+               "  ratios = peer speed / offkv speed, per round\n");
+        printf("%-6s %-11s %9s %9s %9s %9s %9s %8s %8s %8s  %s\n", "matmul", "W (NxK)", "tdpbf16ps", "offkv",
+               "oneDNN", "packed", "MKL", "oneDNN/", "packed/", "MKL/", "oneDNN kernels");
+        double lay[4][R] = {{0}}, layer_flops = 0;
+        for (int s = 0; s < DEC_SHAPES; s++) {
+            int N = dec_shape[s][0], K = dec_shape[s][1];
+            double flops = 2.0 * PP_T * N * K;
+            layer_flops += flops;
+            const char *impl = "?", *impl_p = "?";
+            peer_gemm *pg = peer_gemm_create(PP_T, K, N, 0, &impl), *pp = peer_gemm_create(PP_T, K, N, 1, &impl_p);
+            if (!pg || !pp) {
+                printf("%-6s oneDNN refused the shape\n", dec_names[s]);
+                peer_gemm_free(pg);
+                peer_gemm_free(pp);
+                continue;
+            }
+            okv_convert(xb, OKV_BF16, x, OKV_F32, (size_t)PP_T * K);
+            wset w = make_wset(OKV_BF16, N, K);
+            void *packed[80];
+            for (int c = 0; c < w.n_copies; c++) packed[c] = peer_gemm_pack(pp, w.copies[c]);
+            okv_matmul_amx(tp, y, x, PP_T, K, w.copies[0], OKV_BF16, N, NULL); /* warm-up all three */
+            peer_gemm_run(pg, y, xb, w.copies[0], nt);
+            peer_gemm_run(pp, y, xb, packed[0], nt);
+            double g[5][R] = {{0}}, ratio[3][R] = {{0}};
+            for (int r = 0; r < reps; r++) {
+                g[0][r] = amx_peak(300000);
+                int c0 = (3 * r + 1) % w.n_copies, c1 = (3 * r + 2) % w.n_copies, c2 = (3 * r + 3) % w.n_copies;
+                double t0 = clock_fn();
+                okv_matmul_amx(tp, y, x, PP_T, K, w.copies[c0], OKV_BF16, N, NULL);
+                double t1 = clock_fn();
+                peer_gemm_run(pg, y, xb, w.copies[c1], nt);
+                double t2 = clock_fn();
+                peer_gemm_run(pp, y, xb, packed[c2], nt);
+                double t3 = clock_fn(), t4 = t3;
+#ifdef OKV_PEER_MKL
+                peer_mkl_gemm(y, xb, w.copies[(3 * r + 4) % w.n_copies], PP_T, K, N, nt);
+                t4 = clock_fn();
+                g[4][r] = flops / (t4 - t3) / 1e9;
+                ratio[2][r] = (t1 - t0) / (t4 - t3);
+                lay[3][r] += t4 - t3;
+#endif
+                g[1][r] = flops / (t1 - t0) / 1e9;
+                g[2][r] = flops / (t2 - t1) / 1e9;
+                g[3][r] = flops / (t3 - t2) / 1e9;
+                ratio[0][r] = (t1 - t0) / (t2 - t1);
+                ratio[1][r] = (t1 - t0) / (t3 - t2);
+                lay[0][r] += t1 - t0;
+                lay[1][r] += t2 - t1;
+                lay[2][r] += t3 - t2;
+            }
+            printf("%-6s %5dx%-5d %9.1f %9.1f %9.1f %9.1f %9.1f %7.2fx %7.2fx %7.2fx  %s / %s\n", dec_names[s], N, K,
+                   median(g[0], reps), median(g[1], reps), median(g[2], reps), median(g[3], reps),
+                   median(g[4], reps), median(ratio[0], reps), median(ratio[1], reps), median(ratio[2], reps),
+                   impl, impl_p);
+            for (int c = 0; c < w.n_copies; c++) free(packed[c]);
+            free_wset(&w);
+            peer_gemm_free(pg);
+            peer_gemm_free(pp);
+        }
+        double lr[3][R];
+        for (int r = 0; r < reps; r++) {
+            for (int i = 0; i < 3; i++) lr[i][r] = lay[i + 1][r] > 0 ? lay[0][r] / lay[i + 1][r] : 0;
+            for (int i = 0; i < 4; i++) lay[i][r] = lay[i][r] > 0 ? layer_flops / lay[i][r] / 1e9 : 0;
+        }
+        printf("%-18s %9s %9.1f %9.1f %9.1f %9.1f %7.2fx %7.2fx %7.2fx\n", "layer (7 matmuls)", "",
+               median(lay[0], reps), median(lay[1], reps), median(lay[2], reps), median(lay[3], reps),
+               median(lr[0], reps), median(lr[1], reps), median(lr[2], reps));
+        okv_threadpool_set_workspace(tp, NULL, 0);
+    }
+    free(ws);
+    free(x);
+    free(xb);
+    free(y);
+}
+#endif
+
 /* ---- 15. AMX prefill attention vs the blocked AVX-512 kernel ------------------------- */
 
 static void bench_attn_amx(okv_threadpool **tps, int quick) {
@@ -1616,6 +1728,9 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
     if (want(argc, argv, "attnamx")) bench_attn_amx(tps, quick); /* 15 */
     if (want(argc, argv, "amxceiling")) bench_amx_ceiling(tps[0], quick); /* 16 */
+#ifdef OKV_PEER_ONEDNN
+    if (want(argc, argv, "onednn")) bench_onednn(tps, quick); /* 17 */
+#endif
 
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
