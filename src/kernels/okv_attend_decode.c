@@ -10,9 +10,14 @@
  *
  * AMX (amx_task; bf16/f16/q8 pools):
  *   scores: one tdpbf16ps per 32 dims, K as the A operand loaded straight
- *     from the pool (16 keys x 32 dims, rows a pool row apart; f16, q8 and
+ *     from the pool (16 keys x 32 dims, rows a pool row apart; f16 and
  *     partial blocks staged as bf16 first), Q^T (scale folded in) as B with
  *     the head's vectors padded to Rp = 1/2/4/8/16 columns: S[key][vector].
+ *     q8 pools (AMX-INT8): per 32-dim block two tdpbssd of the key codes,
+ *     read in place (16 rows of 32 bytes), by the queries quantized per
+ *     block in two int8 planes (x ~ s (c1 + c2 / 254), ~15 bits); the
+ *     int32 sums scaled by the keys' block scales (one gather per block)
+ *     and the query scales into S.
  *     Odd and even kv heads use two tile sets, and head h + 1's tiles are
  *     issued before head h's softmax, so the tiles overlap the vector work.
  *   softmax: on S as stored ([16][Rp] = Rp vectors, lane e = vector e % Rp):
@@ -55,10 +60,12 @@
  *     (half the softmax's scalar work per key) 0.49-0.50x. Still ~100
  *     cycles per (key, kv head) against 32 of FMAs: not at the FMA bound.
  *
- * Precision: q and k rounded to bf16 (f16 pools: k converted; q8: k =
- * code x scale rounded to bf16, below q8's own step), products exact, sums
- * f32; p and v stay f32 on AMX (bf16 in the vdpbf16ps kernel): within ~1e-2
- * of the f32 reference like the AMX prefill (okv_kernels.attend_bf16).
+ * Precision: q and k rounded to bf16 (f16 pools: k converted), products
+ * exact, sums f32; q8 pools: k exact (codes and f32 scales), q to ~15 bits
+ * by its two planes, integer sums exact; p and v stay f32 on AMX (bf16 in
+ * the vdpbf16ps kernel): within ~1e-2 of the f32 reference like the AMX
+ * prefill (okv_kernels.attend_bf16); on q8 pools within 2.7e-7 of the
+ * exact blocked kernel (bench_kernels attndecode q8 hot).
  *
  * Measured (bench_kernels attndecode: the 16 layers of a Llama-3.2-1B
  * decode step, 32/8 heads x 64, each layer its own pool, kernels and a
@@ -81,7 +88,24 @@
  * 1 / 2 / 3 / 8 (one block) steps 86 / 79 / 83 / 85 ms. Where the AMX
  * kernel still loses against the probe: it is not compute-bound in cache
  * (~19 ns per key and kv head of one thread vs ~6 ns of vector and tile
- * work by count), it waits on the K tile loads and the prefetches. */
+ * work by count), it waits on the K tile loads and the prefetches.
+ * q8 pools (2026-12-03, same Xeon; bench_kernels attndecode q8, the
+ * variants interleaved in one process): K staged as bf16 for tdpbf16ps
+ * (the previous form) vs the int8 tiles on the codes in place: K/V in
+ * cache (2k positions, one thread, CPU time) 8.66 -> 6.92 and 12.64 ->
+ * 8.85 ms (1.25x / 1.43x); 16k, 2 threads, wall: 95.6 -> 79.8 ms on a slow
+ * host. One query plane (8 bits) cost KL: SmolLM2-135M bf16 program
+ * stepped token by token (--prefill-chunk-size 1, so every step is this
+ * kernel), q8 KV vs f32 KV over 510 GPL-3 positions: mean KL 0.00112 vs
+ * 0.00077 with the bf16-staged kernel; two planes: 0.000803 vs 0.000811
+ * over 1530 positions, i.e. the kernel's own error is gone (2.7e-7 from
+ * the exact kernel against 3.4e-5 before) and what remains is q8
+ * storage's. Prefetch for q8 pools in address order (the h-th 1/Hkv of
+ * the next block's slot rows per head step) instead of per head's rows:
+ * a head's 72-byte rows share lines with its neighbours', so per-row
+ * prefetches ask for ~1.8x the lines; 1.07-1.08x in cache, 1.03x at 16k
+ * (44.6 vs 45.8 ms wall, probe 17.9). Still compute-bound there: ~2.5x
+ * the probe, the f32 P V with its code widening now the largest part. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -106,6 +130,8 @@ typedef struct dec_job {
     int32_t *qlo, *qhi;  /* [T] */
     uint16_t *qb;        /* [Hkv][R][D] bf16 queries, scale folded in */
     uint16_t *qt;        /* AMX: [Hkv][D / 32][16 dim pairs][Rp][2], the B tiles (same memory as qb) */
+    int8_t *qt8;         /* AMX, q8 pools: [Hkv][D / 32][2 planes][8 dim quads][Rp][4] int8 B tiles */
+    float *qs16;         /* ... and their scales, [Hkv][D / 32][16] (lane e: vector e % Rp) */
     float *qf;           /* AVX2: [Hkv][R][D] f32 queries, scale folded in (same memory as qb) */
     float *part;         /* [n_splits][Hkv][R] x (acc [D], m, l) */
     size_t part_floats;  /* per (split, kv head, vector): D + 2 */
@@ -391,6 +417,17 @@ static const okv_amx_tilecfg dec_cfg[5] __attribute__((aligned(64))) = {DEC_CFG(
 #define TS(t, p, stride) __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(p), "r"((long)(stride)) : "memory")
 #define TZ(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+#define TDPI(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+/* q8 pools: int8 products over one 32-dim block: tmm0/tmm5 C of the
+ * queries' first code plane, tmm6/tmm7 of their second, [16 keys][Rp]
+ * int32; tmm1/tmm3 key codes as A [16 keys][32 bytes]; tmm2/tmm4 query
+ * codes as B [8 dim quads][Rp][4], one plane after the other. */
+#define DEC_CFG_Q8(rp)                                                                                              \
+    {1, 0, {0}, {4 * (rp), 32, 4 * (rp), 32, 4 * (rp), 4 * (rp), 4 * (rp), 4 * (rp), 0, 0, 0, 0, 0, 0, 0, 0},      \
+     {16, 16, 8, 16, 8, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}}
+static const okv_amx_tilecfg dec_cfg_q8[5] __attribute__((aligned(64))) = {DEC_CFG_Q8(1), DEC_CFG_Q8(2), DEC_CFG_Q8(4),
+                                                                            DEC_CFG_Q8(8), DEC_CFG_Q8(16)};
 
 /* Where channel e of an accumulator row of the AMX kernel really is: bf16
  * rows are widened as even/odd halves of each 32-channel chunk (a shift and
@@ -529,6 +566,82 @@ TGTA static void amx_scores(const dec_job *j, int32_t slot, int h, int nb, uint1
     }
 }
 
+/* q8 pools: per 32-dim block u two tdpbssd of the block's key codes (A,
+ * 16 rows of 32 bytes read in place from the pool, a pool row apart;
+ * partial blocks copied with zero rows past nb) by the head's two int8
+ * query code planes (B), the int32 sums stored to C[u][plane] ([16
+ * keys][Rp] each), and the keys' block scales gathered into ks[u][16];
+ * q8_scores_f32 scales them later. Heads alternate tile sets as in
+ * amx_scores. */
+TGTA static void amx_scores_q8(const dec_job *j, int32_t slot, int h, int nb, uint16_t *stage, int32_t *C, float *ks) {
+    const okv_attn_args *a = j->a;
+    const int D = j->D, Rp = j->Rp;
+    const size_t ldk = okv_kv_row_bytes(OKV_Q8, (size_t)j->Hkv * D), hrow = okv_kv_row_bytes(OKV_Q8, (size_t)D);
+    const char *ka = (const char *)a->kv.k + ldk * (size_t)slot + hrow * h;
+    size_t kstride = ldk;
+    if (nb < NK) {
+        char *st = (char *)stage;
+        for (int i = 0; i < NK; i++) {
+            if (i < nb) memcpy(st + hrow * i, ka + ldk * (size_t)i, hrow);
+            else memset(st + hrow * i, 0, hrow);
+        }
+        ka = st;
+        kstride = hrow;
+    }
+    const int8_t *qt = j->qt8 + (size_t)h * (D / 32) * 64 * Rp;
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32((int)kstride));
+    for (int u = 0; u < D / 32; u++) {
+        const char *blk = ka + (size_t)u * OKV_Q8_BLOCK_BYTES;
+        const int8_t *b = qt + (size_t)u * 64 * Rp;
+        int32_t *c = C + (size_t)u * 32 * Rp;
+        if (h & 1) {
+            TZ(5);
+            TZ(7);
+            TL(3, blk, kstride);
+            TL(4, b, Rp * 4);
+            TDPI(5, 3, 4);
+            TL(4, b + 32 * Rp, Rp * 4);
+            TDPI(7, 3, 4);
+            TS(5, c, Rp * 4);
+            TS(7, c + 16 * Rp, Rp * 4);
+        } else {
+            TZ(0);
+            TZ(6);
+            TL(1, blk, kstride);
+            TL(2, b, Rp * 4);
+            TDPI(0, 1, 2);
+            TL(2, b + 32 * Rp, Rp * 4);
+            TDPI(6, 1, 2);
+            TS(0, c, Rp * 4);
+            TS(6, c + 16 * Rp, Rp * 4);
+        }
+        _mm512_storeu_ps(ks + 16 * u, _mm512_i32gather_ps(rows, blk + OKV_Q8_BLOCK, 1));
+    }
+}
+
+/* S [16 keys][Rp] f32 = sum over blocks u of ks[u][key] qs[h][u][r]
+ * (C[u][0][key][r] + C[u][1][key][r] / 254): vector x of S holds keys
+ * (16 x + e) / Rp, vectors e % Rp. */
+INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *ks, float *S) {
+    const int D = j->D, Rp = j->Rp, lg = Rp == 1 ? 0 : Rp == 2 ? 1 : Rp == 4 ? 2 : Rp == 8 ? 3 : 4;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const float *qs = j->qs16 + (size_t)h * (D / 32) * 16;
+    for (int x = 0; x < Rp; x++) {
+        __m512i key = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_set1_epi32(16 * x), iota), _mm512_set1_epi32(lg));
+        __m512 acc = _mm512_setzero_ps();
+        for (int u = 0; u < D / 32; u++) {
+            __m512 sc = _mm512_mul_ps(_mm512_permutexvar_ps(key, _mm512_loadu_ps(ks + 16 * u)),
+                                      _mm512_loadu_ps(qs + 16 * u));
+            const int32_t *c = C + (size_t)u * 32 * Rp + 16 * x;
+            __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(c + 16 * Rp)), _mm512_set1_ps(1.0f / 254),
+                                         _mm512_cvtepi32_ps(_mm512_loadu_si512(c)));
+            acc = _mm512_fmadd_ps(dot, sc, acc);
+        }
+        _mm512_storeu_ps(S + 16 * x, acc);
+    }
+}
+
 typedef struct amx_state {
     float m[16], l[16]; /* per lane, pattern e -> vector e % Rp */
 } amx_state;
@@ -551,8 +664,12 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
     for (int h = 0; h < Hkv; h++)
         for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
     int ci = Rp == 1 ? 0 : Rp == 2 ? 1 : Rp == 4 ? 2 : Rp == 8 ? 3 : 4;
-    __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[ci]));
+    const bool q8 = dt == OKV_Q8;
+    if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[ci]));
+    else __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[ci]));
     uint16_t stage[NK * DMAX] __attribute__((aligned(64)));
+    int32_t Cq[2][DMAX / 32 * 2 * NK * 16] __attribute__((aligned(64))); /* q8: per head parity, block, plane */
+    float ksc[2][DMAX / 32 * NK] __attribute__((aligned(64)));
     float Sbuf[2][NK * 16] __attribute__((aligned(64)));
     float cf[16] __attribute__((aligned(64)));
     int run = 0;
@@ -568,6 +685,17 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
             const char *vh = (const char *)a->kv.v + ldk * (size_t)slot + hrow * h;
             const void *vrow[NK];
             for (int i = 0; i < NK; i++) vrow[i] = vh + ldk * (size_t)(i < nb ? i : 0);
+            if (q8) {
+                /* q8: the h-th 1/Hkv of the next block's slot rows, in address order */
+                int32_t n1 = run_end - (kb + nb) < NK ? run_end - (kb + nb) : NK;
+                if (n1 > 0) {
+                    size_t per = ((size_t)n1 * ldk + Hkv - 1) / Hkv, o = ldk * (size_t)(slot + nb) + per * h;
+                    for (size_t bo = 0; bo < per; bo += 64) {
+                        __builtin_prefetch((const char *)a->kv.k + o + bo);
+                        __builtin_prefetch((const char *)a->kv.v + o + bo);
+                    }
+                }
+            } else
             /* the rows of the (block, head) step PF_STEPS ahead, within the run */
             {
                 int hh = h + PF_STEPS, bl = hh / Hkv;
@@ -581,8 +709,14 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
                     }
             }
             float *S = Sbuf[h & 1];
-            if (h == 0) amx_scores(j, slot, 0, nb, stage, S);
-            if (h + 1 < Hkv) amx_scores(j, slot, h + 1, nb, stage, Sbuf[(h + 1) & 1]);
+            if (q8) {
+                if (h == 0) amx_scores_q8(j, slot, 0, nb, stage, Cq[0], ksc[0]);
+                if (h + 1 < Hkv) amx_scores_q8(j, slot, h + 1, nb, stage, Cq[(h + 1) & 1], ksc[(h + 1) & 1]);
+                q8_scores_f32(j, h, Cq[h & 1], ksc[h & 1], S);
+            } else {
+                if (h == 0) amx_scores(j, slot, 0, nb, stage, S);
+                if (h + 1 < Hkv) amx_scores(j, slot, h + 1, nb, stage, Sbuf[(h + 1) & 1]);
+            }
             if (!full)
                 for (int i = 0; i < NK; i++)
                     for (int r = 0; r < Rp; r++) {
@@ -884,7 +1018,7 @@ static int pad_vectors(int R) {
 
 /* qlo/qhi, the queries (bf16 tiles, or f32 for the AVX2 kernel), the splits' states. */
 static size_t dec_scratch(int T, int R, int Hkv, int D, int n_splits) {
-    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * pad_vectors(R) * D * 4) +
+    return r64((size_t)2 * T * 4) + r64((size_t)Hkv * pad_vectors(R) * D * 4) + r64((size_t)Hkv * D * 2) +
            r64((size_t)n_splits * Hkv * R * (D + 2) * 4);
 }
 
@@ -898,7 +1032,7 @@ bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_
 }
 
 bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    return (dt == OKV_BF16 || dt == OKV_F16 || dt == OKV_Q8) && kv_heads <= 64 &&
+    return (dt == OKV_BF16 || dt == OKV_F16 || (dt == OKV_Q8 && okv_cpu()->amx_int8)) && kv_heads <= 64 &&
            dec_shape_ok(T, n_heads, kv_heads, D) && okv_amx_usable(NULL);
 }
 
@@ -919,6 +1053,37 @@ size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int hea
     int G = n_heads / kv_heads, t = T * G <= RMAX ? T : RMAX / G;
     if (t < 1) return 0;
     return dec_scratch(t, t * G, kv_heads, head_dim, dec_splits(-1, n_threads < 1 ? 1 : n_threads));
+}
+
+/* q8 pools on AMX: each query vector (scale folded in) quantized per 32-dim
+ * block in two int8 planes, x ~ s (c1 + c2 / 254) with s = max|x| / 127,
+ * c1 = round(x / s) (as the pool's rows) and c2 = round(254 (x / s - c1)),
+ * both in [-127, 127]: ~15 bits of each query element, so the scores lose
+ * nothing to the query's rounding (one plane, 8 bits, measured KL 1.5x
+ * the bf16-staged kernel's on SmolLM2; see the file head). Into the int8
+ * B tiles qt8 and their scales qs16; padded vectors r >= R are zero. */
+static void dec_quantize_queries(dec_job *j) {
+    const okv_attn_args *a = j->a;
+    const int D = j->D, Rp = j->Rp, U = D / 32;
+    for (int h = 0; h < j->Hkv; h++)
+        for (int r = 0; r < Rp; r++) {
+            const float *q = r < j->R ? a->q + ((size_t)(r / j->G) * a->n_heads + h * j->G + r % j->G) * D : NULL;
+            for (int u = 0; u < U; u++) {
+                float x[32], amax = 0.0f;
+                for (int d = 0; d < 32; d++) {
+                    x[d] = q ? q[32 * u + d] * a->scale : 0.0f;
+                    amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+                }
+                float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                int8_t *b = j->qt8 + ((size_t)h * U + u) * 64 * Rp;
+                for (int d = 0; d < 32; d++) { /* B row d / 4 = dim quad, column r, byte d % 4 */
+                    float c1 = rintf(x[d] * inv);
+                    b[((d / 4) * Rp + r) * 4 + d % 4] = (int8_t)c1;
+                    b[32 * Rp + ((d / 4) * Rp + r) * 4 + d % 4] = (int8_t)lrintf((x[d] * inv - c1) * 254.0f);
+                }
+                for (int e = r; e < 16; e += Rp) j->qs16[((size_t)h * U + u) * 16 + e] = amax / 127.0f;
+            }
+        }
 }
 
 typedef enum dec_kernel { DEC_DPBF16, DEC_AMX, DEC_AVX2 } dec_kernel;
@@ -950,8 +1115,13 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
     j.qhi = j.qlo + a->T;
     j.qb = j.qt = (uint16_t *)(mem + r64((size_t)2 * a->T * 4));
     j.qf = (float *)j.qb;
-    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 4));
+    j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 4) + r64((size_t)j.Hkv * j.D * 2));
     okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
+    if (amx && a->kv.dtype == OKV_Q8) {
+        j.qt8 = (int8_t *)j.qt;
+        j.qs16 = (float *)((char *)j.qt + r64((size_t)j.Hkv * j.Rp * j.D * 2));
+        dec_quantize_queries(&j);
+    } else
     for (int h = 0; h < j.Hkv; h++)
         for (int r = 0; r < (amx ? j.Rp : j.R); r++) {
             const float *q = r < j.R ? a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D : NULL;
