@@ -6,7 +6,10 @@
 # and top-1 agreement on the GPL-3 text Debian ships; plus KV bytes per
 # token of context from the cache summary (--verbose).
 #   bench/quality/kv_quality.sh [WORKDIR] [MODEL...]   (models: smollm2 gemma3; default both)
-# Env: TEXT, TEXT_BYTES (default 16000), CTX (512), KV_DTYPES (bf16 f16 q8).
+# Env: TEXT, TEXT_BYTES (default 16000), CTX (512), KV_DTYPES (bf16 f16 q8);
+# STEP=1: a bf16 export stepped one token at a time (--prefill-chunk-size
+# 1) instead of the fp32 one, so every position runs the decode attention
+# kernels (on AMX: okv_attend_decode.c's tiles) rather than prefill chunks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-build/quant-quality}
@@ -22,13 +25,18 @@ mkdir -p "$work"
 head -c "${TEXT_BYTES:-16000}" "$text" > "$work/kv-text.txt"
 for m in $models; do
   okv_real_model "$m" "$work" "$cache"
+  prog=$work/$m-fp32.okv
+  if [ "${STEP:-0}" = 1 ]; then
+    prog=$work/$m-bf16-c1.okv
+    [ -f "$prog" ] || ./build/src/cli/offkv export "$work/$m" -o "$prog" --dtype bf16 --prefill-chunk-size 1 2>/dev/null
+  fi
   for dt in f32 $dtypes; do
     # full-history bytes: the summary of a 1-token run at capacity 1024 (rings as allocated)
-    line=$(./build/src/cli/offkv run "$work/$m-fp32.okv" --prompt "a" --max-new-tokens 1 --kv-storage-dtype "$dt" \
+    line=$(./build/src/cli/offkv run "$prog" --prompt "a" --max-new-tokens 1 --kv-storage-dtype "$dt" \
            --kv-max-capacity 1024 --kv-initial-capacity 1024 --verbose 2>&1 >/dev/null | grep -m1 "caches:" || true)
     echo "== $m kv $dt: ${line#offkv: }"
     [ "$dt" = f32 ] && continue
-    ./build/src/cli/offkv perplexity "$work/$m-fp32.okv" --file "$work/kv-text.txt" --ctx "$ctx" --threads 2 \
+    ./build/src/cli/offkv perplexity "$prog" --file "$work/kv-text.txt" --ctx "$ctx" --threads 2 \
       --kv-storage-dtype "$dt" --kl-base-kv-storage-dtype f32 2>/dev/null
   done
 done
