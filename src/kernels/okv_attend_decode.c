@@ -105,7 +105,10 @@
  * a head's 72-byte rows share lines with its neighbours', so per-row
  * prefetches ask for ~1.8x the lines; 1.07-1.08x in cache, 1.03x at 16k
  * (44.6 vs 45.8 ms wall, probe 17.9). Still compute-bound there: ~2.5x
- * the probe, the f32 P V with its code widening now the largest part. */
+ * the probe, the f32 P V with its code widening now the largest part.
+ * Folding the V block scales into p (one gather per block, bare codes in
+ * the FMAs, 4 fewer multiplies per key) gained nothing in cache (0.41-0.46
+ * vs 0.40-0.44 of the blocked kernel's time, three alternating runs). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
