@@ -129,7 +129,7 @@ enum { NK = 16,        /* keys per block */
 
 typedef struct dec_job {
     const okv_attn_args *a;
-    int D, G, Hkv, R, Rp, n_splits, split_len, n_keys;
+    int D, G, Hkv, R, Rp, Rp_log2, n_splits, split_len, n_keys;
     int32_t *qlo, *qhi;  /* [T] */
     uint16_t *qb;        /* [Hkv][R][D] bf16 queries, scale folded in */
     uint16_t *qt;        /* AMX: [Hkv][D / 32][16 dim pairs][Rp][2], the B tiles (same memory as qb) */
@@ -598,27 +598,22 @@ TGTA static void amx_scores_q8(const dec_job *j, int32_t slot, int h, int nb, ui
         const char *blk = ka + (size_t)u * OKV_Q8_BLOCK_BYTES;
         const int8_t *b = qt + (size_t)u * 64 * Rp;
         int32_t *c = C + (size_t)u * 32 * Rp;
-        if (h & 1) {
-            TZ(5);
-            TZ(7);
-            TL(3, blk, kstride);
-            TL(4, b, Rp * 4);
-            TDPI(5, 3, 4);
-            TL(4, b + 32 * Rp, Rp * 4);
-            TDPI(7, 3, 4);
-            TS(5, c, Rp * 4);
-            TS(7, c + 16 * Rp, Rp * 4);
-        } else {
-            TZ(0);
-            TZ(6);
-            TL(1, blk, kstride);
-            TL(2, b, Rp * 4);
-            TDPI(0, 1, 2);
-            TL(2, b + 32 * Rp, Rp * 4);
-            TDPI(6, 1, 2);
-            TS(0, c, Rp * 4);
-            TS(6, c + 16 * Rp, Rp * 4);
-        }
+/* C1, C2 = A . (B's plane 1, plane 2), stored to c and c + 16 Rp */
+#define Q8_BLOCK(C1, C2, A, B)                                                                                          \
+    do {                                                                                                                \
+        TZ(C1);                                                                                                         \
+        TZ(C2);                                                                                                         \
+        TL(A, blk, kstride);                                                                                            \
+        TL(B, b, Rp * 4);                                                                                               \
+        TDPI(C1, A, B);                                                                                                 \
+        TL(B, b + 32 * Rp, Rp * 4);                                                                                     \
+        TDPI(C2, A, B);                                                                                                 \
+        TS(C1, c, Rp * 4);                                                                                              \
+        TS(C2, c + 16 * Rp, Rp * 4);                                                                                    \
+    } while (0)
+        if (h & 1) Q8_BLOCK(5, 7, 3, 4);
+        else Q8_BLOCK(0, 6, 1, 2);
+#undef Q8_BLOCK
         _mm512_storeu_ps(ks + 16 * u, _mm512_i32gather_ps(rows, blk + OKV_Q8_BLOCK, 1));
     }
 }
@@ -627,7 +622,7 @@ TGTA static void amx_scores_q8(const dec_job *j, int32_t slot, int h, int nb, ui
  * (C[u][0][key][r] + C[u][1][key][r] / 254): vector x of S holds keys
  * (16 x + e) / Rp, vectors e % Rp. */
 INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *ks, float *S) {
-    const int D = j->D, Rp = j->Rp, lg = Rp == 1 ? 0 : Rp == 2 ? 1 : Rp == 4 ? 2 : Rp == 8 ? 3 : 4;
+    const int D = j->D, Rp = j->Rp, lg = j->Rp_log2;
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float *qs = j->qs16 + (size_t)h * (D / 32) * 16;
     for (int x = 0; x < Rp; x++) {
@@ -643,6 +638,36 @@ INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *
         }
         _mm512_storeu_ps(S + 16 * x, acc);
     }
+}
+
+/* K and V bytes [o, o + n) of the pools towards L1, a line at a time. */
+static inline void prefetch_kv(const okv_attn_args *a, size_t o, size_t n) {
+    for (size_t bo = 0; bo < n; bo += 64) {
+        __builtin_prefetch((const char *)a->kv.k + o + bo);
+        __builtin_prefetch((const char *)a->kv.v + o + bo);
+    }
+}
+
+/* bf16/f16 pools, at head step h of the block at slot `slot` (pool
+ * position kb, nb keys): the rows of the (block, head) step PF_STEPS
+ * ahead, within the run. */
+static inline void prefetch_head_rows(const okv_attn_args *a, size_t ldk, size_t hrow, int Hkv, int h, int32_t kb,
+                                      int nb, int32_t slot, int32_t run_end) {
+    int hh = h + PF_STEPS, bl = hh / Hkv;
+    int32_t t0 = bl ? kb + nb + (bl - 1) * NK : kb, t1 = bl ? t0 + NK : kb + nb;
+    if (t1 > run_end) t1 = run_end;
+    const size_t o = ldk * (size_t)(slot + (t0 - kb)) + hrow * (hh % Hkv);
+    for (int32_t i = 0; i < t1 - t0; i++) prefetch_kv(a, o + ldk * (size_t)i, hrow);
+}
+
+/* q8 pools, at head step h: the h-th 1/Hkv of the next block's slot rows
+ * (from slot next, at most `left` of them in the run), in address order
+ * (a head's 72-byte rows share lines with its neighbours'). */
+static inline void prefetch_slot_share(const okv_attn_args *a, size_t ldk, int Hkv, int h, int32_t next, int32_t left) {
+    int32_t n1 = left < NK ? left : NK;
+    if (n1 <= 0) return;
+    size_t per = ((size_t)n1 * ldk + Hkv - 1) / Hkv;
+    prefetch_kv(a, ldk * (size_t)next + per * h, per);
 }
 
 typedef struct amx_state {
@@ -666,10 +691,9 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
     amx_state st[64];
     for (int h = 0; h < Hkv; h++)
         for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
-    int ci = Rp == 1 ? 0 : Rp == 2 ? 1 : Rp == 4 ? 2 : Rp == 8 ? 3 : 4;
     const bool q8 = dt == OKV_Q8;
-    if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[ci]));
-    else __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[ci]));
+    if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[j->Rp_log2]));
+    else __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[j->Rp_log2]));
     uint16_t stage[NK * DMAX] __attribute__((aligned(64)));
     int32_t Cq[2][DMAX / 32 * 2 * NK * 16] __attribute__((aligned(64))); /* q8: per head parity, block, plane */
     float ksc[2][DMAX / 32 * NK] __attribute__((aligned(64)));
@@ -688,29 +712,8 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
             const char *vh = (const char *)a->kv.v + ldk * (size_t)slot + hrow * h;
             const void *vrow[NK];
             for (int i = 0; i < NK; i++) vrow[i] = vh + ldk * (size_t)(i < nb ? i : 0);
-            if (q8) {
-                /* q8: the h-th 1/Hkv of the next block's slot rows, in address order */
-                int32_t n1 = run_end - (kb + nb) < NK ? run_end - (kb + nb) : NK;
-                if (n1 > 0) {
-                    size_t per = ((size_t)n1 * ldk + Hkv - 1) / Hkv, o = ldk * (size_t)(slot + nb) + per * h;
-                    for (size_t bo = 0; bo < per; bo += 64) {
-                        __builtin_prefetch((const char *)a->kv.k + o + bo);
-                        __builtin_prefetch((const char *)a->kv.v + o + bo);
-                    }
-                }
-            } else
-            /* the rows of the (block, head) step PF_STEPS ahead, within the run */
-            {
-                int hh = h + PF_STEPS, bl = hh / Hkv;
-                int32_t t0 = bl ? kb + nb + (bl - 1) * NK : kb, t1 = bl ? t0 + NK : kb + nb;
-                if (t1 > run_end) t1 = run_end;
-                const size_t o = ldk * (size_t)(slot + (t0 - kb)) + hrow * (hh % Hkv);
-                for (int32_t i = 0; i < t1 - t0; i++)
-                    for (size_t bo = 0; bo < hrow; bo += 64) {
-                        __builtin_prefetch((const char *)a->kv.k + o + ldk * (size_t)i + bo);
-                        __builtin_prefetch((const char *)a->kv.v + o + ldk * (size_t)i + bo);
-                    }
-            }
+            if (q8) prefetch_slot_share(a, ldk, Hkv, h, slot + nb, run_end - (kb + nb));
+            else prefetch_head_rows(a, ldk, hrow, Hkv, h, kb, nb, slot, run_end);
             float *S = Sbuf[h & 1];
             if (q8) {
                 if (h == 0) amx_scores_q8(j, slot, 0, nb, stage, Cq[0], ksc[0]);
@@ -1091,6 +1094,29 @@ static void dec_quantize_queries(dec_job *j) {
 
 typedef enum dec_kernel { DEC_DPBF16, DEC_AMX, DEC_AVX2 } dec_kernel;
 
+/* The queries, scale folded in, as each kernel reads them: f32 rows (AVX2),
+ * bf16 rows (vdpbf16ps), bf16 B tiles with Rp columns (AMX). */
+static void dec_pack_queries(dec_job *j, dec_kernel kernel) {
+    const okv_attn_args *a = j->a;
+    const bool amx = kernel == DEC_AMX;
+    const int D = j->D;
+    for (int h = 0; h < j->Hkv; h++)
+        for (int r = 0; r < (amx ? j->Rp : j->R); r++) {
+            const float *q = r < j->R ? a->q + ((size_t)(r / j->G) * a->n_heads + h * j->G + r % j->G) * D : NULL;
+            if (kernel == DEC_AVX2) {
+                for (int e = 0; e < D; e++) j->qf[((size_t)h * j->R + r) * D + e] = q[e] * a->scale;
+                continue;
+            }
+            for (int e = 0; e < D; e++) {
+                uint16_t b = q ? okv_f32_to_bf16(q[e] * a->scale) : 0;
+                if (amx) /* B tile u: row (e % 32) / 2 = dim pair, column r, element e % 2 */
+                    j->qt[((((size_t)h * (D / 32) + e / 32) * 16 + (e % 32) / 2) * j->Rp + r) * 2 + e % 2] = b;
+                else
+                    j->qb[((size_t)h * j->R + r) * D + e] = b;
+            }
+        }
+}
+
 static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kernel) {
     const bool amx = kernel == DEC_AMX;
     if (a->T <= 0) return;
@@ -1101,6 +1127,7 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
     j.G = a->n_heads / j.Hkv;
     j.R = a->T * j.G;
     j.Rp = pad_vectors(j.R);
+    while (1 << j.Rp_log2 < j.Rp) j.Rp_log2++;
     for (int r = 0; r < a->n_runs; r++) j.n_keys += a->runs[r].n;
     j.n_splits = dec_splits(j.n_keys, okv_threadpool_size(tp));
     j.split_len = (j.n_keys + j.n_splits - 1) / j.n_splits;
@@ -1124,22 +1151,9 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
         j.qt8 = (int8_t *)j.qt;
         j.qs16 = (float *)((char *)j.qt + r64((size_t)j.Hkv * j.Rp * j.D * 2));
         dec_quantize_queries(&j);
-    } else
-    for (int h = 0; h < j.Hkv; h++)
-        for (int r = 0; r < (amx ? j.Rp : j.R); r++) {
-            const float *q = r < j.R ? a->q + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D : NULL;
-            if (kernel == DEC_AVX2) {
-                for (int e = 0; e < j.D; e++) j.qf[((size_t)h * j.R + r) * j.D + e] = q[e] * a->scale;
-                continue;
-            }
-            for (int e = 0; e < j.D; e++) {
-                uint16_t b = q ? okv_f32_to_bf16(q[e] * a->scale) : 0;
-                if (amx) /* B tile u: row (e % 32) / 2 = dim pair, column r, element e % 2 */
-                    j.qt[((((size_t)h * (j.D / 32) + e / 32) * 16 + (e % 32) / 2) * j.Rp + r) * 2 + e % 2] = b;
-                else
-                    j.qb[((size_t)h * j.R + r) * j.D + e] = b;
-            }
-        }
+    } else {
+        dec_pack_queries(&j, kernel);
+    }
     okv_threadpool_run(tp, j.n_splits, amx ? amx_task : kernel == DEC_AVX2 ? avx2_task : dec_task, &j);
     /* merge the splits' (acc, m, l) per (kv head, vector) */
     okv_dtype perm = amx ? a->kv.dtype : OKV_F32; /* amx_channel's order, or as is */
