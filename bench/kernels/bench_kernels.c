@@ -60,6 +60,10 @@
  *  16. amxceiling: one thread, round by round: the tdpbf16ps probe, the
  *      GEMM's 2x2 step with its four tile loads (operands in L1), and
  *      okv_matmul_amx on the gate shape; medians and per-round ratios
+ *  17. onednn (only when built against the peers, bench/peer/onednn.sh):
+ *      okv_matmul_amx beside oneDNN's matmul (W in place, W repacked) and
+ *      oneMKL's cblas_gemm_bf16bf16f32 on the Llama-3.2-1B prefill shapes,
+ *      call by call with the tdpbf16ps probe, 1 and 2 threads
  *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
@@ -70,7 +74,7 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
- * [attndecode [q8] [1t] [16k|hot]] [amxceiling]
+ * [attndecode [q8] [1t] [16k|hot]] [amxceiling] [onednn]
  * (default: all sections but attnlong, attndecode, ops, attnamx and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -803,6 +807,21 @@ typedef struct pp_path {
 
 enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 7 };
 
+/* Planned scratch for the Llama-3.2-1B prefill shapes at T = PP_T on up to
+ * 2 threads, as the runtime gives its kernels (without it the packed paths
+ * allocate, and fault in, their panels on every call); the caller frees. */
+static void *pp_workspace(size_t *bytes) {
+    size_t ws_bytes = 0;
+    for (int s = 0; s < DEC_SHAPES; s++) {
+        size_t b = okv_matmul_scratch_bytes(PP_T, dec_shape[s][1], dec_shape[s][0], OKV_BF16, 2);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
+    memset(ws, 0, ws_bytes);
+    *bytes = ws_bytes;
+    return ws;
+}
+
 /* With cpu_time, tp must have 1 thread and times are the thread's CPU time. */
 static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool cpu_time) {
     double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
@@ -829,15 +848,8 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
     printf("   GFLOP/s\n");
     float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
     for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
-    /* planned scratch, as the runtime gives its kernels (without it the packed
-     * paths allocate, and fault in, their panels on every call) */
-    size_t ws_bytes = 0;
-    for (int s = 0; s < DEC_SHAPES; s++) {
-        size_t b = okv_matmul_scratch_bytes(PP_T, dec_shape[s][1], dec_shape[s][0], OKV_BF16, 2);
-        if (b > ws_bytes) ws_bytes = b;
-    }
-    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-    memset(ws, 0, ws_bytes);
+    size_t ws_bytes;
+    void *ws = pp_workspace(&ws_bytes);
     okv_threadpool_set_workspace(tp, ws, ws_bytes);
     static const okv_dtype dts[3] = {OKV_BF16, OKV_F16, OKV_F32};
     int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_path = amx ? 4 : avx512 ? 5 : 6;
@@ -1411,13 +1423,8 @@ static void bench_onednn(okv_threadpool **tps, int quick) {
     float *x = malloc(sizeof(float) * PP_T * 8192), *y = malloc(sizeof(float) * PP_T * 8192);
     uint16_t *xb = malloc(sizeof(uint16_t) * PP_T * 8192);
     for (int i = 0; i < PP_T * 8192; i++) x[i] = frand();
-    size_t ws_bytes = 0;
-    for (int s = 0; s < DEC_SHAPES; s++) {
-        size_t b = okv_matmul_scratch_bytes(PP_T, dec_shape[s][1], dec_shape[s][0], OKV_BF16, 2);
-        if (b > ws_bytes) ws_bytes = b;
-    }
-    void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64);
-    memset(ws, 0, ws_bytes);
+    size_t ws_bytes;
+    void *ws = pp_workspace(&ws_bytes);
     for (int nt = 1; nt <= 2; nt++) {
         okv_threadpool *tp = tps[nt - 1];
         double (*clock_fn)(void) = nt == 1 ? thread_cpu : now;

@@ -13,32 +13,33 @@
 #   bench/peer/onednn.sh [ROUNDS_FLAG]     (--quick for 3 rounds)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-peer=${OKV_PEER_DIR:-$HOME/.cache/offkv/peer}/onednn
-version=2023.2.0
-if [ ! -f "$peer/lib/libdnnl.so" ]; then
+root=${OKV_PEER_DIR:-$HOME/.cache/offkv/peer}
+# unpack_wheels DEST PKG==VER... : the wheels' data/lib and data/include
+# merged into DEST/lib and DEST/include.
+unpack_wheels() {
+  local dest=$1 tmp d
+  shift
   tmp=$(mktemp -d)
-  pip download --no-deps -q -d "$tmp" "onednn-cpu-gomp==$version" "onednn-devel-cpu-gomp==$version" >&2
+  pip download --no-deps -q -d "$tmp" "$@" >&2
   for w in "$tmp"/*.whl; do python3 -m zipfile -e "$w" "$tmp/x"; done
-  mkdir -p "$peer"
-  cp -r "$tmp"/x/onednn_cpu_gomp-$version.data/data/lib "$peer/"
-  cp -r "$tmp"/x/onednn_devel_cpu_gomp-$version.data/data/include "$peer/"
+  mkdir -p "$dest/lib" "$dest/include"
+  for d in "$tmp"/x/*.data/data; do
+    [ -d "$d/lib" ] && cp -r "$d/lib/." "$dest/lib/"
+    [ -d "$d/include" ] && cp -r "$d/include/." "$dest/include/"
+  done
   rm -rf "$tmp"
-fi
+}
+peer=$root/onednn
+[ -f "$peer/lib/libdnnl.so" ] || unpack_wheels "$peer" onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 # oneMKL beside it (PyPI's mkl + mkl-include), for cblas_gemm_bf16bf16f32.
-mkl=${OKV_PEER_DIR:-$HOME/.cache/offkv/peer}/mkl
-mkl_version=2026.2.1
+mkl=$root/mkl
 if [ ! -f "$mkl/lib/libmkl_rt.so" ]; then
-  tmp=$(mktemp -d)
-  pip download --no-deps -q -d "$tmp" "mkl==$mkl_version" "mkl-include==$mkl_version" >&2
-  for w in "$tmp"/*.whl; do python3 -m zipfile -e "$w" "$tmp/x"; done
-  mkdir -p "$mkl"
-  cp -r "$tmp"/x/mkl-$mkl_version.data/data/lib "$tmp"/x/mkl_include-$mkl_version.data/data/include "$mkl/"
+  unpack_wheels "$mkl" mkl==2026.2.1 mkl-include==2026.2.1
   ln -sf libmkl_rt.so.3 "$mkl/lib/libmkl_rt.so"
-  rm -rf "$tmp"
 fi
 cmake -S . -B build-onednn -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOKV_ONEDNN_DIR="$peer" -DOKV_MKL_DIR="$mkl" >/dev/null
 cmake --build build-onednn --target bench_kernels -j2 >/dev/null
 # passive: OpenMP's idle threads sleep instead of spinning on the 2 cores
-# our pool's threads also run on.
-# MKL on GNU OpenMP too, so both peers share one thread team.
+# our pool's threads also run on; MKL on GNU OpenMP too, so both peers
+# share one thread team.
 OMP_WAIT_POLICY=passive MKL_THREADING_LAYER=GNU build-onednn/bench/kernels/bench_kernels onednn "$@"
