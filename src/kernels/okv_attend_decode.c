@@ -13,11 +13,12 @@
  *     from the pool (16 keys x 32 dims, rows a pool row apart; f16 and
  *     partial blocks staged as bf16 first), Q^T (scale folded in) as B with
  *     the head's vectors padded to Rp = 1/2/4/8/16 columns: S[key][vector].
- *     q8 pools (AMX-INT8): per 32-dim block two tdpbssd of the key codes,
+ *     q8 pools (AMX-INT8): per 32-dim block one tdpbssd of the key codes,
  *     read in place (16 rows of 32 bytes), by the queries quantized per
- *     block in two int8 planes (x ~ s (c1 + c2 / 254), ~15 bits); the
- *     int32 sums scaled by the keys' block scales (one gather per block)
- *     and the query scales into S.
+ *     block in two int8 planes (x ~ s (c1 + c2 / 254), ~15 bits) laid
+ *     side by side as 2 Rp columns of B (Rp = 16: one product per plane);
+ *     the int32 sums scaled by the keys' block scales (one gather per
+ *     block) and the query scales into S.
  *     Odd and even kv heads use two tile sets, and head h + 1's tiles are
  *     issued before head h's softmax, so the tiles overlap the vector work.
  *   softmax: on S as stored ([16][Rp] = Rp vectors, lane e = vector e % Rp):
@@ -108,7 +109,21 @@
  * the probe, the f32 P V with its code widening now the largest part.
  * Folding the V block scales into p (one gather per block, bare codes in
  * the FMAs, 4 fewer multiplies per key) gained nothing in cache (0.41-0.46
- * vs 0.40-0.44 of the blocked kernel's time, three alternating runs). */
+ * vs 0.40-0.44 of the blocked kernel's time, three alternating runs).
+ * Both query planes in one tile product (2026-12-03, same bench, joint vs
+ * one product per plane interleaved, bit-identical outputs): the second
+ * plane's B load had to wait for the first product to release the tile
+ * (perf: 31% of amx_scores_q8 on that load). In cache, one thread, slow
+ * host: 8.28 -> 7.31 and 7.91 -> 6.52 ms (1.13x / 1.21x); 16k, 2 threads:
+ * 39.6 -> 35.0 and 39.3 -> 33.4 ms (1.13x / 1.18x), probe 14.7-14.9 ms.
+ * What is left, by ablation in the same bench (timing only, results
+ * wrong): without P V 3.2 ms in cache and 17.9 ms at 16k (the probe's
+ * 15.0), without the score tiles 5.2 / 28.1, against 6.3-6.6 / 35.3 with
+ * everything; V rows pinned in L1 changed nothing (7.26 vs 7.35 ms). So
+ * P V is half the step and compute-bound: ~28 vector ops per key and kv
+ * head (widen, scale, 16 FMAs). An int8 P V (vpdpbusd, p in u8) would
+ * need ~14, but 8-bit p is the rounding SageAttention found too coarse,
+ * and a second p plane brings it back to ~22: not done. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -133,7 +148,8 @@ typedef struct dec_job {
     int32_t *qlo, *qhi;  /* [T] */
     uint16_t *qb;        /* [Hkv][R][D] bf16 queries, scale folded in */
     uint16_t *qt;        /* AMX: [Hkv][D / 32][16 dim pairs][Rp][2], the B tiles (same memory as qb) */
-    int8_t *qt8;         /* AMX, q8 pools: [Hkv][D / 32][2 planes][8 dim quads][Rp][4] int8 B tiles */
+    int8_t *qt8;         /* AMX, q8 pools: [Hkv][D / 32][8 dim quads][2 planes][Rp][4] int8 B tiles */
+    bool q8_joint;       /* ... both planes in one tile product (Rp <= 8) */
     float *qs16;         /* ... and their scales, [Hkv][D / 32][16] (lane e: vector e % Rp) */
     float *qf;           /* AVX2: [Hkv][R][D] f32 queries, scale folded in (same memory as qb) */
     float *part;         /* [n_splits][Hkv][R] x (acc [D], m, l) */
@@ -422,15 +438,23 @@ static const okv_amx_tilecfg dec_cfg[5] __attribute__((aligned(64))) = {DEC_CFG(
 #define TDP(c, a, b) __asm__ volatile("tdpbf16ps %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 #define TDPI(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
-/* q8 pools: int8 products over one 32-dim block: tmm0/tmm5 C of the
- * queries' first code plane, tmm6/tmm7 of their second, [16 keys][Rp]
- * int32; tmm1/tmm3 key codes as A [16 keys][32 bytes]; tmm2/tmm4 query
- * codes as B [8 dim quads][Rp][4], one plane after the other. */
+/* q8 pools: int8 products over one 32-dim block, the queries' two code
+ * planes side by side as the B columns ([8 dim quads][2 planes][Rp][4]),
+ * so C is [16 keys][2 planes][Rp] int32. Rp <= 8 (dec_cfg_q8j): one
+ * tdpbssd per block, C tmm0/tmm5, A (key codes, [16 keys][32 bytes])
+ * tmm1/tmm3, B (both planes) tmm2/tmm4. Rp = 16 (dec_cfg_q8, C would be
+ * 128 bytes wide): a product per plane, C tmm0+tmm6 / tmm5+tmm7, B one
+ * plane at a time (rows 8 Rp bytes apart). */
 #define DEC_CFG_Q8(rp)                                                                                              \
     {1, 0, {0}, {4 * (rp), 32, 4 * (rp), 32, 4 * (rp), 4 * (rp), 4 * (rp), 4 * (rp), 0, 0, 0, 0, 0, 0, 0, 0},      \
      {16, 16, 8, 16, 8, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0}}
+#define DEC_CFG_Q8J(rp)                                                                                             \
+    {1, 0, {0}, {8 * (rp), 32, 8 * (rp), 32, 8 * (rp), 8 * (rp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},                    \
+     {16, 16, 8, 16, 8, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}
 static const okv_amx_tilecfg dec_cfg_q8[5] __attribute__((aligned(64))) = {DEC_CFG_Q8(1), DEC_CFG_Q8(2), DEC_CFG_Q8(4),
                                                                             DEC_CFG_Q8(8), DEC_CFG_Q8(16)};
+static const okv_amx_tilecfg dec_cfg_q8j[4] __attribute__((aligned(64))) = {DEC_CFG_Q8J(1), DEC_CFG_Q8J(2),
+                                                                             DEC_CFG_Q8J(4), DEC_CFG_Q8J(8)};
 
 /* Where channel e of an accumulator row of the AMX kernel really is: bf16
  * rows are widened as even/odd halves of each 32-channel chunk (a shift and
@@ -598,32 +622,52 @@ TGTA static void amx_scores_q8(const dec_job *j, int32_t slot, int h, int nb, ui
         const char *blk = ka + (size_t)u * OKV_Q8_BLOCK_BYTES;
         const int8_t *b = qt + (size_t)u * 64 * Rp;
         int32_t *c = C + (size_t)u * 32 * Rp;
-/* C1, C2 = A . (B's plane 1, plane 2), stored to c and c + 16 Rp */
-#define Q8_BLOCK(C1, C2, A, B)                                                                                          \
+/* C1, C2 = A . (B's plane 1, plane 2), stored to c and c + Rp (rows 2 Rp apart) */
+#define Q8_PLANES(C1, C2, A, B)                                                                                         \
     do {                                                                                                                \
         TZ(C1);                                                                                                         \
         TZ(C2);                                                                                                         \
         TL(A, blk, kstride);                                                                                            \
-        TL(B, b, Rp * 4);                                                                                               \
+        TL(B, b, Rp * 8);                                                                                               \
         TDPI(C1, A, B);                                                                                                 \
-        TL(B, b + 32 * Rp, Rp * 4);                                                                                     \
+        TL(B, b + 4 * Rp, Rp * 8);                                                                                      \
         TDPI(C2, A, B);                                                                                                 \
-        TS(C1, c, Rp * 4);                                                                                              \
-        TS(C2, c + 16 * Rp, Rp * 4);                                                                                    \
+        TS(C1, c, Rp * 8);                                                                                              \
+        TS(C2, c + Rp, Rp * 8);                                                                                         \
     } while (0)
-        if (h & 1) Q8_BLOCK(5, 7, 3, 4);
-        else Q8_BLOCK(0, 6, 1, 2);
-#undef Q8_BLOCK
+/* C = A . B, both planes at once */
+#define Q8_JOINT(C, A, B)                                                                                               \
+    do {                                                                                                                \
+        TZ(C);                                                                                                          \
+        TL(A, blk, kstride);                                                                                            \
+        TL(B, b, Rp * 8);                                                                                               \
+        TDPI(C, A, B);                                                                                                  \
+        TS(C, c, Rp * 8);                                                                                               \
+    } while (0)
+        if (j->q8_joint) {
+            if (h & 1) Q8_JOINT(5, 3, 4);
+            else Q8_JOINT(0, 1, 2);
+        } else {
+            if (h & 1) Q8_PLANES(5, 7, 3, 4);
+            else Q8_PLANES(0, 6, 1, 2);
+        }
+#undef Q8_PLANES
+#undef Q8_JOINT
         _mm512_storeu_ps(ks + 16 * u, _mm512_i32gather_ps(rows, blk + OKV_Q8_BLOCK, 1));
     }
 }
 
 /* S [16 keys][Rp] f32 = sum over blocks u of ks[u][key] qs[h][u][r]
- * (C[u][0][key][r] + C[u][1][key][r] / 254): vector x of S holds keys
- * (16 x + e) / Rp, vectors e % Rp. */
+ * (C[u][key][0][r] + C[u][key][1][r] / 254): vector x of S holds keys
+ * (16 x + e) / Rp, vectors e % Rp, whose sums are C[u]'s 32 ints from 32 x
+ * on (keys interleaved with planes: two permutes take them apart). */
 INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *ks, float *S) {
     const int D = j->D, Rp = j->Rp, lg = j->Rp_log2;
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    /* lane e of plane 1: key e / Rp's row (2 Rp ints) + vector e % Rp; plane 2 Rp further */
+    const __m512i p1 = _mm512_add_epi32(_mm512_and_si512(iota, _mm512_set1_epi32(Rp - 1)),
+                                        _mm512_slli_epi32(_mm512_srli_epi32(iota, lg), lg + 1));
+    const __m512i p2 = _mm512_add_epi32(p1, _mm512_set1_epi32(Rp));
     const float *qs = j->qs16 + (size_t)h * (D / 32) * 16;
     for (int x = 0; x < Rp; x++) {
         __m512i key = _mm512_srlv_epi32(_mm512_add_epi32(_mm512_set1_epi32(16 * x), iota), _mm512_set1_epi32(lg));
@@ -631,10 +675,11 @@ INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *
         for (int u = 0; u < D / 32; u++) {
             __m512 sc = _mm512_mul_ps(_mm512_permutexvar_ps(key, _mm512_loadu_ps(ks + 16 * u)),
                                       _mm512_loadu_ps(qs + 16 * u));
-            const int32_t *c = C + (size_t)u * 32 * Rp + 16 * x;
-            __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(c + 16 * Rp)), _mm512_set1_ps(1.0f / 254),
-                                         _mm512_cvtepi32_ps(_mm512_loadu_si512(c)));
-            acc = _mm512_fmadd_ps(dot, sc, acc);
+            const int32_t *c = C + (size_t)u * 32 * Rp + 32 * x;
+            __m512i lo = _mm512_loadu_si512(c), hi = _mm512_loadu_si512(c + 16);
+            __m512 c1 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, p1, hi));
+            __m512 c2 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, p2, hi));
+            acc = _mm512_fmadd_ps(_mm512_fmadd_ps(c2, _mm512_set1_ps(1.0f / 254), c1), sc, acc);
         }
         _mm512_storeu_ps(S + 16 * x, acc);
     }
@@ -692,7 +737,8 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
     for (int h = 0; h < Hkv; h++)
         for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
     const bool q8 = dt == OKV_Q8;
-    if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[j->Rp_log2]));
+    if (q8 && j->q8_joint) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8j[j->Rp_log2]));
+    else if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[j->Rp_log2]));
     else __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[j->Rp_log2]));
     uint16_t stage[NK * DMAX] __attribute__((aligned(64)));
     int32_t Cq[2][DMAX / 32 * 2 * NK * 16] __attribute__((aligned(64))); /* q8: per head parity, block, plane */
@@ -1082,10 +1128,10 @@ static void dec_quantize_queries(dec_job *j) {
                 }
                 float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
                 int8_t *b = j->qt8 + ((size_t)h * U + u) * 64 * Rp;
-                for (int d = 0; d < 32; d++) { /* B row d / 4 = dim quad, column r, byte d % 4 */
+                for (int d = 0; d < 32; d++) { /* B row d / 4 = dim quad, column (plane, r), byte d % 4 */
                     float c1 = rintf(x[d] * inv);
-                    b[((d / 4) * Rp + r) * 4 + d % 4] = (int8_t)c1;
-                    b[32 * Rp + ((d / 4) * Rp + r) * 4 + d % 4] = (int8_t)lrintf((x[d] * inv - c1) * 254.0f);
+                    b[((d / 4) * 2 * Rp + r) * 4 + d % 4] = (int8_t)c1;
+                    b[((d / 4) * 2 * Rp + Rp + r) * 4 + d % 4] = (int8_t)lrintf((x[d] * inv - c1) * 254.0f);
                 }
                 for (int e = r; e < 16; e += Rp) j->qs16[((size_t)h * U + u) * 16 + e] = amax / 127.0f;
             }
@@ -1150,6 +1196,7 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
     if (amx && a->kv.dtype == OKV_Q8) {
         j.qt8 = (int8_t *)j.qt;
         j.qs16 = (float *)((char *)j.qt + r64((size_t)j.Hkv * j.Rp * j.D * 2));
+        j.q8_joint = j.Rp <= 8;
         dec_quantize_queries(&j);
     } else {
         dec_pack_queries(&j, kernel);

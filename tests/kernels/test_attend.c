@@ -595,6 +595,9 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         {"dec q8 window",                8, 2, 64, OKV_Q8,   2, 3000,  0, 333, 0, 1},
         {"dec q8 ring wrap",            32, 8, 64, OKV_Q8,   1, 9000, 8001, 1000, 1031, 1},
         {"dec q8 peaky",                 8, 2, 128, OKV_Q8,  1, 2500,  0,  0,  0, 8},
+        {"dec q8 mha (1 column)",        4, 4, 64, OKV_Q8,   1, 1100,  0,  0,  0, 1},
+        {"dec q8 gqa 2 T=4 (8 columns)", 8, 4, 64, OKV_Q8,   4, 640,   0,  0,  0, 1},
+        {"dec q8 gqa 3 T=5 (16 columns)", 6, 2, 32, OKV_Q8,  5, 400,   0,  0,  0, 1},
     };
     static const okv_kernels avx2 = {.name = "decode-avx2", .attend = okv_attend_decode_avx2};
     bool have_avx2 = okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_BF16);
