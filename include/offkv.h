@@ -125,6 +125,8 @@ typedef enum okv_cache_mode { OKV_CACHE_SINGLE = 0, OKV_CACHE_CELLS = 1 } okv_ca
 
 typedef struct okv_cache_options {
     okv_dtype storage_dtype;     /* default f32 */
+    bool storage_auto;           /* true: ignore storage_dtype, take okv_kv_dtype_auto(program)
+                                    (the CLI's default); default false */
     int max_capacity;            /* 0 = the program's max_ctx_len; cells: the
                                     longest one sequence may get (positions) */
     int initial_capacity;        /* 0 = min(256, capacity); cells: first pool size */
@@ -139,6 +141,12 @@ typedef struct okv_cache_options {
 } okv_cache_options;
 
 void okv_cache_options_default(okv_cache_options *o);
+/* The KV storage a program gets by default from the CLI and server: its
+ * own dtype for bf16/f16 programs (quantized programs compute in bf16), as
+ * llama.cpp keeps K/V in f16 and vLLM in the model's dtype; f32 for f32
+ * programs, which stay fp32-exact. bf16 K/V also take the AMX attention
+ * kernels; f32 K/V take the AVX-512 ones. */
+okv_dtype okv_kv_dtype_auto(const okv_program *p);
 /* Builds caches for p's layout and registers them under key. */
 okv_status okv_cache_install(const char *key, const okv_program *p, const okv_cache_options *o, okv_error *err);
 okv_status okv_cache_remove(const char *key, okv_error *err);

@@ -51,6 +51,7 @@ bool okv_cli_parse_int(const char *s, int lo, int hi, int *out) {
 void okv_cli_run_opts_init(okv_cli_run_opts *o) {
     memset(o, 0, sizeof *o);
     okv_cache_options_default(&o->cache);
+    o->cache.storage_auto = true; /* --kv-storage-dtype auto */
     okv_runner_options_default(&o->runner);
 }
 
@@ -88,7 +89,9 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     if (!has_val) return -okv_cli_usage_error("%s needs a value", a);
     (*i)++;
     if (!strcmp(a, "--kv-storage-dtype")) {
-        if (okv_kv_dtype_parse(v, &o->cache.storage_dtype)) return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not f32, f16, bf16 or q8", v);
+        o->cache.storage_auto = !strcmp(v, "auto");
+        if (!o->cache.storage_auto && okv_kv_dtype_parse(v, &o->cache.storage_dtype))
+            return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not auto, f32, f16, bf16 or q8", v);
     } else if (!strcmp(a, "--kv-max-capacity")) {
         if (!okv_cli_parse_int(v, 1, 1 << 30, &o->cache.max_capacity)) return -okv_cli_usage_error("--kv-max-capacity: '%s' must be a positive integer", v);
     } else if (!strcmp(a, "--kv-initial-capacity")) {

@@ -68,12 +68,18 @@ void okv_cache_options_default(okv_cache_options *o) {
     o->storage_dtype = OKV_F32;
 }
 
+okv_dtype okv_kv_dtype_auto(const okv_program *p) {
+    okv_program_info info;
+    okv_program_get_info(p, &info);
+    return info.dtype == OKV_BF16 || info.dtype == OKV_F16 ? info.dtype : OKV_F32;
+}
+
 okv_status okv_cache_install(const char *key, const okv_program *p, const okv_cache_options *o, okv_error *err) {
     okv_cache_options d;
     if (!o) { okv_cache_options_default(&d); o = &d; }
     okv_kv_options ko;
     okv_kv_options_default(&ko);
-    ko.storage_dtype = o->storage_dtype;
+    ko.storage_dtype = o->storage_auto ? okv_kv_dtype_auto(p) : o->storage_dtype;
     ko.max_capacity = o->max_capacity;
     ko.initial_capacity = o->initial_capacity;
     ko.windows_override = o->windows;

@@ -82,6 +82,28 @@ static void test_pipeline(void) {
     free(ref);
 }
 
+/* The KV storage the CLI picks when not told (--kv-storage-dtype auto): the
+ * program's own dtype for a bf16 export, f32 for an fp32 one; an explicit
+ * dtype wins. generate prints the cache summary ("| kv DT |") to stderr. */
+static void expect_kv(const char *program, const char *flag, const char *want) {
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s generate %s/%s --tokens \"1 2 3\" --max-new-tokens 1 %s", OKV_BIN, dir, program, flag);
+    CHECK(run(cmd, &out) == 0);
+    CHECKF(out && strstr(out, want), "%s %s: wanted '%s' in: %s", program, flag, want, out ? out : "(none)");
+    free(out);
+}
+
+static void test_kv_auto(void) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s export %s -o %s/m16.okv --dtype bf16", OKV_BIN, FIX, dir);
+    CHECK(run(cmd, NULL) == 0);
+    expect_kv("m16.okv", "", "| kv bf16 |");
+    expect_kv("m16.okv", "--kv-storage-dtype auto", "| kv bf16 |");
+    expect_kv("m16.okv", "--kv-storage-dtype f32", "| kv f32 |");
+    expect_kv("m.okv", "", "| kv f32 |");
+    expect_kv("m.okv", "--kv-storage-dtype f16", "| kv f16 |");
+}
+
 static void expect_fail(const char *args, int code, const char *needle) {
     char cmd[1024], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s %s", OKV_BIN, args);
@@ -119,6 +141,7 @@ static void test_errors(void) {
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     test_pipeline();
+    test_kv_auto();
     test_errors();
     okv_test_rm_tree(dir);
     return okv_test_finish();
