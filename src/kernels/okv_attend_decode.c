@@ -123,7 +123,17 @@
  * P V is half the step and compute-bound: ~28 vector ops per key and kv
  * head (widen, scale, 16 FMAs). An int8 P V (vpdpbusd, p in u8) would
  * need ~14, but 8-bit p is the rounding SageAttention found too coarse,
- * and a second p plane brings it back to ~22: not done. */
+ * and a second p plane brings it back to ~22: not done. Standalone (one
+ * head's P V over 16 keys, L2-resident rows): 7-9 ns per key and kv head,
+ * the V scale folded into p the same, a vpdpbusd form with u8 p 15-20 ns
+ * (its per-block quantization of p costs more than the FMAs it saves).
+ * Tried for bf16 pools the other way round: odd 32-dim blocks' K and Q on
+ * their own tiles (tmm6/tmm7), so their loads need not wait for the even
+ * block's product: 0.88-0.90x in cache and at 16k, both orders of the
+ * interleaved pair (the same C tile chains the two products anyway).
+ * Prefetch for q8 at 16k (interleaved with the one-block-ahead T0 form):
+ * none 0.66x, into L2 0.93x, two blocks ahead 0.94x (T0) / 0.90x (L2),
+ * three ahead into L2 0.98x; 8 splits per thread instead of 2: 0.98-1.02x. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
