@@ -133,7 +133,23 @@
  * interleaved pair (the same C tile chains the two products anyway).
  * Prefetch for q8 at 16k (interleaved with the one-block-ahead T0 form):
  * none 0.66x, into L2 0.93x, two blocks ahead 0.94x (T0) / 0.90x (L2),
- * three ahead into L2 0.98x; 8 splits per thread instead of 2: 0.98-1.02x. */
+ * three ahead into L2 0.98x; 8 splits per thread instead of 2: 0.98-1.02x.
+ * Tried and dropped (2026-12-04, Xeon in its fast state, probe 27-29 GB/s):
+ * q8 P V in AVX512-FP16 FMAs (codes widened exactly to fp16, 32 channels
+ * per FMA; p x key scale / the block's largest scale rounded to fp16; two
+ * 8-term fp16 chains per vector, widened to f32 per block): half the
+ * vector ops per key and kv head (~12 against ~28) but only 1.08x at 16k
+ * (20.0-20.3 -> 18.6-18.7 ms, 2 threads) and 1.02-1.04x hot, i.e. 1.4% of
+ * a 16k decode step (~104 ms). P V is a latency chain here, not a
+ * throughput load: skipping it (timing only) gives 13.4 ms at 16k and 2.2
+ * hot whatever its op count, and a first fp16 form with one 16-FMA chain
+ * per vector was 0.94-1.0x. KL of q8 KV vs f32 KV through the kernel
+ * (kv_quality.sh STEP=1, SmolLM2, 765 positions) 0.000682 fp16 vs 0.000750
+ * f32, no measurable cost; but fp16 sums depend on key order at ~3e-3 of
+ * the logits (test_seq_state_q8's windowed cell key, whose cells sit in
+ * another pool order after a load, went from 1e-5 to 3.7e-3), which 1.4%
+ * does not pay for. Also no gain (1-2%): a two-stage pipeline over the kv
+ * heads (head h's softmax, then head h - 1's P V adjacent in the stream). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
