@@ -60,6 +60,10 @@
  *  16. amxceiling: one thread, round by round: the tdpbf16ps probe, the
  *      GEMM's 2x2 step with its four tile loads (operands in L1), and
  *      okv_matmul_amx on the gate shape; medians and per-round ratios
+ *  18. amxmix: one thread, whether 512-bit FMAs run beside tdpbf16ps (four
+ *      products with 32..256 independent FMAs per iteration, alone and
+ *      together) and what a tile store costs: the model behind the AMX
+ *      attention's stage costs (okv_attend_amx.c)
  *  17. onednn (only when built against the peers, bench/peer/onednn.sh):
  *      okv_matmul_amx beside oneDNN's matmul (W in place, W repacked) and
  *      oneMKL's cblas_gemm_bf16bf16f32 on the Llama-3.2-1B prefill shapes,
@@ -74,8 +78,8 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
- * [attndecode [q8] [1t] [16k|hot]] [amxceiling] [onednn]
- * (default: all sections but attnlong, attndecode, ops, attnamx and pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * [attndecode [q8] [1t] [16k|hot]] [amxceiling] [amxmix] [onednn]
+ * (default: all sections but attnlong, attndecode, ops, attnamx, amxmix and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -1405,6 +1409,90 @@ static void bench_amx_ceiling(okv_threadpool *tp1, int quick) {
     free_wset(&w);
 }
 
+/* ---- 18. amxmix: what tile products leave to the vector units -------------------- */
+
+/* ns per iteration of `n_fma` independent 512-bit FMAs (16 chains, all in
+ * registers), with or without four tdpbf16ps (2x2 C tiles, operands in
+ * tiles) issued at the top of each iteration; or four tilestored of 1 KiB
+ * each into L1 (stores = true, no FMAs or products). One thread, CPU time. */
+__attribute__((target("avx512f,amx-tile,amx-bf16"))) static double amx_mix_ns(int n_fma, bool tdp, bool stores,
+                                                                             long iters) {
+    static _Thread_local uint16_t tile[512] __attribute__((aligned(64)));
+    static _Thread_local float cst[4][256] __attribute__((aligned(64)));
+    for (int i = 0; i < 512; i++) tile[i] = 0x3c00; /* bf16 2^-7: sums stay finite */
+    __asm__ volatile("ldtilecfg %0" ::"m"(amx_probe_cfg));
+    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5\n\t"
+                     "tileloadd (%0,%1,1), %%tmm6\n\ttileloadd (%0,%1,1), %%tmm7" ::"r"(tile), "r"((long)64) : "memory");
+    const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+    __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512 a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    double t0 = thread_cpu();
+    for (long it = 0; it < iters; it++) {
+        if (tdp)
+            __asm__ volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+                             "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+        if (stores)
+            __asm__ volatile("tilestored %%tmm0, (%0,%4,1)\n\ttilestored %%tmm1, (%1,%4,1)\n\t"
+                             "tilestored %%tmm2, (%2,%4,1)\n\ttilestored %%tmm3, (%3,%4,1)" ::"r"(cst[0]),
+                             "r"(cst[1]), "r"(cst[2]), "r"(cst[3]), "r"((long)64)
+                             : "memory");
+        for (int v = 0; v < n_fma; v += 16) { /* 16 independent chains, kept in registers */
+            a0 = _mm512_fmadd_ps(a0, b, c), a1 = _mm512_fmadd_ps(a1, b, c), a2 = _mm512_fmadd_ps(a2, b, c);
+            a3 = _mm512_fmadd_ps(a3, b, c), a4 = _mm512_fmadd_ps(a4, b, c), a5 = _mm512_fmadd_ps(a5, b, c);
+            a6 = _mm512_fmadd_ps(a6, b, c), a7 = _mm512_fmadd_ps(a7, b, c), a8 = _mm512_fmadd_ps(a8, b, c);
+            a9 = _mm512_fmadd_ps(a9, b, c), a10 = _mm512_fmadd_ps(a10, b, c), a11 = _mm512_fmadd_ps(a11, b, c);
+            a12 = _mm512_fmadd_ps(a12, b, c), a13 = _mm512_fmadd_ps(a13, b, c), a14 = _mm512_fmadd_ps(a14, b, c);
+            a15 = _mm512_fmadd_ps(a15, b, c);
+            __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7));
+            __asm__ volatile("" : "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11), "+v"(a12), "+v"(a13), "+v"(a14), "+v"(a15));
+        }
+    }
+    double dt = thread_cpu() - t0;
+    __asm__ volatile("tilerelease" ::);
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
+                                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return dt / iters * 1e9;
+}
+
+/* Whether vector work hides behind tile products on this core: four
+ * tdpbf16ps (~16 cycles each) with 0..256 independent FMAs per iteration,
+ * each alone and together, medians of interleaved rounds. "Together" equal
+ * to the products alone means the FMAs ran free beside them; equal to the
+ * sum, that they did not overlap at all. Also the cost of a tile store. */
+static void bench_amx_mix(int quick) {
+    if (!okv_amx_usable(NULL) || !okv_cpu()->avx512f) {
+        printf("\namxmix: AMX not usable here\n");
+        return;
+    }
+    enum { R = 7, NF = 5 };
+    static const int nf[NF] = {32, 64, 128, 192, 256};
+    int reps = quick ? 3 : R;
+    long iters = quick ? 200000 : 1000000;
+    double tdp[R], st[R], fma[NF][R], mix[NF][R];
+    for (int r = 0; r < reps; r++) {
+        tdp[r] = amx_mix_ns(0, true, false, iters);
+        st[r] = amx_mix_ns(0, false, true, iters);
+        for (int f = 0; f < NF; f++) {
+            fma[f][r] = amx_mix_ns(nf[f], false, false, iters);
+            mix[f][r] = amx_mix_ns(nf[f], true, false, iters);
+        }
+    }
+    double t = median(tdp, reps);
+    printf("\namxmix: one thread, CPU time, medians of %d rounds: 4 tdpbf16ps %.1f ns; 4 tilestored (1 KiB each, L1) "
+           "%.1f ns\n", reps, t, median(st, reps));
+    printf("  %5s %12s %16s %20s %22s\n", "FMAs", "FMAs alone", "with 4 products", "of sum (alone each)",
+           "FMAs/ns beside tiles");
+    for (int f = 0; f < NF; f++) {
+        double a = median(fma[f], reps), m = median(mix[f], reps);
+        printf("  %5d %9.1f ns %13.1f ns %19.0f%% %22.2f\n", nf[f], a, m, 100 * m / (a + t), nf[f] / m);
+    }
+}
+
 /* ---- 17. onednn: the AMX GEMM side by side with oneDNN's ------------------------- */
 
 #ifdef OKV_PEER_ONEDNN
@@ -1735,6 +1823,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
     if (want(argc, argv, "attnamx")) bench_attn_amx(tps, quick); /* 15 */
     if (want(argc, argv, "amxceiling")) bench_amx_ceiling(tps[0], quick); /* 16 */
+    if (want(argc, argv, "amxmix")) bench_amx_mix(quick); /* 18 */
 #ifdef OKV_PEER_ONEDNN
     if (want(argc, argv, "onednn")) bench_onednn(tps, quick); /* 17 */
 #endif
