@@ -72,6 +72,28 @@
  * interleaved, 2 threads: 128 vs 64 at 16k 0.95-0.97x the time, at 4k
  * 0.98-1.04x, at 512 1.06-1.09x). The choice depends on the call's key
  * count only, never on the threads or the grouping.
+ * Where a step's time goes, and why it does not shrink by overlapping
+ * (2026-12-04, Xeon in its fast state: tdpbf16ps 5.3 ns; a copy of this
+ * file's stage functions timed on hot data, one thread, per 128-key block
+ * and 32-vector row block, D = 64, 64 products = 340 ns at the probe's
+ * rate): scores_tiles 333 ns, softmax_tiles 390, pv_tiles 242; all three
+ * 1.18-1.33 us, and 1.5 us with K/V streamed and V^T built per block;
+ * the kernel itself at 16k 1.6-1.8 us (bench_kernels attnamx: 117 ms one
+ * thread, 52-60 ms two, per layer). The parts add up instead of
+ * overlapping because vector work does not run beside the tile products:
+ * bench_kernels amxmix measures 512-bit FMAs at ~1 per cycle while
+ * tdpbf16ps run (2 alone), 128-256 FMAs beside four products taking
+ * 105-146% of the two apart, and a 1 KiB tilestored costing about a
+ * product (4.8 ns). Tried, none outside 0.97-1.03x: the softmax cut into
+ * 32-key parts with the next row block's score tiles and the previous
+ * one's P V tiles between them (1327 vs 1327 ns), the three stages as
+ * separate phases over all 16 row blocks (1.00-1.02x), the score tiles
+ * starting from -m (loaded instead of zeroed, so the softmax skips its
+ * subtraction: attnamx 16k 1.02-1.03x one thread, noise on two), and
+ * 256-key blocks at 16k (0.98x / 0.91x). So a 16k prefill chunk costs
+ * the products plus the softmax plus the tile stores, ~5x the products
+ * alone at the probe's rate, and issue 12's "last 512 of 16k >= 50% of
+ * pp512" sits at 44-50% (README, Numbers).
  * Before (previous version): one row block per task ran at 100 GFLOP/s,
  * waiting on strided V loads, 174 with 16; decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
