@@ -144,6 +144,22 @@
  * own tile traffic (one operand from L2, C reloaded per K chunk), not
  * fetching fresh W or x. A load-time repack of W would buy at most the
  * stride's 5-15%.
+ * Where the loop loses, by a standalone replica of block2_task's tile
+ * loop (2026-12-04, Xeon in its fast state, tdpbf16ps 3.1-3.2 TFLOP/s one
+ * core; gate shape, T = 512, one thread, CPU time): the replica 930-1060
+ * GFLOP/s (30-33%, as this GEMM in bench_kernels amxceiling: 747-790, 24-
+ * 25%, whose write-out and x packing cost another ~10% and ~5% by
+ * ablation); W packed instead of read in place 1.0-1.1x; each x chunk kept
+ * (every K chunk and T block reusing the first: timing only) 1.25-1.35x;
+ * x and W chunks kept 1.3-1.5x (42-48%); one L2-resident working set of
+ * the same sizes (256 KiB each of W, x and C tiles, contiguous) 60-65%;
+ * operands in L1 with C loaded and stored every 16 steps 91%. Padding the
+ * x rows and W groups by a tile (no power-of-two strides): no change. So
+ * a third of the loss is the chunk changes (L3 -> L2 -> tiles, where a
+ * tile load stalls the products: with all 8 tiles in use none can be
+ * loaded ahead) and most of the rest the L2 -> tile traffic itself; 60%
+ * of the probe would need the whole GEMM at the L2-resident replica's
+ * best, with W and x streaming in and y going out.
  * Tried and dropped: pipelining the producer into the tile steps (a
  * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
  * rows after each 2x2 step, the one after prefetched, y written one step
