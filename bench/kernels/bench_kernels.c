@@ -611,7 +611,7 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}};
     const int T = 512, reps = quick ? 3 : 5;
-    bool amx8 = okv_qmm_have_amx_int8();
+    bool amx8 = okv_qmm_have_amx_int8(), pk = okv_qmm_have_avx512vnni(); /* pk: the AVX-512 packed f32 GEMM */
     qarena a = {NULL, (size_t)256 << 20};
     a.mem = aligned_alloc(64, a.size);
     qarena_fill_random(&a);
@@ -626,31 +626,48 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
         for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = okv_f32_to_bf16(frand() * 0.05f);
         qset q[2];
         for (int qi = 0; qi < 2; qi++) q[qi] = make_qset(&a, schemes[qi], N, K);
-        double tq[2][3][16], tb[16];
+        double tq[2][4][16], tb[2][16];
         for (int r = 0; r < reps; r++) {
             for (int qi = 0; qi < 2; qi++)
-                for (int p = 0; p < (amx8 ? 3 : 1); p++) {
+                for (int p = 0; p < 4; p++) {
+                    if ((p == 1 || p == 2) && !amx8) continue;
+                    if (p == 3 && !pk) continue;
                     double t0 = clock_fn();
                     if (p == 0) okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     else if (p == 1) okv_matmul_q_amx_tiles(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
-                    else okv_matmul_q_amx_bf16(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else if (p == 2) okv_matmul_q_amx_bf16(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else okv_matmul_q_avx512_packed(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     tq[qi][p][r] = clock_fn() - t0;
                 }
             double t0 = clock_fn();
             best->matmul(tp, y, x, T, K, wb, OKV_BF16, N, NULL);
-            tb[r] = clock_fn() - t0;
+            tb[0][r] = clock_fn() - t0;
+            if (pk) { /* bf16 W on the same packed f32 kernel: the quantized path's peer without AMX */
+                t0 = clock_fn();
+                okv_matmul_avx512_gemm(tp, y, x, T, K, wb, OKV_BF16, N, NULL);
+                tb[1][r] = clock_fn() - t0;
+            }
         }
         double flop = 2.0 * T * N * K;
         for (int qi = 0; qi < 2; qi++)
-            for (int p = 0; p < (amx8 ? 3 : 1); p++) {
+            for (int p = 0; p < 4; p++) {
+                if ((p == 1 || p == 2) && !amx8) continue;
+                if (p == 3 && !pk) continue;
                 char sname[32];
                 double sec = median(tq[qi][p], reps);
-                const char *path = p == 2 ? "deq-bf16-amx" : p ? "int8-amx" : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
+                const char *path = p == 3   ? "deq-f32-avx512pk"
+                                   : p == 2 ? "deq-bf16-amx"
+                                   : p      ? "int8-amx"
+                                   : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
                 printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
                        path, sec * 1e3, flop / sec / 1e9);
             }
-        double sec = median(tb, reps);
+        double sec = median(tb[0], reps);
         printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", best->name, sec * 1e3, flop / sec / 1e9);
+        if (pk) {
+            sec = median(tb[1], reps);
+            printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", "f32-avx512pk", sec * 1e3, flop / sec / 1e9);
+        }
         free(wb);
     }
     free(x);

@@ -43,16 +43,18 @@ static const okv_kernels kernels_avx2 = {
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_best,
+    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_avx512_gemm,
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids without AMX): prefill of
- * bf16 / f16 weights on packed f32 FMAs (okv_kernels_avx512_gemm.c), decode
+ * bf16 / f16 weights, and of 8-bit quantized ones from T = 512, on packed
+ * f32 FMAs (okv_kernels_avx512_gemm.c; other quantized calls on the VNNI
+ * integer path), decode
  * GEMV of bf16 weights on vdpbf16ps with x rounded to bf16;
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_best,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_gemm,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
@@ -152,5 +154,6 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
     size_t b = max_size(okv_matmul_q_plain_scratch(K, n_threads), okv_qmm_scratch(T, K, groups));
     b = max_size(b, okv_matmul_q_amx_scratch(T, K, N, s, n_threads));
     b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
+    b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
     return max_size(b, sizeof(float) * ((size_t)K + groups)); /* okv_matmul_q_avx512_f32 */
 }

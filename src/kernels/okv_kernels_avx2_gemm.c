@@ -153,8 +153,9 @@ static TGT void pack_w_chunk_float(const gemm_job *g, float *wp, int n0, int row
  * o / 4 % L; 8-bit: column o is byte o; 4-bit: per 16 bytes 32 columns,
  * the 16 low nibbles then the 16 high ones. With L even, 8 bytes from a
  * multiple of 8 are 2 groups (2i, 2i + 1), so their scales are one vector
- * built once per superblock; odd L (a tail) goes element by element. */
-static TGT void dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *dst) {
+ * built once per superblock; odd L (a tail) goes element by element.
+ * Also the AVX-512 packed GEMM's quantized producer. */
+TGT void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *dst) {
     const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);
     const uint8_t *crow = q->codes + (size_t)n * q->code_stride;
     const uint16_t *drow = q->d + (size_t)n * q->scale_stride, *mrow = q->m ? q->m + (size_t)n * q->scale_stride : NULL;
@@ -213,7 +214,7 @@ static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, i
         float *panel = wp + (size_t)(i0 / NR) * KC * NR + i0 % NR;
         for (int i = 0; i < 8; i++) {
             int n = n0 + i0 + i;
-            if (n < N) dequant_cols_f32(g->q, n, k0, k0 + kc, stage + (size_t)i * KC);
+            if (n < N) okv_qmm_dequant_cols_f32(g->q, n, k0, k0 + kc, stage + (size_t)i * KC);
             else memset(stage + (size_t)i * KC, 0, sizeof(float) * (size_t)kc);
         }
         for (int k = 0; k < kc; k += 8) {

@@ -32,9 +32,27 @@
  * outlives the call.
  *
  * Measured: see the numbers below the includes' first use (bench_kernels
- * pp512, head of this file updated with each change). */
+ * pp512, head of this file updated with each change).
+ *
+ * Quantized W (okv_matmul_q_avx512_packed): 16 rows at a time dequantized
+ * to f32 (okv_qmm_dequant_cols_f32, the AVX2 packed GEMM's producer) into
+ * a stage and transposed into the same micro-panels; x packed in the
+ * codes' column order. bench_kernels qgemm (Xeon, its full-rate 512-bit
+ * FMAs, 2 threads, T = 512, 2026-12-04), GFLOP/s for 2048x2048 /
+ * 8192x2048 / 2048x8192: q8 g32 packed 236 / 249 / 237 vs the VNNI
+ * integer path 242 / 246 / 194, q4 g32 245 / 251 / 248 vs 258 / 267 /
+ * 230, bf16 on this kernel 250 / 253 / 252. Over a layer's shapes q8
+ * packed is 1.07x the VNNI path (0.96x bf16, from 0.90x), q4 0.98x of it
+ * (VNNI: 1.01x bf16), so the AVX-512 tables take the packed path for
+ * 8-bit W at T >= 512 only (smaller T not measured) and keep VNNI for
+ * 4-bit W. End to end (bench_prefill, OKV_KERNELS=avx512 on the same
+ * Xeon, bf16 and q8 programs side by side, 5 rounds, old and new binaries
+ * alternated twice): q8 115.7 / 115.4 -> 129.3 / 130.0 tok/s, i.e. 0.84x /
+ * 0.87x -> 0.96x / 0.97x of bf16. Not measured on Zen 4, whose 512-bit
+ * FMAs run as two halves. */
 #include <immintrin.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
@@ -45,22 +63,26 @@
 enum { MR = 6,   /* x rows per micro-kernel */
        NR = 64,  /* W rows per micro-kernel: 4 zmm */
        KC = 128, /* K per chunk: a 64-row micro-panel is 32 KiB of f32 */
-       NB = 256  /* W rows per task */ };
+       NB = 256, /* W rows per task */
+       Q8_PACK_MIN_T = 512 /* 8-bit W: fewest rows for the packed path (measured at 512 only, see the head) */ };
 
 typedef struct gemm_job {
-    matmul_job mm;
-    int panels;      /* x panels: ceil(T / MR) */
-    int nb;          /* W rows per task (multiple of NR) */
-    float *xp;       /* [panels][K][MR] */
-    float *wp;       /* per thread: [nb / NR][KC][NR] */
-    size_t wp_elems; /* per thread */
+    matmul_job mm;        /* float W (mm.W, mm.wdt), or only the shapes for quantized W */
+    const okv_qview *q;   /* quantized W, else NULL */
+    const int32_t *perm;  /* quantized W: x's column for packed column e (okv_qmm_tile_perm) */
+    int panels;           /* x panels: ceil(T / MR) */
+    int nb;               /* W rows per task (multiple of NR) */
+    float *xp;            /* [panels][K][MR] */
+    float *wp;            /* per thread: [nb / NR][KC][NR] */
+    float *stage;         /* per thread: [16][KC], quantized rows dequantized before the transpose */
+    size_t wp_elems, stage_elems; /* per thread */
 } gemm_job;
 
 /* ---- packing -------------------------------------------------------------------------- */
 
 static void pack_x_panel(const gemm_job *g, int p) {
     const matmul_job *j = &g->mm;
-    okv_gemm_pack_x_panel(g->xp + (size_t)p * j->K * MR, j->x, j->T, j->K, MR, NULL, p);
+    okv_gemm_pack_x_panel(g->xp + (size_t)p * j->K * MR, j->x, j->T, j->K, MR, g->perm, p);
 }
 
 static void pack_x_task(void *ctx, int task, int thread) {
@@ -125,9 +147,32 @@ static TGT void pack_w_chunk(const gemm_job *g, float *wp, int n0, int rows, int
     }
 }
 
+/* Quantized W rows [n0, n0 + rows), packed columns [k0, k0 + kc) (kc a
+ * multiple of 32): 16 rows dequantized into stage, then transposed as
+ * pack_w_chunk transposes float rows. */
+static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, int n0, int rows, int k0, int kc) {
+    const int N = g->mm.N;
+    for (int i0 = 0; i0 < rows; i0 += 16) {
+        float *panel = wp + (size_t)(i0 / NR) * KC * NR + i0 % NR;
+        for (int i = 0; i < 16; i++) {
+            int n = n0 + i0 + i;
+            if (n < N) okv_qmm_dequant_cols_f32(g->q, n, k0, k0 + kc, stage + (size_t)i * KC);
+            else memset(stage + (size_t)i * KC, 0, sizeof(float) * (size_t)kc);
+        }
+        for (int k = 0; k < kc; k += 16) {
+            __m512i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(stage + (size_t)i * KC + k);
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int e = 0; e < 16; e++) _mm512_storeu_si512(panel + (size_t)(k + e) * NR, r[e]);
+        }
+    }
+}
+
 /* W row (n0 + i)'s bytes of chunk [k0, k0 + kc) towards L2. */
 static inline void prefetch_w_row(const matmul_job *j, int n, int k0, int kc) {
-    if (n >= j->N) return;
+    if (n >= j->N || !j->W) return; /* quantized W: its producer reads the codes front to back */
     const char *p = (const char *)((const uint16_t *)j->W + (size_t)n * j->K + k0);
     for (int o = 0; o < kc * 2; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
@@ -182,10 +227,11 @@ static TGT void gemm_task(void *ctx, int task, int thread) {
     const int K = j->K;
     int n0 = task * g->nb, rows = j->N - n0 < g->nb ? j->N - n0 : g->nb;
     rows = (rows + NR - 1) / NR * NR;
-    float *wp = g->wp + (size_t)thread * g->wp_elems;
+    float *wp = g->wp + (size_t)thread * g->wp_elems, *stage = g->stage + (size_t)thread * g->stage_elems;
     for (int k0 = 0; k0 < K; k0 += KC) {
         int kc = K - k0 < KC ? K - k0 : KC, k1 = k0 + kc, kc1 = K - k1 < KC ? K - k1 : KC;
-        pack_w_chunk(g, wp, n0, rows, k0, kc);
+        if (g->q) pack_w_chunk_quant(g, wp, stage, n0, rows, k0, kc);
+        else pack_w_chunk(g, wp, n0, rows, k0, kc);
         int step = 0, per = (rows + (rows / NR) * g->panels - 1) / ((rows / NR) * g->panels); /* rows per call */
         for (int jp = 0; jp < rows / NR; jp++) {
             const float *w = wp + (size_t)jp * KC * NR;
@@ -208,33 +254,65 @@ size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads) {
     if (T <= 1 || K <= 0 || N <= 0) return 0;
     if (n_threads < 1) n_threads = 1;
     size_t xp = (size_t)((T + MR - 1) / MR) * MR * (size_t)K, wp = (size_t)task_rows(N, n_threads) * KC;
-    return (xp + wp * (size_t)n_threads) * sizeof(float) + 64;
+    size_t stage = (size_t)16 * KC;
+    return (xp + (size_t)K + (wp + stage) * (size_t)n_threads) * sizeof(float) + 64;
 }
 
 bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt) {
     return T > 1 && K > 0 && N > 0 && (wdt == OKV_BF16 || wdt == OKV_F16);
 }
 
+static bool quant_packs(int T, int K, int N, const okv_qscheme *s) {
+    return T > 1 && K > 0 && N > 0 && s && s->group > 0 && K % s->group == 0 && K % 32 == 0;
+}
+
+/* Runs the packed GEMM on g (g->mm, g->q set); false: no scratch. */
+static bool gemm_run(okv_threadpool *tp, gemm_job *g) {
+    const matmul_job *j = &g->mm;
+    int n_threads = okv_threadpool_size(tp);
+    g->panels = (j->T + MR - 1) / MR;
+    g->nb = task_rows(j->N, n_threads);
+    g->wp_elems = (size_t)g->nb * KC;
+    g->stage_elems = (size_t)16 * KC;
+    okv_kscratch ks;
+    char *mem = okv_kscratch_get(&ks, tp, okv_matmul_avx512_gemm_scratch(j->T, j->K, j->N, n_threads));
+    if (!mem) return false;
+    g->xp = (float *)mem;
+    int32_t *perm = (int32_t *)(g->xp + (size_t)g->panels * MR * j->K);
+    g->wp = (float *)(perm + j->K);
+    g->stage = g->wp + g->wp_elems * (size_t)n_threads;
+    if (g->q) {
+        okv_qmm_tile_perm(g->q, perm);
+        g->perm = perm;
+    }
+    okv_threadpool_run(tp, g->panels, pack_x_task, g);
+    okv_threadpool_run(tp, (j->N + g->nb - 1) / g->nb, gemm_task, g);
+    okv_kscratch_release(&ks);
+    return true;
+}
+
 void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             okv_dtype wdt, int N, const float *bias) {
-    if (!okv_matmul_avx512_gemm_takes(T, K, N, wdt)) {
-        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias);
+    gemm_job g = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
+    if (!okv_matmul_avx512_gemm_takes(T, K, N, wdt) || !gemm_run(tp, &g))
+        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* T = 1, f32 W, or no scratch: the unpacked path */
+}
+
+void okv_matmul_q_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                const okv_qscheme *s, int N, const float *bias) {
+    if (!quant_packs(T, K, N, s)) {
+        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
         return;
     }
-    int n_threads = okv_threadpool_size(tp);
-    gemm_job g = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (T + MR - 1) / MR, task_rows(N, n_threads), NULL, NULL, 0};
-    g.wp_elems = (size_t)g.nb * KC;
-    okv_kscratch ks;
-    char *mem = okv_kscratch_get(&ks, tp, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
-    if (!mem) {
-        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* no scratch: the unpacked path */
-        return;
-    }
-    g.xp = (float *)mem;
-    g.wp = g.xp + (size_t)g.panels * MR * K;
-    okv_threadpool_run(tp, g.panels, pack_x_task, &g);
-    okv_threadpool_run(tp, (N + g.nb - 1) / g.nb, gemm_task, &g);
-    okv_kscratch_release(&ks);
+    okv_qview v = okv_quant_view(s, W, N, K);
+    gemm_job g = {{y, x, T, K, N, NULL, OKV_F32, bias, 0, NULL}, &v, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
+    if (!gemm_run(tp, &g)) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+}
+
+void okv_matmul_q_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              const okv_qscheme *s, int N, const float *bias) {
+    if (s && s->bits == 8 && T >= Q8_PACK_MIN_T) okv_matmul_q_avx512_packed(tp, y, x, T, K, W, s, N, bias);
+    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }
 
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

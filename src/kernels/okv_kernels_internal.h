@@ -323,6 +323,15 @@ void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T,
                             okv_dtype wdt, int N, const float *bias);
 bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt);
 size_t okv_matmul_avx512_gemm_scratch(int T, int K, int N, int n_threads);
+/* Quantized W on the same packed kernel: W dequantized to f32 per call
+ * (okv_qmm_dequant_cols_f32), x packed in the codes' order, products and
+ * sums as okv_matmul_q_plain's f32 math. _gemm is the AVX-512 tables'
+ * quantized matmul: packed from the T where it beats the VNNI integer
+ * path (measured, in the file), else okv_matmul_q_best. */
+void okv_matmul_q_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_q_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              const okv_qscheme *s, int N, const float *bias);
 /* The packed GEMMs' task height: N shared by the threads, rounded up to
  * whole micro-panels of nr rows, at most nb (a multiple of nr). */
 static inline int okv_gemm_task_rows(int N, int n_threads, int nr, int nb) {
@@ -356,6 +365,10 @@ void okv_matmul_q_avx2_packed(okv_threadpool *tp, float *y, const float *x, int 
 void okv_matmul_q_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias);
 size_t okv_matmul_avx2_gemm_scratch(int T, int K, int N, int n_threads);
+/* Columns [e0, e1) (multiples of 32) of quantized row n, in the codes'
+ * memory order (okv_qmm_tile_perm), dequantized to f32 into dst[e - e0]
+ * exactly as okv_dequant_row computes them (AVX2 + FMA). */
+void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *dst);
 /* The avx512-bf16 table's matmul: okv_matmul_avx512_gemm where it packs,
  * else okv_matmul_avx512_bf16 (its bf16 GEMV at T = 1). */
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

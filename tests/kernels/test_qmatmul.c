@@ -24,7 +24,7 @@ typedef struct impl {
     int int_below; /* fewer rows than this: the integer path (int_act's bound, not its bits) */
 } impl;
 
-static impl impls[12];
+static impl impls[14];
 static int n_impls;
 
 /* A quantized W with its generating codes and f16-exact scales. */
@@ -232,6 +232,10 @@ int main(void) {
     if (okv_qmm_have_avx512vnni()) {
         impls[n_impls++] = (impl){"avx512vnni", okv_matmul_q_avx512vnni, true, false, 0};
         impls[n_impls++] = (impl){"avx512-f32", okv_matmul_q_avx512_f32, false, false, 0};
+        /* the AVX-512 tables' prompt path: W dequantized into packed f32 panels (T = 1: the integer GEMV) */
+        impls[n_impls++] = (impl){"avx512-packed-f32", okv_matmul_q_avx512_packed, false, false, 2};
+        /* the AVX-512 tables' dispatch: packed for 8-bit W from T = 512, else the integer path */
+        impls[n_impls++] = (impl){"avx512-table", okv_matmul_q_avx512_gemm, false, false, 512};
     } else {
         fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
     }
@@ -251,7 +255,7 @@ int main(void) {
     else fprintf(stderr, "no AMX-INT8 here (or no permission): that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
     if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx &&
-        best->matmul_q != okv_matmul_q_avx2_gemm)
+        best->matmul_q != okv_matmul_q_avx2_gemm && best->matmul_q != okv_matmul_q_avx512_gemm)
         impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain, false, 0};
     test_shapes();
     test_non_finite_x();
