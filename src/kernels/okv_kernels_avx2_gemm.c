@@ -206,17 +206,19 @@ TGT void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, flo
     }
 }
 
+void okv_qmm_stage_rows(const okv_qview *q, int n0, int count, int N, int k0, int kc, float *stage, int ld) {
+    for (int i = 0; i < count; i++) {
+        if (n0 + i < N) okv_qmm_dequant_cols_f32(q, n0 + i, k0, k0 + kc, stage + (size_t)i * ld);
+        else memset(stage + (size_t)i * ld, 0, sizeof(float) * (size_t)kc);
+    }
+}
+
 /* Quantized W rows [n0, n0 + rows), packed columns [k0, k0 + kc) (kc a
  * multiple of 32): 8 rows dequantized into stage, then transposed. */
 static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, int n0, int rows, int k0, int kc) {
-    const int N = g->mm.N;
     for (int i0 = 0; i0 < rows; i0 += 8) {
         float *panel = wp + (size_t)(i0 / NR) * KC * NR + i0 % NR;
-        for (int i = 0; i < 8; i++) {
-            int n = n0 + i0 + i;
-            if (n < N) okv_qmm_dequant_cols_f32(g->q, n, k0, k0 + kc, stage + (size_t)i * KC);
-            else memset(stage + (size_t)i * KC, 0, sizeof(float) * (size_t)kc);
-        }
+        okv_qmm_stage_rows(g->q, n0 + i0, 8, g->mm.N, k0, kc, stage, KC);
         for (int k = 0; k < kc; k += 8) {
             __m256 r[8];
 #pragma GCC unroll 8
@@ -318,10 +320,6 @@ static bool float_packs(int T, int K, int N, okv_dtype wdt) {
     return T > 1 && K > 0 && N > 0 && (wdt == OKV_BF16 || wdt == OKV_F16);
 }
 
-static bool quant_packs(int T, int K, int N, const okv_qscheme *s) {
-    return T > 1 && K > 0 && N > 0 && s && s->group > 0 && K % s->group == 0 && K % 32 == 0;
-}
-
 size_t okv_matmul_avx2_gemm_scratch(int T, int K, int N, int n_threads) {
     if (T <= 1 || K <= 0 || N <= 0) return 0;
     if (n_threads < 1) n_threads = 1;
@@ -369,7 +367,7 @@ void okv_matmul_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, i
 
 void okv_matmul_q_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                               const okv_qscheme *s, int N, const float *bias) {
-    if (!quant_packs(T, K, N, s)) {
+    if (!okv_gemm_quant_packs(T, K, N, s)) {
         okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
         return;
     }

@@ -151,14 +151,9 @@ static TGT void pack_w_chunk(const gemm_job *g, float *wp, int n0, int rows, int
  * multiple of 32): 16 rows dequantized into stage, then transposed as
  * pack_w_chunk transposes float rows. */
 static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, int n0, int rows, int k0, int kc) {
-    const int N = g->mm.N;
     for (int i0 = 0; i0 < rows; i0 += 16) {
         float *panel = wp + (size_t)(i0 / NR) * KC * NR + i0 % NR;
-        for (int i = 0; i < 16; i++) {
-            int n = n0 + i0 + i;
-            if (n < N) okv_qmm_dequant_cols_f32(g->q, n, k0, k0 + kc, stage + (size_t)i * KC);
-            else memset(stage + (size_t)i * KC, 0, sizeof(float) * (size_t)kc);
-        }
+        okv_qmm_stage_rows(g->q, n0 + i0, 16, g->mm.N, k0, kc, stage, KC);
         for (int k = 0; k < kc; k += 16) {
             __m512i r[16];
 #pragma GCC unroll 16
@@ -262,10 +257,6 @@ bool okv_matmul_avx512_gemm_takes(int T, int K, int N, okv_dtype wdt) {
     return T > 1 && K > 0 && N > 0 && (wdt == OKV_BF16 || wdt == OKV_F16);
 }
 
-static bool quant_packs(int T, int K, int N, const okv_qscheme *s) {
-    return T > 1 && K > 0 && N > 0 && s && s->group > 0 && K % s->group == 0 && K % 32 == 0;
-}
-
 /* Runs the packed GEMM on g (g->mm, g->q set); false: no scratch. */
 static bool gemm_run(okv_threadpool *tp, gemm_job *g) {
     const matmul_job *j = &g->mm;
@@ -300,7 +291,7 @@ void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T,
 
 void okv_matmul_q_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                                 const okv_qscheme *s, int N, const float *bias) {
-    if (!quant_packs(T, K, N, s)) {
+    if (!okv_gemm_quant_packs(T, K, N, s)) {
         okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
         return;
     }

@@ -339,6 +339,10 @@ static inline int okv_gemm_task_rows(int N, int n_threads, int nr, int nb) {
     per = (per + nr - 1) / nr * nr;
     return per < nb ? per : nb;
 }
+/* Whether the packed GEMMs take quantized W (T > 1, whole groups, K % 32 == 0). */
+static inline bool okv_gemm_quant_packs(int T, int K, int N, const okv_qscheme *s) {
+    return T > 1 && K > 0 && N > 0 && s && s->group > 0 && K % s->group == 0 && K % 32 == 0;
+}
 /* The packed GEMMs' x panel p: dst[e][r] = x[mr p + r][perm ? perm[e] : e]
  * for e < K, r < mr (<= 8), rows past T zero. */
 static inline void okv_gemm_pack_x_panel(float *dst, const float *x, int T, int K, int mr, const int32_t *perm,
@@ -369,6 +373,9 @@ size_t okv_matmul_avx2_gemm_scratch(int T, int K, int N, int n_threads);
  * memory order (okv_qmm_tile_perm), dequantized to f32 into dst[e - e0]
  * exactly as okv_dequant_row computes them (AVX2 + FMA). */
 void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *dst);
+/* Rows [n0, n0 + count) of it, columns [k0, k0 + kc), into stage rows ld
+ * floats apart (rows at or past N zero): the packed GEMMs' producers. */
+void okv_qmm_stage_rows(const okv_qview *q, int n0, int count, int N, int k0, int kc, float *stage, int ld);
 /* The avx512-bf16 table's matmul: okv_matmul_avx512_gemm where it packs,
  * else okv_matmul_avx512_bf16 (its bf16 GEMV at T = 1). */
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
