@@ -9,7 +9,8 @@
  * then rounds that time pp512 (in a second, short cache), the last 512 of
  * the long prompt, and decode steps at 512 and at N positions back to
  * back; the ratios against the targets per round and their medians (see
- * bench_longctx). --decode sets the decode steps per round (default 16).
+ * bench_longctx). --decode sets the decode steps per round (default 16);
+ * with --profile 1 one more pp512 and last 512 follow, each profiled alone.
  *
  * --profile 1: the runner times every op (okv_runner_options.profile) and
  * the prefill's and the decode's breakdowns are printed per kind of op (ms
@@ -133,6 +134,8 @@ static double median_of(double *v, int n) {
 
 enum { LC_ROUNDS = 5 };
 
+static void print_profile(const okv_runner *r, const char *what);
+
 /* One round of --longctx: the four timings back to back. */
 typedef struct lc_round { double pp, last, dec_short, dec_long; } lc_round;
 
@@ -203,6 +206,16 @@ static int bench_longctx(okv_program *p, const okv_runner_options *ro, const okv
            100 * median_of(share, LC_ROUNDS));
     printf("longctx: medians: decode at 512 %.1f ms/token, at %d %.1f ms/token; per round %.2fx (target <= 1.3x)\n",
            median_of(ds, LC_ROUNDS), n_ctx, median_of(dl, LC_ROUNDS), median_of(slow, LC_ROUNDS));
+    if (ro->profile) { /* one more pp512 and last 512, each alone in its runner's profile */
+        okv_runner_profile_reset(shortr);
+        okv_runner_profile_reset(longr);
+        if (okv_cache_rewind("bench-short", 0, &err) || prefill_range(shortr, ids, 0, 512, 512, logits, &last, &err) ||
+            okv_cache_rewind("bench", n_ctx - 512, &err) ||
+            prefill_range(longr, ids, n_ctx - 512, n_ctx, 512, logits, &last, &err))
+            goto done;
+        print_profile(shortr, "longctx: pp512");
+        print_profile(longr, "longctx: last 512");
+    }
     rc = 0;
 done:
     if (rc) fprintf(stderr, "longctx: %s\n", err.message);
