@@ -94,6 +94,13 @@
  * the products plus the softmax plus the tile stores, ~5x the products
  * alone at the probe's rate, and issue 12's "last 512 of 16k >= 50% of
  * pp512" sits at 44-50% (README, Numbers).
+ * Tried and dropped (2026-12-05, Xeon in its fast state, bench_kernels
+ * attnamx with a copy of this file beside it, interleaved, medians): the
+ * column sums by vdpbf16ps of the packed P^T rows with ones (one op per
+ * key pair instead of two adds, two accumulators): 1.01-1.03x the time;
+ * a degree-2 polynomial for 2^f (rel. error 1.7e-3, one FMA fewer per
+ * score): 0.92-0.99x the time at 16k, which p's doubled error (next to
+ * its bf16 rounding, 2^-9) does not pay for when the target needs ~0.88x.
  * Before (previous version): one row block per task ran at 100 GFLOP/s,
  * waiting on strided V loads, 174 with 16; decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,

@@ -149,7 +149,21 @@
  * the logits (test_seq_state_q8's windowed cell key, whose cells sit in
  * another pool order after a load, went from 1e-5 to 3.7e-3), which 1.4%
  * does not pay for. Also no gain (1-2%): a two-stage pipeline over the kv
- * heads (head h's softmax, then head h - 1's P V adjacent in the stream). */
+ * heads (head h's softmax, then head h - 1's P V adjacent in the stream).
+ * 32-key blocks for bf16 pools (2026-12-05, two score tiles per head, S,
+ * softmax and P V over 32 keys; a copy of this file beside it in
+ * bench_kernels attndecode): 1.04x the time at 16k (38.9 vs 37.4 ms, 2
+ * threads, probe 28.4) and 1.14x hot (4.87 vs 4.26 ms): the longer P V
+ * chains cost more than the halved per-block overheads save. P V on AMX
+ * tiles for bf16 pools (same day and bench; Rp <= 8: p transposed by word
+ * permutes into an A tile [Rp][16 keys], V's key pairs interleaved by
+ * unpacks into B tiles [8 pairs][16 channels][2], the accumulators as C
+ * tiles loaded and stored per (block, kv head), one product per 16
+ * channels): no gain, hot 4.06 vs 4.03 ms, 16k 31.6 vs 31.6 ms (probe
+ * 23.8). Its parts, by ablation, as shares of the f32 kernel's time in
+ * the same run (hot / 16k): V read and staged but no products 0.73 /
+ * 0.82, no V at all 0.61 / 0.78: the ~70 ns per (block, kv head) of tile
+ * loads, products and stores cost what the f32 FMAs do. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
