@@ -46,9 +46,15 @@
  * scores rising by ~230 log2 units, which overflow if the offset fails to
  * move).
  *
- * Super-blocks: a task holds up to NQB = 16 row blocks of one kv head and
- * runs each K/V block (V^T built once) past all of them, so K/V stream
- * from memory once per 16 row blocks. Blocks are cut at multiples of KB in
+ * Super-blocks: a task holds up to NQB = 64 row blocks of one kv head (as
+ * many as keep their state, ~13 KiB each at D = 64, within SBLOCK_BYTES of
+ * L2: 32 at D = 128, 16 at D = 256) and runs each K/V block (V^T built
+ * once) past all of them, so K/V stream from memory once per super-block:
+ * once per kv head for a 512-token chunk. 64 against the previous 16, a
+ * copy of this file beside it in bench_kernels attnamx, 2026-12-05,
+ * bit-identical outputs: 0.875-0.89x the time at 16k (one and two
+ * threads), 0.92-0.98x at 512 and 4k, 0.94x on the ring; 32: 0.93-0.94x
+ * at 16k. Blocks are cut at multiples of KB in
  * the logical key index, so results do not depend on the grouping (only
  * key splits, when tasks are too few for the threads, change the order of
  * sums).
@@ -121,7 +127,7 @@ enum { KB = 64,     /* keys per block */
        MV = 32,     /* query vectors per task (two tiles of 16 columns) */
        DMAX = 256,  /* largest head_dim on tiles */
        OKV_AMX_ATTN_MIN_VECS = 16, /* query vectors per kv head that go on tiles (decode: AVX-512, see above) */
-       NQB = 16,    /* row blocks sharing each K/V block (L2: 16 x 13 KiB at D = 64) */
+       NQB = 64,    /* most row blocks sharing each K/V block (a super-block) */
        MIN_SPLIT = 512 };
 
 /* Scores of keys a vector may not see: finite, so that s - m never makes
@@ -161,6 +167,18 @@ static size_t thread_fixed_bytes(int D) {
     return (size_t)KB_MAX * D * 2 * 2 + 1024 + 2 * KB_MAX * MV * 4 + 2 * 2 * (KB_MAX / 2) * 64;
 }
 
+/* A super-block's row-block state stays within this much of L2 (AMX CPUs
+ * have 2 MiB per core). */
+#define SBLOCK_BYTES ((size_t)1 << 20)
+
+/* Row blocks per super-block at most: a power of two <= NQB whose states
+ * (qb_bytes each) fit SBLOCK_BYTES. */
+static int nqb_max(size_t qb_bytes) {
+    int n = NQB;
+    while (n > 1 && (size_t)n * qb_bytes > SBLOCK_BYTES) n /= 2;
+    return n;
+}
+
 /* Per thread: the fixed buffers, and per row block of the super-block: qb
  * (D/32 x 2 B tiles), vlo, vhi [MV], own partial (acc^T, m, l).
  * Super-blocks of up to NQB row blocks share each K/V block read, fewer
@@ -173,12 +191,12 @@ static amx_shape amx_shape_of(int T, int n_heads, int kv_heads, int D, int n_thr
     s.Tb = MV / s.G > 1 ? MV / s.G : 1;
     if (s.Tb > T) s.Tb = T;
     s.n_qblocks = (T + s.Tb - 1) / s.Tb;
-    s.nqb = NQB;
+    s.part_floats = (size_t)MV * D + 2 * MV;
+    s.qb_bytes = (size_t)D * 64 + 2 * MV * 4 + s.part_floats * 4;
+    s.nqb = nqb_max(s.qb_bytes);
     while (s.nqb > 1 && (int64_t)s.Hkv * ((s.n_qblocks + s.nqb - 1) / s.nqb) < 4 * n_threads) s.nqb /= 2;
     s.n_sblocks = (s.n_qblocks + s.nqb - 1) / s.nqb;
     s.base_tasks = s.Hkv * s.n_sblocks;
-    s.part_floats = (size_t)MV * D + 2 * MV;
-    s.qb_bytes = (size_t)D * 64 + 2 * MV * 4 + s.part_floats * 4;
     s.thread_bytes = thread_fixed_bytes(D) + s.qb_bytes * s.nqb;
     s.thread_bytes = (s.thread_bytes + 63) / 64 * 64;
     return s;
@@ -217,8 +235,9 @@ size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
      * full super-blocks, and splits happen only below 2 n tasks, so
      * tasks x splits < 6 n */
     amx_shape s = amx_shape_of(1, n_heads, kv_heads, head_dim, 1);
-    size_t thread = thread_fixed_bytes(head_dim) + s.qb_bytes * NQB;
-    return r64((size_t)2 * T * 4) + r64(thread) * n_threads + r64(s.part_floats * 4 * NQB * 6 * (size_t)n_threads);
+    const int nqb = nqb_max(s.qb_bytes);
+    size_t thread = thread_fixed_bytes(head_dim) + s.qb_bytes * (size_t)nqb;
+    return r64((size_t)2 * T * 4) + r64(thread) * n_threads + r64(s.part_floats * 4 * (size_t)nqb * 6 * (size_t)n_threads);
 }
 
 /* ---- vector pieces ---------------------------------------------------------------- */

@@ -311,6 +311,8 @@ static void test_attention(void) {
         {"amx 128-key blocks",           8, 2, 64, OKV_BF16, 40, 9000, 0,  0,  0, 1},
         {"amx 128-key blocks window",    8, 2, 128, OKV_F16, 33, 9100, 0, 300, 0, 1},
         {"amx 128-key blocks gqa 3",     9, 3, 64, OKV_BF16, 13, 8200, 0,  0,  0, 2},
+        /* 65 row blocks per kv head: a super-block of 64 and one of 1 */
+        {"amx super-blocks of 64",      32, 8, 32, OKV_BF16, 520, 100, 0,  0,  0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         scenario s = cases[i];
