@@ -107,6 +107,11 @@
  * a degree-2 polynomial for 2^f (rel. error 1.7e-3, one FMA fewer per
  * score): 0.92-0.99x the time at 16k, which p's doubled error (next to
  * its bf16 rounding, 2^-9) does not pay for when the target needs ~0.88x.
+ * In the model the kernel takes ~61 ms a layer at 16k against the bench's
+ * 52 (each layer's K/V cold in the LLC there); spreading the next key
+ * block's prefetches over the row blocks instead of issuing them in one
+ * burst: no change (bench_model --longctx 16384, two interleaved pairs:
+ * last 512 at 286.2 vs 286.0 and 293.2 vs 288.7 tok/s).
  * Before (previous version): one row block per task ran at 100 GFLOP/s,
  * waiting on strided V loads, 174 with 16; decode on tiles (4 of 16
  * columns used) ran 0.6-0.9x the AVX-512 kernel in cache but 1.4x at 16k,
