@@ -13,9 +13,9 @@
  * in blocks of KB = 64 (KB_MAX = 128 from 8192 keys on) with an online
  * softmax, everything transposed so no step needs a transpose per row
  * block:
- *   1. S^T[key][vec] = K Q^T: K is the A operand, loaded straight from the
- *      pool (16 keys x 32 dims, rows ld apart; a partial block, f16 or q8
- *      is staged as bf16 first), Q^T (scale and log2 e folded in) the B
+ *   1. S^T[key][vec] = K Q^T: K is the A operand (16 keys x 32 dims),
+ *      staged per key block as contiguous bf16 rows (f16 and q8 converted,
+ *      bf16 copied: see "Super-blocks"), Q^T (scale and log2 e folded in) the B
  *      operand in pairs of dims, built once per task; four independent C
  *      tiles per 32 keys. Keys down the tile rows: the softmax runs down
  *      columns, 16 vectors a register, no horizontal reductions.
@@ -54,7 +54,14 @@
  * copy of this file beside it in bench_kernels attnamx, 2026-12-05,
  * bit-identical outputs: 0.875-0.89x the time at 16k (one and two
  * threads), 0.92-0.98x at 512 and 4k, 0.94x on the ring; 32: 0.93-0.94x
- * at 16k. Blocks are cut at multiples of KB in
+ * at 16k. With 64 row blocks reusing each key block, staging a bf16
+ * pool's K rows contiguously (one copy per block, then every tile load
+ * from 16 KiB of adjacent rows rather than rows a pool row apart: 1 KiB
+ * at Llama-3.2-1B's 8 x 64, so a head's block of K falls in 8 of L1's 64
+ * sets, the likely reason) pays
+ * where it did not with 16: 0.95-0.96x the time at 16k, 0.89-0.97x at 4k,
+ * 0.89-1.00x on the ring (two interleaved runs, bit-identical). Blocks
+ * are cut at multiples of KB in
  * the logical key index, so results do not depend on the grouping (only
  * key splits, when tasks are too few for the threads, change the order of
  * sums).
@@ -72,7 +79,8 @@
  * ablation of the new one (same bench, 16k, relative to the old kernel):
  * all 0.61-0.71, no softmax 0.56, no P V 0.50, neither 0.33-0.38 (scores,
  * V^T, masks, setup); V^T build ~0.05; staging K contiguous instead of
- * reading it from the pool: no gain; KB = 128: 0.93x at 16k, 1.1x at 512
+ * reading it from the pool: no gain then (16 row blocks per super-block);
+ * KB = 128: 0.93x at 16k, 1.1x at 512
  * (more masked waste on the diagonal), so calls over KB_LONG_KEYS = 8192
  * keys or more take 128-key blocks, others 64 (remeasured 2026-12-03,
  * interleaved, 2 threads: 128 vs 64 at 16k 0.95-0.97x the time, at 4k
@@ -696,11 +704,9 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
             act[na++] = q;
         }
         if (na > 0) {
-            bool direct = dt == OKV_BF16 && nb % 32 == 0;
             build_vt(&b, V, dt, rowb, nb, nks, D);
-            if (!direct) stage_k(&b, K, dt, rowb, nb, nks, D);
-            if (direct) block_run(j, &b, act, na, (const uint16_t *)K, rowb, kb, nb, nks, slot);
-            else block_run(j, &b, act, na, b.kst, (size_t)D * 2, kb, nb, nks, slot);
+            stage_k(&b, K, dt, rowb, nb, nks, D);
+            block_run(j, &b, act, na, b.kst, (size_t)D * 2, kb, nb, nks, slot);
         }
         kb += nb;
     }
