@@ -163,7 +163,14 @@
  * 23.8). Its parts, by ablation, as shares of the f32 kernel's time in
  * the same run (hot / 16k): V read and staged but no products 0.73 /
  * 0.82, no V at all 0.61 / 0.78: the ~70 ns per (block, kv head) of tile
- * loads, products and stores cost what the f32 FMAs do. */
+ * loads, products and stores cost what the f32 FMAs do.
+ * Also dropped (same day): for bf16/f16 pools, beside the per-row L1
+ * prefetches, 1/Hkv of the slot rows of the block 4 ahead into L2
+ * (prefetcht1) per head step, in address order: 0.94-0.98x the time in
+ * this bench (four interleaved runs; 2 ahead 1.00x, 8 ahead 1.04-1.07x)
+ * but no gain in the model (bench_model --longctx 16384, bf16 KV, two
+ * interleaved pairs: decode at 16k 1.35x / 1.35x of 512 against 1.31x /
+ * 1.34x without it). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
