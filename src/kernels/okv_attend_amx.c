@@ -55,13 +55,12 @@
  * bit-identical outputs: 0.875-0.89x the time at 16k (one and two
  * threads), 0.92-0.98x at 512 and 4k, 0.94x on the ring; 32: 0.93-0.94x
  * at 16k. With 64 row blocks reusing each key block, staging a bf16
- * pool's K rows contiguously (one copy per block, then every tile load
- * from 16 KiB of adjacent rows rather than rows a pool row apart: 1 KiB
- * at Llama-3.2-1B's 8 x 64, so a head's block of K falls in 8 of L1's 64
- * sets, the likely reason) pays
- * where it did not with 16: 0.95-0.96x the time at 16k, 0.89-0.97x at 4k,
- * 0.89-1.00x on the ring (two interleaved runs, bit-identical). Blocks
- * are cut at multiples of KB in
+ * pool's K rows contiguously pays where it did not with 16: one copy per
+ * block, then every tile load reads 16 KiB of adjacent rows rather than
+ * rows a pool row apart (1 KiB at Llama-3.2-1B's 8 x 64, so a head's
+ * block of K falls in 8 of L1's 64 sets, the likely reason): 0.95-0.96x
+ * the time at 16k, 0.89-0.97x at 4k, 0.89-1.00x on the ring (two
+ * interleaved runs, bit-identical). Blocks are cut at multiples of KB in
  * the logical key index, so results do not depend on the grouping (only
  * key splits, when tasks are too few for the threads, change the order of
  * sums).
@@ -107,7 +106,8 @@
  * 256-key blocks at 16k (0.98x / 0.91x). So a 16k prefill chunk costs
  * the products plus the softmax plus the tile stores, ~5x the products
  * alone at the probe's rate, and issue 12's "last 512 of 16k >= 50% of
- * pp512" sits at 44-50% (README, Numbers).
+ * pp512" sat at 44-50% (48-50% after the 64-row-block super-blocks and
+ * the K staging below; README, Numbers).
  * Tried and dropped (2026-12-05, Xeon in its fast state, bench_kernels
  * attnamx with a copy of this file beside it, interleaved, medians): the
  * column sums by vdpbf16ps of the packed P^T rows with ones (one op per
@@ -415,14 +415,14 @@ TGT static void stage_k(const amx_task *b, const char *K, okv_dtype dt, size_t r
         }
 }
 
-/* st[key][vec] = k . q for the block's 32 * nks keys and 16 * nqt vectors.
- * Per 32 keys four independent C tiles (2 key halves x 2 vector tiles,
+/* st[key][vec] = k . q for the block's 32 * nks keys (K: the staged rows,
+ * [32 nks][D] bf16) and 16 * nqt vectors. Per 32 keys four independent C tiles (2 key halves x 2 vector tiles,
  * tmm0-3), K halves in tmm4/5, Q^T in tmm6/7: every tdpbf16ps of a step
  * depends only on the one of the previous 32 dims, so the tile unit runs
  * at its throughput rather than a chain's latency. */
-TGT static void scores_tiles(float *st, const amx_qblock *q, const uint16_t *K, size_t kstride, int nks, int nqt,
-                             int D) {
+TGT static void scores_tiles(float *st, const amx_qblock *q, const uint16_t *K, int nks, int nqt, int D) {
     const uint16_t *qb = q->qb;
+    const size_t kstride = (size_t)D * 2;
     for (int ks = 0; ks < nks; ks++) {
         const uint16_t *k0 = K + (size_t)(32 * ks) * (kstride / 2), *k1 = k0 + (size_t)16 * (kstride / 2);
         float *s0 = st + (size_t)(32 * ks) * MV, *s1 = s0 + 16 * MV;
@@ -644,14 +644,14 @@ static void prefetch_block(const char *K, const char *V, size_t rowb, int nb, si
  * row block deep: the scores of the next row block are computed (tiles)
  * and the P V of the previous one issued around the softmax (vectors) of
  * this one, so no stage waits on a store it just made. */
-TGT static void block_run(const amx_job *j, const amx_task *b, amx_qblock *const *act, int na, const uint16_t *K,
-                          size_t kstride, int32_t kb, int nb, int nks, int32_t slot) {
+TGT static void block_run(const amx_job *j, const amx_task *b, amx_qblock *const *act, int na, int32_t kb, int nb,
+                          int nks, int32_t slot) {
     const okv_attn_args *a = j->a;
     const int D = j->s.D;
-    scores_tiles(b->st[0], act[0], K, kstride, nks, act[0]->nqt, D);
+    scores_tiles(b->st[0], act[0], b->kst, nks, act[0]->nqt, D);
     for (int n = 0; n < na; n++) {
         amx_qblock *q = act[n];
-        if (n + 1 < na) scores_tiles(b->st[(n + 1) & 1], act[n + 1], K, kstride, nks, act[n + 1]->nqt, D);
+        if (n + 1 < na) scores_tiles(b->st[(n + 1) & 1], act[n + 1], b->kst, nks, act[n + 1]->nqt, D);
         /* keys of the block outside [q->L, q->H) are masked by the ranges */
         bool full = !a->vis && q->maxlo <= kb && kb + nb <= q->minhi && q->L <= kb && kb + nb <= q->H;
         if (!full || nb < 32 * nks) mask_scores(j, b->st[n & 1], q, kb, nb, nks, slot, full);
@@ -706,7 +706,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (na > 0) {
             build_vt(&b, V, dt, rowb, nb, nks, D);
             stage_k(&b, K, dt, rowb, nb, nks, D);
-            block_run(j, &b, act, na, b.kst, (size_t)D * 2, kb, nb, nks, slot);
+            block_run(j, &b, act, na, kb, nb, nks, slot);
         }
         kb += nb;
     }
