@@ -564,7 +564,7 @@ static void bench_qroof(const okv_kernels *best, int quick) {
     if (okv_qmm_have_avx2()) paths[n_paths++] = (qpath){"int8-avx2", okv_matmul_q_avx2};
     printf("\ncompute roof, 1 thread, W %dx%d in L2, CPU time, medians of %d\n", N, K, reps);
     printf("%-16s %-16s %9s %12s %12s\n", "scheme", "path", "us", "GB/s (T=1)", "GFLOP/s T=64");
-    double t[128], t64[128];
+    double t[301], t64[31]; /* reps, reps / 10 */
     for (int qi = 0; qi < 3; qi++) {
         qset q = make_qset(&a, schemes[qi], N, K);
         char sname[32];

@@ -47,9 +47,8 @@ static const okv_kernels kernels_avx512 = {
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids without AMX): prefill of
- * bf16 / f16 weights, and of 8-bit quantized ones from T = 512, on packed
- * f32 FMAs (okv_kernels_avx512_gemm.c; other quantized calls on the VNNI
- * integer path), decode
+ * bf16 / f16 weights on packed f32 FMAs (okv_kernels_avx512_gemm.c),
+ * quantized weights on the VNNI integer path (okv_qmatmul_avx512.c), decode
  * GEMV of bf16 weights on vdpbf16ps with x rounded to bf16;
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {

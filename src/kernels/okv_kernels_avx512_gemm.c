@@ -49,7 +49,12 @@
  * Xeon, bf16 and q8 programs side by side, 5 rounds, old and new binaries
  * alternated twice): q8 115.7 / 115.4 -> 129.3 / 130.0 tok/s, i.e. 0.84x /
  * 0.87x -> 0.96x / 0.97x of bf16. Not measured on Zen 4, whose 512-bit
- * FMAs run as two halves. */
+ * FMAs run as two halves. Since 2026-12-05 the tables no longer call it:
+ * the VNNI path's prefill tiles on row pairs (okv_qmatmul_avx512.c) beat
+ * it on every shape (qgemm, same Xeon, 2 threads, T = 512: q8 279-300 /
+ * 316-345 / 287-304 GFLOP/s vs 229-241 / 243-244 / 227-229 here), and
+ * end to end q8 went from 0.96x to 1.14x of bf16. Kept as the measured
+ * alternative (bench_kernels qgemm, tests/kernels/test_qmatmul.c). */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +68,7 @@
 enum { MR = 6,   /* x rows per micro-kernel */
        NR = 64,  /* W rows per micro-kernel: 4 zmm */
        KC = 128, /* K per chunk: a 64-row micro-panel is 32 KiB of f32 */
-       NB = 256, /* W rows per task */
-       Q8_PACK_MIN_T = 512 /* 8-bit W: fewest rows for the packed path (measured at 512 only, see the head) */ };
+       NB = 256 /* W rows per task */ };
 
 typedef struct gemm_job {
     matmul_job mm;        /* float W (mm.W, mm.wdt), or only the shapes for quantized W */
@@ -300,10 +304,11 @@ void okv_matmul_q_avx512_packed(okv_threadpool *tp, float *y, const float *x, in
     if (!gemm_run(tp, &g)) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }
 
+/* The AVX-512 tables' quantized matmul: the VNNI integer path at every T
+ * since its prefill tiles read row pairs (2026-12-05, see the head). */
 void okv_matmul_q_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                               const okv_qscheme *s, int N, const float *bias) {
-    if (s && s->bits == 8 && T >= Q8_PACK_MIN_T) okv_matmul_q_avx512_packed(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }
 
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,

@@ -209,6 +209,8 @@ typedef struct okv_qact {
     int32_t *qsum, *qsum2;   /* [T][G]: sums of the group's q, q2 (symmetric offset) */
     float *sx;               /* [T][G]: dx * qsum + dx2 * qsum2 (asymmetric offset) */
     bool two;                /* two planes (okv_qact_two_planes): fixed per call, whatever row is quantized */
+    int8_t *xp;              /* prefill copy in row pairs (okv_qact_pack_rows), NULL unless ops->pairs */
+    size_t xp_pair_bytes;    /* bytes per row pair in xp */
 } okv_qact;
 
 /* Two activation planes for 8-bit W and for every T > 1; one for a 4-bit
@@ -247,7 +249,21 @@ typedef struct okv_qmm_ops {
     void (*gemv)(const okv_qmm_job *j, int n0, int n1);
     /* all T rows for W rows [n0, n1) */
     void (*gemm)(const okv_qmm_job *j, int n0, int n1);
+    /* the gemm reads a.xp, both planes of x in row pairs (T > 1 with two
+     * planes; okv_qmm_run packs it as it quantizes) */
+    bool pairs;
 } okv_qmm_ops;
+
+/* The row-pair copy of the activation planes: for rows 2P and 2P + 1,
+ * superblock sb and x unit u (4 codes of each of the superblock's lanes),
+ * 256 bytes at xp + P * pair_bytes + (sb * group / 4 + u) * 256:
+ * [q of row 2P][q of row 2P + 1][q2 of row 2P][q2 of row 2P + 1], each a
+ * 64-byte vector, lanes past a tail superblock's zero (an odd T's last
+ * pair has only its first row). One sequential stream of x vectors per
+ * tile: a 6 x 2 VNNI tile read from it ran at 1.2-1.5x the same tile on
+ * the row planes (okv_qmatmul_avx512.c). */
+size_t okv_qact_pair_bytes(int K, int group);
+void okv_qact_pack_rows(const okv_qmm_job *j, int t0, int t1);
 
 /* Quantizes x with ops, then runs the GEMV (T = 1: per-thread ranges of W
  * rows claimed in chunks, like the bf16 GEMV) or the GEMM (T > 1: blocks of

@@ -58,7 +58,9 @@
  * the same whatever tile it is computed in). */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "okv_kernels_internal.h"
 
@@ -117,9 +119,37 @@ void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int
 
 size_t okv_matmul_q_plain_scratch(int K, int n_threads) { return sizeof(float) * (size_t)n_threads * (size_t)K; }
 
+size_t okv_qact_pair_bytes(int K, int group) {
+    size_t sbs = ((size_t)(K / group) + OKV_QSB_GROUPS - 1) / OKV_QSB_GROUPS;
+    return sbs * (size_t)(group / 4) * 256;
+}
+
+/* The planes, the per-group values, and (T > 1) the row-pair copy. */
 size_t okv_qmm_scratch(int T, int K, int groups) {
     size_t qbytes = ((size_t)T * K + 63) / 64 * 64;
-    return 2 * qbytes + (size_t)T * groups * 24;
+    size_t pairs = T > 1 && groups > 0 ? (size_t)(T + 1) / 2 * okv_qact_pair_bytes(K, K / groups) : 0;
+    return 2 * qbytes + (size_t)T * groups * 24 + (pairs ? 64 + pairs : 0);
+}
+
+void okv_qact_pack_rows(const okv_qmm_job *j, int t0, int t1) {
+    const int gs = j->w.group, G = j->w.groups, ups = gs / 4;
+    for (int t = t0; t < t1; t++) {
+        int8_t *dst = j->a.xp + (size_t)(t / 2) * j->a.xp_pair_bytes + (size_t)(t & 1) * 64;
+        const int8_t *q = j->a.q + (size_t)t * j->K, *q2 = j->a.q2 + (size_t)t * j->K;
+        for (int sb = 0; sb * OKV_QSB_GROUPS < G; sb++) {
+            int L = G - sb * OKV_QSB_GROUPS < OKV_QSB_GROUPS ? G - sb * OKV_QSB_GROUPS : OKV_QSB_GROUPS;
+            size_t us = (size_t)4 * L, src = (size_t)sb * OKV_QSB_GROUPS * gs;
+            for (int u = 0; u < ups; u++) {
+                int8_t *d = dst + ((size_t)sb * ups + u) * 256;
+                memcpy(d, q + src + u * us, us);
+                memcpy(d + 128, q2 + src + u * us, us);
+                if (us < 64) {
+                    memset(d + us, 0, 64 - us);
+                    memset(d + 128 + us, 0, 64 - us);
+                }
+            }
+        }
+    }
 }
 
 /* ---- the integer algorithm: driver -------------------------------------------- */
@@ -185,6 +215,7 @@ static void qmm_quantize_task(void *ctx, int task, int thread) {
     const qmm_task_ctx *c = ctx;
     int t0 = task * QMM_X_ROWS_PER_TASK, t1 = t0 + QMM_X_ROWS_PER_TASK < c->j->T ? t0 + QMM_X_ROWS_PER_TASK : c->j->T;
     for (int t = t0; t < t1; t++) c->ops->quantize(c->j, c->x + (size_t)t * c->j->K, t);
+    if (c->j->a.xp) okv_qact_pack_rows(c->j, t0, t1); /* whole pairs: tasks start at even rows */
 }
 
 static void qmm_gemm_task(void *ctx, int task, int thread) {
@@ -222,6 +253,11 @@ void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, cons
     j.a.sx = j.a.dx2 + tg;
     j.a.qsum = (int32_t *)(j.a.sx + tg);
     j.a.qsum2 = j.a.qsum + tg;
+    if (ops->pairs && T > 1 && j.a.two) {
+        uintptr_t at = (uintptr_t)(mem + 2 * qbytes + tg * 24); /* 64-byte aligned in the scratch's slack */
+        j.a.xp = (int8_t *)((at + 63) & ~(uintptr_t)63);
+        j.a.xp_pair_bytes = okv_qact_pair_bytes(K, j.w.group);
+    }
     qmm_task_ctx c = {&j, ops, x};
     if (T == 1) {
         ops->quantize(&j, x, 0);
@@ -366,7 +402,7 @@ static void gemm_plain(const okv_qmm_job *j, int n0, int n1) {
             j->y[(size_t)t * j->N + n] = qdot_plain(j, n, t) + (j->bias ? j->bias[n] : 0.0f);
 }
 
-const okv_qmm_ops okv_qmm_ops_plain = {quantize_x_plain, gemm_plain, gemm_plain};
+const okv_qmm_ops okv_qmm_ops_plain = {quantize_x_plain, gemm_plain, gemm_plain, false};
 
 void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias) {

@@ -239,10 +239,10 @@ static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) { qgemm_avx2(j, n
 static TGT void gemm_q8a(const okv_qmm_job *j, int n0, int n1) { qgemm_avx2(j, n0, n1, 8, true); }
 
 static const okv_qmm_ops ops_avx2[4] = {
-    {quantize_avx2, gemm_q4s, gemm_q4s},
-    {quantize_avx2, gemm_q4a, gemm_q4a},
-    {quantize_avx2, gemm_q8s, gemm_q8s},
-    {quantize_avx2, gemm_q8a, gemm_q8a},
+    {quantize_avx2, gemm_q4s, gemm_q4s, false},
+    {quantize_avx2, gemm_q4a, gemm_q4a, false},
+    {quantize_avx2, gemm_q8s, gemm_q8s, false},
+    {quantize_avx2, gemm_q8a, gemm_q8a, false},
 };
 
 const okv_qmm_ops *okv_qmm_ops_avx2(int bits, bool asym) { return &ops_avx2[(bits == 8 ? 2 : 0) + (asym ? 1 : 0)]; }

@@ -40,10 +40,31 @@
  * it 29.5 (116%); 1024- or 2048-byte distances, a whole pass ahead and
  * prefetcht1 all within 3% of each other. q8 linears + head: 15.3 -> 18.6
  * (the probe's 16.2). Rows per pass 2 / 8 instead of 4: no better.
- * Prefill (T > 1): tiles of 4 W rows x 2 x rows (16 int32 accumulators:
- * two activation planes, see okv_qmatmul.c), so each W unit is unpacked
- * once for 2 rows of x and each x unit loaded once for 4 W rows; blocks of W rows stay in L2 while the x panel
- * (quantized once per call) streams past them.
+ * Prefill (T > 1): x is quantized once per call and copied into row pairs
+ * (okv_qact_pack_rows): 256 contiguous bytes per pair and x unit hold both
+ * rows' two planes. Tiles of 6 W rows x 2 x rows (ptile: 24 int32
+ * accumulators) load each x vector once per unit from that one sequential
+ * stream and each W unit once for both rows; each pair stays in L1 while
+ * the task's block of W rows (in L2) streams past it. The earlier tiles
+ * (qtile: 2 W rows x 4 x rows read from the row planes, still the path
+ * when there are no pairs) issued 10 loads from 8 strided streams per 16
+ * vpdpbusd, and GCC copied every accumulator in and out of the intrinsic.
+ * 2026-12-05, this Xeon (vpdpbusd probe 835 GOP/s per core, 4x its 512-bit
+ * f32 FMA), bench_kernels qgemm, 2 threads, T = 512, GFLOP/s (one plane's
+ * products counted) for 2048x2048 / 8192x2048 / 2048x8192:
+ *     q8 g32 sym    215 / 247 / 187  ->  279-300 / 316-345 / 287-304
+ *     q4 g32 asym   250 / 259 / 218  ->  275-296 / 312-319 / 284-291
+ * (the f32 packed GEMM of okv_kernels_avx512_gemm.c: 229-244, bf16 on it
+ * 235-256). End to end (bench_prefill, OKV_KERNELS=avx512, Llama-3.2-1B
+ * geometry, pp512, 2 threads, bf16 / q8 / q4 programs side by side, old
+ * and new binaries alternated twice, medians of 5): q8 0.96-0.97x ->
+ * 1.14-1.15x of bf16 (124 -> 147-148 tok/s), q4 0.92-0.93x -> 1.15-1.16x
+ * (119 -> 147-148). Where the rest goes: without the model's epilogue
+ * (per superblock and pair: 2 scale products, 2 conversions, 2 FMAs) the
+ * same tiles ran 1.15-1.25x faster, and the dot loop itself reaches ~45%
+ * of the probe against 72-75% in an isolated replica that streams W from
+ * L2 (/tmp experiment, not kept). Tried and dropped: blocks of 64 x rows
+ * with each W tile held in L1 while the pairs stream past (within noise). 
  *
  * Measured (bench_kernels, this Xeon, 2 vCPUs shared with ~8 busy agents:
  * load ~17, the bandwidth probe read 2-3 GB/s instead of its usual 36 or
@@ -175,26 +196,46 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
                         __mmask64 km, bool full, int gs, int RW, int RT, int bits, bool two, __m512i is[4][4],
                         __m512i is2[4][4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i xa[4], xb[4];
     if (bits == 4) {
         for (int p = 0; p < gs / 8; p++) {
+            __m512i lo[4], hi[4];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 if (r >= RW) continue;
                 __m512i wv = ld_unit(c[r] + p * us, full, km);
-                __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+                lo[r] = _mm512_and_si512(wv, m4);
+                hi[r] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) { /* the low nibbles' unit, then the high ones' */
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) {
                     if (i >= RT) continue;
-                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], lo, ld_unit(xq[i] + 2 * p * us, full, km));
-                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], hi, ld_unit(xq[i] + (2 * p + 1) * us, full, km));
-                    if (!two) continue; /* one activation plane: is2 stays 0, as q2 is */
-                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], lo, ld_unit(xq2[i] + 2 * p * us, full, km));
-                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], hi, ld_unit(xq2[i] + (2 * p + 1) * us, full, km));
+                    xa[i] = ld_unit(xq[i] + (2 * p + h) * us, full, km);
+                    if (two) xb[i] = ld_unit(xq2[i] + (2 * p + h) * us, full, km);
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    if (r >= RW) continue;
+                    __m512i wv = h ? hi[r] : lo[r];
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) {
+                        if (i >= RT) continue;
+                        is[r][i] = dpbusd(is[r][i], wv, xa[i]);
+                        if (two) is2[r][i] = dpbusd(is2[r][i], wv, xb[i]); /* else is2 stays 0, as q2 is */
+                    }
                 }
             }
         }
     } else {
         for (int u = 0; u < gs / 4; u++) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                if (i >= RT) continue;
+                xa[i] = ld_unit(xq[i] + u * us, full, km);
+                xb[i] = ld_unit(xq2[i] + u * us, full, km);
+            }
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 if (r >= RW) continue;
@@ -202,8 +243,8 @@ INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const 
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) {
                     if (i >= RT) continue;
-                    is[r][i] = _mm512_dpbusd_epi32(is[r][i], wv, ld_unit(xq[i] + u * us, full, km));
-                    is2[r][i] = _mm512_dpbusd_epi32(is2[r][i], wv, ld_unit(xq2[i] + u * us, full, km));
+                    is[r][i] = dpbusd(is[r][i], wv, xa[i]);
+                    is2[r][i] = dpbusd(is2[r][i], wv, xb[i]);
                 }
             }
         }
@@ -431,6 +472,151 @@ INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym)
     else qgemm_planes(j, n0, n1, bits, asym, true);
 }
 
+/* ---- prefill on row pairs (okv_qact_pack_rows) ---------------------------- */
+
+/* Tiles of RW <= 6 W rows x RT <= 2 x rows. Per x unit the RT rows' two
+ * planes (RT x 2 vectors) are loaded once, in sequence, and each W row's
+ * unit once: RW + 2 RT loads per 2 RW RT vpdpbusd, with 2 RW RT int32
+ * accumulators (24) + 4 x + W, and for 4-bit W the nibble mask and the
+ * unpacked unit: 31 of 32 zmm. The f32 accumulators live in memory between
+ * superblocks. Symmetric W starts each integer sum at -2^(bits-1) qsum
+ * (the model's offset, applied before the dots instead of after: the same
+ * int32). Why (bench/kernels, one core, data in L1/L2, CPU time): the
+ * 2 x 4 tile on the row planes issued 10 loads from 8 streams per 16
+ * dots and ran at 60% of the probe's vpdpbusd rate when fed from L1 (0.29
+ * with its model epilogue); from one sequential stream 6 x 2 ran at 85%
+ * (L1) and 72-75% with W streamed from L2. */
+enum { PAIR_RW = 6 };
+
+/* One superblock's integer sums of a pair tile: is / is2 [r][i] += W row
+ * r's codes . x row i's planes q / q2, per group lane. */
+INLINE_TGT void psum_unit(const uint8_t *const *c, const int8_t *xu, size_t woff, size_t us, __mmask64 km,
+                          bool full, int RW, int RT, int nib, __m512i is[][2], __m512i is2[][2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i xa[2], xb[2];
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        if (i >= RT) continue;
+        xa[i] = _mm512_load_si512(xu + i * 64);
+        xb[i] = _mm512_load_si512(xu + 128 + i * 64);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < PAIR_RW; r++) {
+        if (r >= RW) continue;
+        __m512i wv = ld_unit(c[r] + woff, full, km);
+        if (nib == 1) wv = _mm512_and_si512(wv, m4);
+        if (nib == 2) wv = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            if (i >= RT) continue;
+            is[r][i] = dpbusd(is[r][i], wv, xa[i]);
+            is2[r][i] = dpbusd(is2[r][i], wv, xb[i]);
+        }
+    }
+}
+
+INLINE_TGT void psums(const uint8_t *const *c, const int8_t *xs, size_t us, __mmask64 km, bool full, int ups,
+                      int RW, int RT, int bits, __m512i is[][2], __m512i is2[][2]) {
+    if (bits == 8) {
+        for (int u = 0; u < ups; u++) psum_unit(c, xs + (size_t)u * 256, u * us, us, km, full, RW, RT, 0, is, is2);
+    } else { /* W unit p: its low nibbles meet x unit 2p, its high ones x unit 2p + 1 */
+        for (int p = 0; p < ups / 2; p++) {
+            psum_unit(c, xs + (size_t)(2 * p) * 256, p * us, us, km, full, RW, RT, 1, is, is2);
+            psum_unit(c, xs + (size_t)(2 * p + 1) * 256, p * us, us, km, full, RW, RT, 2, is, is2);
+        }
+    }
+}
+
+INLINE_TGT void ptile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int bits, bool asym) {
+    const okv_qview *w = &j->w;
+    const int gs = w->group, G = w->groups, ups = gs / 4;
+    const int8_t *xpair = j->a.xp + (size_t)(t0 / 2) * j->a.xp_pair_bytes;
+    __m512 acc[PAIR_RW][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < PAIR_RW; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
+        const int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS;
+        const size_t us = (size_t)4 * L;
+        const bool full = L == OKV_QSB_GROUPS;
+        const __mmask64 km = full ? ~(__mmask64)0 : ((__mmask64)1 << us) - 1;
+        const __mmask16 lm = (__mmask16)((1u << L) - 1);
+        const uint8_t *c[PAIR_RW];
+#pragma GCC unroll 6
+        for (int r = 0; r < PAIR_RW; r++)
+            c[r] = w->codes + (size_t)(n0 + (r < RW ? r : 0)) * w->code_stride + (size_t)g0 * gs * bits / 8;
+        __m512i is[PAIR_RW][2], is2[PAIR_RW][2];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            if (i >= RT) continue;
+            __m512i st = _mm512_setzero_si512(), st2 = _mm512_setzero_si512();
+            if (!asym) {
+                size_t arow = (size_t)(t0 + i) * G + g0;
+                st = _mm512_sub_epi32(st, _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, j->a.qsum + arow), bits - 1));
+                st2 = _mm512_sub_epi32(st2, _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lm, j->a.qsum2 + arow), bits - 1));
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < PAIR_RW; r++) {
+                is[r][i] = st;
+                is2[r][i] = st2;
+            }
+        }
+        const int8_t *xs = xpair + (size_t)(g0 / OKV_QSB_GROUPS) * ups * 256;
+        if (full) psums(c, xs, us, km, true, ups, RW, RT, bits, is, is2);
+        else psums(c, xs, us, km, false, ups, RW, RT, bits, is, is2);
+        /* the model's epilogue: lane l is group g0 + l (0 past L) */
+#pragma GCC unroll 6
+        for (int r = 0; r < PAIR_RW; r++) {
+            if (r >= RW) continue;
+            size_t srow = (size_t)(n0 + r) * w->scale_stride + g0;
+            __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->d + srow));
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) {
+                if (i >= RT) continue;
+                size_t arow = (size_t)(t0 + i) * G + g0;
+                __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
+                __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
+                acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(is[r][i]), acc[r][i]);
+                acc[r][i] = _mm512_fmadd_ps(s2, _mm512_cvtepi32_ps(is2[r][i]), acc[r][i]);
+                if (asym) {
+                    __m512 mw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lm, w->m + srow));
+                    acc[r][i] = _mm512_fmadd_ps(mw, _mm512_maskz_loadu_ps(lm, j->a.sx + arow), acc[r][i]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < PAIR_RW; r++) {
+        if (r >= RW) continue;
+        float b = j->bias ? j->bias[n0 + r] : 0.0f;
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++)
+            if (i < RT) j->y[(size_t)(t0 + i) * j->N + n0 + r] = reduce16(acc[r][i]) + b;
+    }
+}
+
+/* W rows [n0, n1) against x rows t0.. (RT of them): tiles of 6, then 4, 2, 1. */
+INLINE_TGT void ptile_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
+    int n = n0;
+    for (; n + PAIR_RW <= n1; n += PAIR_RW) ptile(j, n, t0, PAIR_RW, RT, bits, asym);
+    if (n + 4 <= n1) {
+        ptile(j, n, t0, 4, RT, bits, asym);
+        n += 4;
+    }
+    if (n + 2 <= n1) {
+        ptile(j, n, t0, 2, RT, bits, asym);
+        n += 2;
+    }
+    if (n < n1) ptile(j, n, t0, 1, RT, bits, asym);
+}
+
+/* Each pair of x rows stays in L1 while the task's block of W rows (in L2)
+ * streams past it. */
+INLINE_TGT void pgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+    int t = 0;
+    for (; t + 2 <= j->T; t += 2) ptile_rows(j, n0, n1, t, 2, bits, asym);
+    if (t < j->T) ptile_rows(j, n0, n1, t, 1, bits, asym);
+}
+
 /* A 4-bit GEMV with two activation planes (the deterministic table's, whose
  * bits must not depend on T) runs as a 1-row GEMM: gemv_sb has one plane. */
 static TGT void gemv_q4s(const okv_qmm_job *j, int n0, int n1) {
@@ -443,16 +629,30 @@ static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) {
 }
 static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, false); }
 static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
-static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, false); }
-static TGT void gemm_q4a(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 4, true); }
-static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 8, false); }
-static TGT void gemm_q8a(const okv_qmm_job *j, int n0, int n1) { qgemm(j, n0, n1, 8, true); }
+/* Prefill reads the row pairs when okv_qmm_run made them (T > 1, two
+ * planes); the AMX-INT8 path's fallback calls these without them. */
+static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.xp) pgemm(j, n0, n1, 4, false);
+    else qgemm(j, n0, n1, 4, false);
+}
+static TGT void gemm_q4a(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.xp) pgemm(j, n0, n1, 4, true);
+    else qgemm(j, n0, n1, 4, true);
+}
+static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.xp) pgemm(j, n0, n1, 8, false);
+    else qgemm(j, n0, n1, 8, false);
+}
+static TGT void gemm_q8a(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.xp) pgemm(j, n0, n1, 8, true);
+    else qgemm(j, n0, n1, 8, true);
+}
 
 static const okv_qmm_ops ops_avx512[4] = {
-    {quantize_avx512, gemv_q4s, gemm_q4s},
-    {quantize_avx512, gemv_q4a, gemm_q4a},
-    {quantize_avx512, gemv_q8s, gemm_q8s},
-    {quantize_avx512, gemv_q8a, gemm_q8a},
+    {quantize_avx512, gemv_q4s, gemm_q4s, true},
+    {quantize_avx512, gemv_q4a, gemm_q4a, true},
+    {quantize_avx512, gemv_q8s, gemm_q8s, true},
+    {quantize_avx512, gemv_q8a, gemm_q8a, true},
 };
 
 const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym) {
