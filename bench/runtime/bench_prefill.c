@@ -5,8 +5,9 @@
  *   bench_prefill P1.okv [P2.okv ...] [--prompt 512] [--rounds 7] [--threads 2] [--kv-storage-dtype bf16]
  *                 [--profile 1]
  *
- * Every program gets its own cache and runner; one step each first
- * (the weights' page faults; printed as "first step"), then per round one prompt step of each
+ * Every program gets its own cache and runner (okv_program_open's wall
+ * time printed as "open"); one step each first (the weights' page faults;
+ * printed as "first step"), then per round one prompt step of each
  * program (cache rewound, logits of the last row), the order rotating
  * from round to round. Prints per program the median and best tok/s (wall
  * clock) and CPU-seconds per step (the process's CPU time: both threads),
@@ -45,6 +46,7 @@ typedef struct bench_prog {
     okv_runner *r;
     char key[16];
     double wall[MAX_ROUNDS], cpu[MAX_ROUNDS], mm[MAX_ROUNDS], att[MAX_ROUNDS];
+    double open_s; /* okv_program_open's wall time */
 } bench_prog;
 
 /* ms per step spent in ops named `name` since the last reset. */
@@ -105,8 +107,10 @@ int main(int argc, char **argv) {
         ro.n_threads = threads;
         ro.profile = profile != 0;
         snprintf(b->key, sizeof b->key, "bench%d", i);
-        if (okv_program_open(b->path, &b->p, &err) || okv_cache_install(b->key, b->p, &co, &err) ||
-            okv_runner_create(b->p, b->key, &ro, &b->r, &err)) {
+        double t_open = clock_s(CLOCK_MONOTONIC);
+        okv_status st = okv_program_open(b->path, &b->p, &err);
+        b->open_s = clock_s(CLOCK_MONOTONIC) - t_open;
+        if (st || okv_cache_install(b->key, b->p, &co, &err) || okv_runner_create(b->p, b->key, &ro, &b->r, &err)) {
             fprintf(stderr, "%s: %s\n", b->path, err.message);
             return 1;
         }
@@ -146,7 +150,7 @@ int main(int argc, char **argv) {
                prompt / median(b->wall, rounds), prompt / best, median(b->cpu, rounds), median(ratio, rounds),
                median(cratio, rounds));
         if (profile) printf("; matmul %.0f ms, attention %.0f ms", median(b->mm, rounds), median(b->att, rounds));
-        printf("; first step %.1f tok/s", prompt / first[i]);
+        printf("; open %.3f s, first step %.1f tok/s", b->open_s, prompt / first[i]);
         printf("\n");
     }
     for (int i = 0; i < n; i++) {

@@ -483,14 +483,15 @@ INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym)
  * (the model's offset, applied before the dots instead of after: the same
  * int32). Why (bench/kernels, one core, data in L1/L2, CPU time): the
  * 2 x 4 tile on the row planes issued 10 loads from 8 streams per 16
- * dots and ran at 60% of the probe's vpdpbusd rate when fed from L1 (0.29
- * with its model epilogue); from one sequential stream 6 x 2 ran at 85%
- * (L1) and 72-75% with W streamed from L2. */
+ * dots and ran at 60% of the probe's vpdpbusd rate when fed from L1 (in
+ * the kernel, with its epilogue, ~30%); from one sequential stream 6 x 2
+ * ran at 85% (L1) and 72-75% with W streamed from L2 (standalone loops). */
 enum { PAIR_RW = 6 };
 
-/* One superblock's integer sums of a pair tile: is / is2 [r][i] += W row
- * r's codes . x row i's planes q / q2, per group lane. */
-INLINE_TGT void psum_unit(const uint8_t *const *c, const int8_t *xu, size_t woff, size_t us, __mmask64 km,
+/* One x unit of a pair tile: is / is2 [r][i] += W row r's codes (the unit
+ * at c[r] + woff; nib 1 / 2: its low / high nibbles) . x row i's planes
+ * q / q2 (the 256-byte block at xu), per group lane. */
+INLINE_TGT void psum_unit(const uint8_t *const *c, const int8_t *xu, size_t woff, __mmask64 km,
                           bool full, int RW, int RT, int nib, __m512i is[][2], __m512i is2[][2]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i xa[2], xb[2];
@@ -515,14 +516,15 @@ INLINE_TGT void psum_unit(const uint8_t *const *c, const int8_t *xu, size_t woff
     }
 }
 
+/* One superblock of a pair tile (ups x units of us bytes of each W row). */
 INLINE_TGT void psums(const uint8_t *const *c, const int8_t *xs, size_t us, __mmask64 km, bool full, int ups,
                       int RW, int RT, int bits, __m512i is[][2], __m512i is2[][2]) {
     if (bits == 8) {
-        for (int u = 0; u < ups; u++) psum_unit(c, xs + (size_t)u * 256, u * us, us, km, full, RW, RT, 0, is, is2);
+        for (int u = 0; u < ups; u++) psum_unit(c, xs + (size_t)u * 256, u * us, km, full, RW, RT, 0, is, is2);
     } else { /* W unit p: its low nibbles meet x unit 2p, its high ones x unit 2p + 1 */
         for (int p = 0; p < ups / 2; p++) {
-            psum_unit(c, xs + (size_t)(2 * p) * 256, p * us, us, km, full, RW, RT, 1, is, is2);
-            psum_unit(c, xs + (size_t)(2 * p + 1) * 256, p * us, us, km, full, RW, RT, 2, is, is2);
+            psum_unit(c, xs + (size_t)(2 * p) * 256, p * us, km, full, RW, RT, 1, is, is2);
+            psum_unit(c, xs + (size_t)(2 * p + 1) * 256, p * us, km, full, RW, RT, 2, is, is2);
         }
     }
 }
@@ -630,7 +632,7 @@ static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) {
 static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, false); }
 static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
 /* Prefill reads the row pairs when okv_qmm_run made them (T > 1, two
- * planes); the AMX-INT8 path's fallback calls these without them. */
+ * planes); without them (a one-row call) the row-plane tiles run. */
 static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) {
     if (j->a.xp) pgemm(j, n0, n1, 4, false);
     else qgemm(j, n0, n1, 4, false);
