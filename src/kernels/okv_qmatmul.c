@@ -270,7 +270,7 @@ void okv_qmm_run_view(okv_threadpool *tp, const okv_qmm_ops *ops, float *y, cons
         int per_thread = (N + n_threads * 4 - 1) / (n_threads * 4);
         if (rows > 128) rows = 128;
         if (rows > per_thread) rows = per_thread;
-        j.block_rows = round_up(rows > 0 ? rows : 1, 4);
+        j.block_rows = round_up(rows > 0 ? rows : 1, ops->pairs ? 12 : 4); /* pairs: 6-row tiles */
         okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, qmm_gemm_task, &c);
     }
     okv_kscratch_release(&ks);

@@ -190,6 +190,13 @@ INLINE_TGT __m512i ld_unit(const void *p, bool full, __mmask64 km) {
     return full ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(km, p);
 }
 
+/* The model's per-group scales of one output's superblock: s = d dx and
+ * s2 = d dx2 for activation row values at arow (lanes past lm: 0). */
+INLINE_TGT void group_scales(const okv_qact *a, size_t arow, __mmask16 lm, __m512 dw, __m512 *s, __m512 *s2) {
+    *s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, a->dx + arow));
+    *s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, a->dx2 + arow));
+}
+
 /* Integer sums of one superblock: is / is2 [r][i] = W row r's codes . x row
  * i's planes q / q2, per group lane. */
 INLINE_TGT void sb_sums(const uint8_t *const *c, const int8_t *const *xq, const int8_t *const *xq2, size_t us,
@@ -292,8 +299,8 @@ INLINE_TGT void qtile_sbs(const okv_qmm_job *j, int n0, int t0, int RW, int RT, 
             for (int i = 0; i < 4; i++) {
                 if (i >= RT) continue;
                 size_t arow = (size_t)(t0 + i) * G + g0;
-                __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
-                __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
+                __m512 s, s2;
+                group_scales(&j->a, arow, lm, dw, &s, &s2);
                 if (!asym) {
                     __m512i qs = _mm512_maskz_loadu_epi32(lm, j->a.qsum + arow);
                     __m512i qs2 = _mm512_maskz_loadu_epi32(lm, j->a.qsum2 + arow);
@@ -461,10 +468,15 @@ INLINE_TGT void qgemm_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT,
 
 /* Prefill has both activation planes (okv_qact_two_planes: T > 1); the
  * one-plane instance serves a 4-bit T = 1 call routed here. */
+/* x rows [t0, t1): tiles of GEMM_RT rows, then single rows. */
+INLINE_TGT void qgemm_span(const okv_qmm_job *j, int n0, int n1, int t0, int t1, int bits, bool asym, bool two) {
+    int t = t0;
+    for (; t + GEMM_RT <= t1; t += GEMM_RT) qgemm_rows(j, n0, n1, t, GEMM_RT, bits, asym, two);
+    for (; t < t1; t++) qgemm_rows(j, n0, n1, t, 1, bits, asym, two);
+}
+
 INLINE_TGT void qgemm_planes(const okv_qmm_job *j, int n0, int n1, int bits, bool asym, bool two) {
-    int t = 0;
-    for (; t + GEMM_RT <= j->T; t += GEMM_RT) qgemm_rows(j, n0, n1, t, GEMM_RT, bits, asym, two);
-    for (; t < j->T; t++) qgemm_rows(j, n0, n1, t, 1, bits, asym, two);
+    qgemm_span(j, n0, n1, 0, j->T, bits, asym, two);
 }
 
 INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
@@ -474,7 +486,7 @@ INLINE_TGT void qgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym)
 
 /* ---- prefill on row pairs (okv_qact_pack_rows) ---------------------------- */
 
-/* Tiles of RW <= 6 W rows x RT <= 2 x rows. Per x unit the RT rows' two
+/* Tiles of 6 W rows x 2 x rows (RW x RT). Per x unit the RT rows' two
  * planes (RT x 2 vectors) are loaded once, in sequence, and each W row's
  * unit once: RW + 2 RT loads per 2 RW RT vpdpbusd, with 2 RW RT int32
  * accumulators (24) + 4 x + W, and for 4-bit W the nibble mask and the
@@ -575,8 +587,8 @@ INLINE_TGT void ptile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
             for (int i = 0; i < 2; i++) {
                 if (i >= RT) continue;
                 size_t arow = (size_t)(t0 + i) * G + g0;
-                __m512 s = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx + arow));
-                __m512 s2 = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(lm, j->a.dx2 + arow));
+                __m512 s, s2;
+                group_scales(&j->a, arow, lm, dw, &s, &s2);
                 acc[r][i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(is[r][i]), acc[r][i]);
                 acc[r][i] = _mm512_fmadd_ps(s2, _mm512_cvtepi32_ps(is2[r][i]), acc[r][i]);
                 if (asym) {
@@ -596,27 +608,33 @@ INLINE_TGT void ptile(const okv_qmm_job *j, int n0, int t0, int RW, int RT, int 
     }
 }
 
-/* W rows [n0, n1) against x rows t0.. (RT of them): tiles of 6, then 4, 2, 1. */
-INLINE_TGT void ptile_rows(const okv_qmm_job *j, int n0, int n1, int t0, int RT, int bits, bool asym) {
-    int n = n0;
-    for (; n + PAIR_RW <= n1; n += PAIR_RW) ptile(j, n, t0, PAIR_RW, RT, bits, asym);
-    if (n + 4 <= n1) {
-        ptile(j, n, t0, 4, RT, bits, asym);
-        n += 4;
+/* The row-plane tiles with both planes over x rows [t0, t1), one copy per
+ * scheme (pgemm's leftovers and the calls without row pairs share it). */
+typedef void (*span_fn)(const okv_qmm_job *j, int n0, int n1, int t0, int t1);
+#define SPAN_FN(name, bits, asym)                                                              \
+    static TGT __attribute__((noinline)) void name(const okv_qmm_job *j, int n0, int n1, int t0, int t1) { \
+        qgemm_span(j, n0, n1, t0, t1, bits, asym, true);                                        \
     }
-    if (n + 2 <= n1) {
-        ptile(j, n, t0, 2, RT, bits, asym);
-        n += 2;
-    }
-    if (n < n1) ptile(j, n, t0, 1, RT, bits, asym);
-}
+SPAN_FN(span_q4s, 4, false)
+SPAN_FN(span_q4a, 4, true)
+SPAN_FN(span_q8s, 8, false)
+SPAN_FN(span_q8a, 8, true)
 
 /* Each pair of x rows stays in L1 while the task's block of W rows (in L2)
- * streams past it. */
-INLINE_TGT void pgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+ * streams past it, 6 rows a tile (okv_qmm_run makes the blocks multiples
+ * of 12). The rest runs the row-plane tiles (span): an odd T's last row,
+ * and a block's last N % 6 W rows for all T. One tile shape keeps the code
+ * small: every instance of the unrolled loops is a copy, and clang with
+ * the fuzz build's sanitizers already needed ~6 minutes and ~4 GiB for
+ * this file before these tiles (a version with the leftovers inlined took
+ * ~10 minutes and 6 GiB). */
+INLINE_TGT void pgemm(const okv_qmm_job *j, int n0, int n1, int bits, bool asym, span_fn span) {
+    const int n6 = n0 + (n1 - n0) / PAIR_RW * PAIR_RW;
     int t = 0;
-    for (; t + 2 <= j->T; t += 2) ptile_rows(j, n0, n1, t, 2, bits, asym);
-    if (t < j->T) ptile_rows(j, n0, n1, t, 1, bits, asym);
+    for (; t + 2 <= j->T; t += 2)
+        for (int n = n0; n < n6; n += PAIR_RW) ptile(j, n, t, PAIR_RW, 2, bits, asym);
+    if (t < j->T && n0 < n6) span(j, n0, n6, t, j->T);
+    if (n6 < n1) span(j, n6, n1, 0, j->T);
 }
 
 /* A 4-bit GEMV with two activation planes (the deterministic table's, whose
@@ -633,22 +651,15 @@ static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1
 static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
 /* Prefill reads the row pairs when okv_qmm_run made them (T > 1, two
  * planes); without them (a one-row call) the row-plane tiles run. */
-static TGT void gemm_q4s(const okv_qmm_job *j, int n0, int n1) {
-    if (j->a.xp) pgemm(j, n0, n1, 4, false);
-    else qgemm(j, n0, n1, 4, false);
-}
-static TGT void gemm_q4a(const okv_qmm_job *j, int n0, int n1) {
-    if (j->a.xp) pgemm(j, n0, n1, 4, true);
-    else qgemm(j, n0, n1, 4, true);
-}
-static TGT void gemm_q8s(const okv_qmm_job *j, int n0, int n1) {
-    if (j->a.xp) pgemm(j, n0, n1, 8, false);
-    else qgemm(j, n0, n1, 8, false);
-}
-static TGT void gemm_q8a(const okv_qmm_job *j, int n0, int n1) {
-    if (j->a.xp) pgemm(j, n0, n1, 8, true);
-    else qgemm(j, n0, n1, 8, true);
-}
+#define GEMM_FN(name, span, bits, asym)                                  \
+    static TGT void name(const okv_qmm_job *j, int n0, int n1) {        \
+        if (j->a.xp) pgemm(j, n0, n1, bits, asym, span);                \
+        else span(j, n0, n1, 0, j->T);                                  \
+    }
+GEMM_FN(gemm_q4s, span_q4s, 4, false)
+GEMM_FN(gemm_q4a, span_q4a, 4, true)
+GEMM_FN(gemm_q8s, span_q8s, 8, false)
+GEMM_FN(gemm_q8a, span_q8a, 8, true)
 
 static const okv_qmm_ops ops_avx512[4] = {
     {quantize_avx512, gemv_q4s, gemm_q4s, true},
