@@ -1,7 +1,7 @@
 /* fuzz_seqstate.c — libFuzzer target: a sequence state file (okv_seq_load's
  * input) applied to running kv sets of one fixed small layout (3 caches:
  * flat, ring of window 5, flat; 2 kv heads x 4 dims, chunk 3, 64 positions;
- * bf16), once into a single-sequence set and once into a cell set. Each
+ * K in bf16, V in f32, so K and V rows differ in size), once into a single-sequence set and once into a cell set. Each
  * input is applied as is (the CRC refuses nearly all) and again with its
  * file size and CRC repaired, so the fuzzer reaches the field checks. An
  * accepted state must leave a set that steps on: the single set rewinds to
@@ -35,7 +35,8 @@ static okv_kv *make_set(bool cells) {
     l.max_ctx_len = 64;
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = OKV_BF16;
+    o.k_dtype = OKV_BF16;
+    o.v_dtype = OKV_F32;
     o.initial_capacity = 4;
     o.cells = cells;
     o.max_seqs = cells ? 4 : 0;
@@ -102,9 +103,10 @@ static void fill_single(okv_kv *kv, int32_t len) {
         int32_t p = kv->seq.length - 1;
         for (int c = 0; c < kv->n_caches; c++) {
             okv_cache *ca = &kv->caches[c];
-            size_t row = okv_kv_slot_bytes(ca), slot = (size_t)(ca->policy.kind == OKV_POLICY_RING ? p % ca->policy.slots : p);
-            memset((uint8_t *)ca->k + slot * row, p + 1, row);
-            memset((uint8_t *)ca->v + slot * row, p + 101, row);
+            size_t krow = okv_kv_slot_bytes(ca, false), vrow = okv_kv_slot_bytes(ca, true);
+            size_t slot = (size_t)(ca->policy.kind == OKV_POLICY_RING ? p % ca->policy.slots : p);
+            memset((uint8_t *)ca->k + slot * krow, p + 1, krow);
+            memset((uint8_t *)ca->v + slot * vrow, p + 101, vrow);
         }
     }
 }

@@ -34,7 +34,7 @@ static void row(const char *model, const okv_layout *l, int ctx, okv_dtype dt, c
                 const char *label) {
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = dt;
+    o.k_dtype = o.v_dtype = dt;
     o.max_capacity = ctx;
     o.windows_override = ov;
     o.n_windows_override = n_ov;
@@ -58,7 +58,7 @@ static double now_s(void) {
 static double step_overhead_ns(const okv_layout *l) {
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = OKV_BF16;
+    o.k_dtype = o.v_dtype = OKV_BF16;
     o.max_capacity = 4096;
     o.initial_capacity = 4096;
     okv_kv *kv;

@@ -366,7 +366,7 @@ static void attn_task(void *ctx, int task, int thread) {
         for (int hh = 0; hh < HG; hh++) {
             float *m = st.m + (size_t)hh * j->R_max, *l = st.l + (size_t)hh * j->R_max;
             size_t head = (size_t)hh * D * j->esz;
-            ops->scores(S, KB, qbuf + (size_t)hh * j->R_max * D, R, K + head, a->kv.dtype, ld, nb, D, a->scale);
+            ops->scores(S, KB, qbuf + (size_t)hh * j->R_max * D, R, K + head, a->kv.k_dtype, ld, nb, D, a->scale);
             for (int r = 0; r < R; r++) {
                 int t = row_of(j, t0, r);
                 float *s = S + (size_t)r * KB, mx = -INFINITY;
@@ -385,7 +385,7 @@ static void attn_task(void *ctx, int task, int thread) {
                 l[r] = l[r] * cbuf[r] + ops->exp_sum(s, nb, m_new);
                 m[r] = m_new;
             }
-            ops->accumulate(st.acc + (size_t)hh * j->R_max * D, cbuf, S, KB, R, V + head, a->kv.dtype, ld, nb, D);
+            ops->accumulate(st.acc + (size_t)hh * j->R_max * D, cbuf, S, KB, R, V + head, a->kv.v_dtype, ld, nb, D);
         }
         kb += nb;
     }
@@ -438,7 +438,7 @@ static void attend_v1_fast(okv_threadpool *tp, const okv_attn_args *a, const v1_
     j.D = a->kv.head_dim;
     j.Hkv = a->kv.kv_heads;
     j.G = a->n_heads / j.Hkv;
-    j.esz = okv_dtype_size(a->kv.dtype);
+    j.esz = okv_dtype_size(a->kv.k_dtype);
     j.n_keys = runs_total(a->runs, a->n_runs);
     int n_threads = okv_threadpool_size(tp);
 

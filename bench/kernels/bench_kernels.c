@@ -225,7 +225,7 @@ static double time_attend(const okv_kernels *k, okv_threadpool *tp, int Hq, int 
     int32_t *pos = malloc(sizeof(int32_t) * T);
     for (int t = 0; t < T; t++) pos[t] = n_keys - T + t;
     okv_run run = {0, n_keys, 0};
-    okv_attn_args a = {q, T, Hq, pos, {kp, vp, kp, vp, dt, Hkv, D}, &run, 1, 0, 1.0f / sqrtf((float)D), out, NULL};
+    okv_attn_args a = {q, T, Hq, pos, {kp, vp, kp, vp, dt, dt, Hkv, D}, &run, 1, 0, 1.0f / sqrtf((float)D), out, NULL};
     k->attend(tp, &a);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -970,7 +970,7 @@ static double attn_long_case(okv_threadpool *tp, const attend_fn *fns, int n_fn,
         runs[0] = (okv_run){first, n1, from};
         if (n1 < n_pos - from) runs[n_runs++] = (okv_run){0, n_pos - from - n1, from + n1};
     }
-    okv_attn_args a = {q, T, HQ, pos, {kp, vp, kp, vp, dt, HKV, D}, runs, n_runs, window, 0.125f, o[0], NULL};
+    okv_attn_args a = {q, T, HQ, pos, {kp, vp, kp, vp, dt, dt, HKV, D}, runs, n_runs, window, 0.125f, o[0], NULL};
     double t[MAXF][16];
     for (int r = 0; r < reps; r++)
         for (int f = 0; f < n_fn; f++) {
@@ -1059,7 +1059,7 @@ static void bench_attn_kv(okv_threadpool *tp, int quick) {
                 for (size_t e = 0; e < (size_t)n * row; e++) { kin[e] = frand(); vin[e] = frand(); }
                 okv_run run = {p0, n, p0};
                 for (int d = 0; d < ND; d++) {
-                    okv_attn_kv kv = {kp[d], vp[d], kp[d], vp[d], dts[d], HKV, D};
+                    okv_attn_kv kv = {kp[d], vp[d], kp[d], vp[d], dts[d], dts[d], HKV, D};
                     okv_attend_write(&kv, &run, 1, kin, vin);
                 }
             }
@@ -1074,7 +1074,7 @@ static void bench_attn_kv(okv_threadpool *tp, int quick) {
             for (int d = 0; d < ND; d++) out[d] = malloc(sizeof(float) * T * HQ * D);
             for (int r = 0; r < reps; r++)
                 for (int d = 0; d < ND; d++) {
-                    okv_attn_args a = {q, T, HQ, pos, {kp[d], vp[d], kp[d], vp[d], dts[d], HKV, D}, runs, 1, 0, 0.125f,
+                    okv_attn_args a = {q, T, HQ, pos, {kp[d], vp[d], kp[d], vp[d], dts[d], dts[d], HKV, D}, runs, 1, 0, 0.125f,
                                        out[d], NULL};
                     double t0 = now();
                     k->attend(tp, &a);
@@ -1200,8 +1200,8 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
     /* "blocked": the blocked kernel of the table's ISA (on AVX2 what the table ran before its decode kernel) */
     attend_fn fns[NF] = {avx512 ? okv_attend_avx512 : okv_attend_avx2, okv_attend_decode_dpbf16, okv_attend_decode_amx,
                          k->attend};
-    bool ok[NF] = {dt == OKV_Q8 || !avx512, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt),
-                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt), true};
+    bool ok[NF] = {dt == OKV_Q8 || !avx512, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt, dt),
+                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt, dt), true};
     printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
            okv_dtype_name(dt), okv_threadpool_size(tp), k->name);
     printf("%-6s %-10s %9s %9s %8s %8s %9s\n", "pos", "kernel", "wall ms", "cpu ms", "cpu/wall", "GB/s", "of probe");
@@ -1221,7 +1221,7 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
             int n = n_pos - p0 < 1024 ? n_pos - p0 : 1024;
             for (size_t e = 0; e < (size_t)n * row; e++) { kin[e] = frand(); vin[e] = frand(); }
             okv_run run = {p0, n, p0};
-            okv_attn_kv kv = {kp[0], vp[0], kp[0], vp[0], dt, HKV, D};
+            okv_attn_kv kv = {kp[0], vp[0], kp[0], vp[0], dt, dt, HKV, D};
             okv_attend_write(&kv, &run, 1, kin, vin);
         }
         free(kin);
@@ -1247,7 +1247,7 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
                         okv_threadpool_run(tp, pj.parts, kvprobe_task, &pj);
                         continue;
                     }
-                    okv_attn_args a = {q, 1, HQ, &pos, {kp[ll], vp[ll], kp[ll], vp[ll], dt, HKV, D}, runs, 1, 0,
+                    okv_attn_args a = {q, 1, HQ, &pos, {kp[ll], vp[ll], kp[ll], vp[ll], dt, dt, HKV, D}, runs, 1, 0,
                                        0.125f, out[f], NULL};
                     fns[f](tp, &a);
                 }

@@ -186,13 +186,13 @@ static int bench_longctx(okv_program *p, const okv_runner_options *ro, const okv
     lc_round warm, rd[LC_ROUNDS];
     if (longctx_round(shortr, longr, ids, n_ctx, 2, logits, &warm, &err)) goto done; /* page faults, first touches */
     printf("longctx: kernels %s; attention: %s\n", okv_runner_kernels(longr),
-           strstr(okv_runner_kernels(longr), "amx-bf16 (amx: granted)") && co->storage_dtype != OKV_F32
+           strstr(okv_runner_kernels(longr), "amx-bf16 (amx: granted)") && (co->k_storage_dtype != OKV_F32 || co->v_storage_dtype != OKV_F32)
                ? "AMX-BF16 tiles for prefill chunks (bf16/f16/q8 KV), AMX score tiles + "
                  "f32 FMA P V for decode (bf16/f16/q8 KV)"
                : "blocked kernel of the table (f32 KV, or no AMX: no tiles; avx512-bf16: vdpbf16ps decode)");
-    printf("longctx: kv storage %s; fill of %d tokens in %.1f s; %d rounds of: pp512, last 512 of %d, "
-           "%d decode steps at 512 and at %d\n", okv_dtype_name(co->storage_dtype), n_ctx, fill1 - fill0, LC_ROUNDS,
-           n_ctx, n_dec, n_ctx);
+    printf("longctx: kv storage K %s / V %s; fill of %d tokens in %.1f s; %d rounds of: pp512, last 512 of %d, "
+           "%d decode steps at 512 and at %d\n", okv_dtype_name(co->k_storage_dtype), okv_dtype_name(co->v_storage_dtype),
+           n_ctx, fill1 - fill0, LC_ROUNDS, n_ctx, n_dec, n_ctx);
     double pp[LC_ROUNDS], lt[LC_ROUNDS], ds[LC_ROUNDS], dl[LC_ROUNDS], share[LC_ROUNDS], slow[LC_ROUNDS];
     for (int i = 0; i < LC_ROUNDS; i++) {
         if (longctx_round(shortr, longr, ids, n_ctx, n_dec, logits, &rd[i], &err)) goto done;
@@ -245,7 +245,7 @@ static void print_profile(const okv_runner *r, const char *what) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--longctx N] [--profile 1]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--kv-k-dtype D] [--kv-v-dtype D] [--longctx N] [--profile 1]\n"); return 2; }
     int prompt = 128, decode = -1, threads = 0, longctx = 0, profile = 0; /* decode: 64, or 16 per --longctx round */
     okv_cache_options co;
     okv_cache_options_default(&co);
@@ -253,11 +253,15 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--decode")) decode = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--kv-storage-dtype")) {
-            if (okv_kv_dtype_parse(argv[i + 1], &co.storage_dtype)) {
-                fprintf(stderr, "--kv-storage-dtype: '%s' is not f32, f16, bf16 or q8\n", argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-storage-dtype") || !strcmp(argv[i], "--kv-k-dtype") ||
+                 !strcmp(argv[i], "--kv-v-dtype")) {
+            okv_dtype dt;
+            if (okv_kv_dtype_parse(argv[i + 1], &dt)) {
+                fprintf(stderr, "%s: '%s' is not f32, f16, bf16 or q8\n", argv[i], argv[i + 1]);
                 return 2;
             }
+            if (strcmp(argv[i], "--kv-v-dtype")) co.k_storage_dtype = dt;
+            if (strcmp(argv[i], "--kv-k-dtype")) co.v_storage_dtype = dt;
         }
         else if (!strcmp(argv[i], "--longctx")) longctx = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);

@@ -86,7 +86,8 @@ int main(int argc, char **argv) {
             else if (!strcmp(o, "--threads")) threads = atoi(v);
             else if (!strcmp(o, "--profile")) profile = atoi(v);
             else if (!strcmp(o, "--kv-storage-dtype")) {
-                if (okv_kv_dtype_parse(v, &co.storage_dtype)) { fprintf(stderr, "bad dtype %s\n", v); return 2; }
+                if (okv_kv_dtype_parse(v, &co.k_storage_dtype)) { fprintf(stderr, "bad dtype %s\n", v); return 2; }
+                co.v_storage_dtype = co.k_storage_dtype;
             } else { fprintf(stderr, "unknown option %s\n", o); return 2; }
         } else if (n < MAX_PROGS) {
             memset(&progs[n], 0, sizeof progs[n]);

@@ -147,12 +147,12 @@ okv_status okv_seq_table_check_batch(const okv_seq_table *t, const int32_t *seqs
 /* ---- 2. byte layer -------------------------------------------------------- */
 
 /* One cache: its policy plus K and V pools of [slots_alloc, kv_heads, head_dim]
- * elements in `dtype`. Flat pools grow by doubling; ring pools are allocated
+ * elements in k_dtype / v_dtype. Flat pools grow by doubling; ring pools are allocated
  * once at exactly policy.slots. */
 typedef struct okv_cache {
     okv_policy policy;
     int kv_heads, head_dim;
-    okv_dtype dtype;
+    okv_dtype k_dtype, v_dtype; /* each pool's storage dtype */
     int32_t slots_alloc;    /* slots currently allocated */
     void *k, *v;
     int32_t oldest;         /* ring: smallest position whose slot still holds
@@ -161,7 +161,7 @@ typedef struct okv_cache {
 
 /* Run-time choices for building caches from a layout. */
 typedef struct okv_kv_options {
-    okv_dtype storage_dtype;   /* default OKV_F32 */
+    okv_dtype k_dtype, v_dtype; /* storage of the K and V pools; default OKV_F32 */
     int32_t max_capacity;      /* 0 = layout's max_ctx_len */
     int32_t initial_capacity;  /* 0 = min(256, capacity) */
     const int32_t *windows_override; /* NULL = layout's windows; else repeats */
@@ -308,7 +308,7 @@ okv_status okv_kv_cells_count_get(okv_kv *kv, okv_kv_cells_count *out, okv_error
  * V rows (okv_kv_slot_bytes each, raw storage bytes) and its oldest held
  * position, plus the caller's fingerprint and an opaque extra blob. The
  * format and the checks are described in okv_cache_state.c. */
-#define OKV_STATE_VERSION 1
+#define OKV_STATE_VERSION 2
 #define OKV_STATE_MAX_EXTRA (64 << 20)
 
 /* What the file must match besides the caches' geometry: digests of the
@@ -317,8 +317,8 @@ typedef struct okv_kv_state_id {
     uint64_t layout, program;
 } okv_kv_state_id;
 
-/* Bytes of one position's row in cache c's K (or V) pool; 0 on overflow. */
-size_t okv_kv_slot_bytes(const okv_cache *c);
+/* Bytes of one position's row in cache c's K pool (v: V pool); 0 on overflow. */
+size_t okv_kv_slot_bytes(const okv_cache *c, bool v);
 uint32_t okv_kv_state_crc32(uint32_t crc, const void *data, size_t n);
 /* seq = -1 for a single-sequence set. Atomic: on failure no file is left
  * and an existing one is untouched. */

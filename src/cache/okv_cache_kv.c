@@ -1,8 +1,9 @@
 /* okv_cache_kv.c — the byte layer: a kv set is one K pool and one V pool per
  * cache of a layout, all sharing one sequence controller.
  *
- * Pools are [slots_alloc, kv_heads, head_dim] elements of the storage dtype
- * (q8: each (slot, head) row is head_dim / 32 blocks of 32 int8 codes + an
+ * Pools are [slots_alloc, kv_heads, head_dim] elements of their storage
+ * dtype, chosen per side (K may keep bf16 while V is q8: V's rounding costs
+ * the output far less, see README "KV storage") (q8: each (slot, head) row is head_dim / 32 blocks of 32 int8 codes + an
  * f32 scale, okv_kvq8.h; quantized by the write half of attention, so a
  * slot's bytes depend on that slot's row only and ring, cell and rewind
  * logic stays byte-agnostic).
@@ -22,22 +23,26 @@
 
 void okv_kv_options_default(okv_kv_options *o) {
     memset(o, 0, sizeof *o);
-    o->storage_dtype = OKV_F32;
+    o->k_dtype = o->v_dtype = OKV_F32;
 }
 
-/* Bytes of one slot (one position) of one pool: kv_heads * head_dim
- * elements in the storage dtype, or 0 if that does not fit in size_t. */
-static size_t slot_bytes(const okv_cache *c) {
+size_t okv_kv_slot_bytes(const okv_cache *c, bool v) {
     size_t n, b;
     if (__builtin_mul_overflow((size_t)c->kv_heads, (size_t)c->head_dim, &n)) return 0;
-    return okv_kv_bytes_checked(c->dtype, n, &b) ? b : 0;
+    return okv_kv_bytes_checked(v ? c->v_dtype : c->k_dtype, n, &b) ? b : 0;
 }
 
-/* Bytes of one pool of `slots` slots, or 0 if that does not fit in size_t. */
-static size_t pool_bytes(const okv_cache *c, int32_t slots) {
+/* Bytes of one pool (v: the V pool, else K) of `slots` slots, or 0 if that
+ * does not fit in size_t. */
+static size_t pool_bytes(const okv_cache *c, bool v, int32_t slots) {
     size_t n;
-    if (__builtin_mul_overflow(slot_bytes(c), (size_t)slots, &n)) return 0;
+    if (__builtin_mul_overflow(okv_kv_slot_bytes(c, v), (size_t)slots, &n)) return 0;
     return n;
+}
+
+/* Both pools of `slots` slots (each fits, so the sum of two does too). */
+static size_t pair_bytes(const okv_cache *c, int32_t slots) {
+    return pool_bytes(c, false, slots) + pool_bytes(c, true, slots);
 }
 
 static void lock_kv(const okv_kv *kv) { pthread_mutex_lock((pthread_mutex_t *)&kv->lock); }
@@ -55,15 +60,22 @@ static okv_status copy_layout(okv_layout *dst, const okv_layout *src, okv_error 
     return OKV_OK;
 }
 
-static okv_status check_options(const okv_layout *l, const okv_kv_options *o, okv_error *err) {
-    if (o->storage_dtype != OKV_F32 && o->storage_dtype != OKV_F16 && o->storage_dtype != OKV_BF16 &&
-        o->storage_dtype != OKV_Q8)
-        return okv_fail(err, OKV_ERR_INVALID, "kv options: unknown storage dtype %d", (int)o->storage_dtype);
-    for (int c = 0; o->storage_dtype == OKV_Q8 && c < l->n_caches; c++)
+/* One side's storage dtype: known, and q8 only where head_dim has whole blocks. */
+static okv_status check_storage(const okv_layout *l, okv_dtype dt, const char *side, okv_error *err) {
+    if (dt != OKV_F32 && dt != OKV_F16 && dt != OKV_BF16 && dt != OKV_Q8)
+        return okv_fail(err, OKV_ERR_INVALID, "kv options: unknown %s storage dtype %d", side, (int)dt);
+    for (int c = 0; dt == OKV_Q8 && c < l->n_caches; c++)
         if (l->head_dims[c] % OKV_Q8_BLOCK != 0)
             return okv_fail(err, OKV_ERR_UNSUPPORTED,
-                            "kv options: q8 storage needs head_dim a multiple of %d, cache %d has head_dim %d",
-                            OKV_Q8_BLOCK, c, l->head_dims[c]);
+                            "kv options: q8 %s storage needs head_dim a multiple of %d, cache %d has head_dim %d",
+                            side, OKV_Q8_BLOCK, c, l->head_dims[c]);
+    return OKV_OK;
+}
+
+static okv_status check_options(const okv_layout *l, const okv_kv_options *o, okv_error *err) {
+    okv_status st = check_storage(l, o->k_dtype, "K", err);
+    if (st == OKV_OK) st = check_storage(l, o->v_dtype, "V", err);
+    if (st != OKV_OK) return st;
     if (o->max_capacity < 0 || o->max_capacity > l->max_ctx_len)
         return okv_fail(err, OKV_ERR_INVALID, "kv options: max_capacity %d outside [0, max_ctx_len %d]",
                         o->max_capacity, l->max_ctx_len);
@@ -92,7 +104,8 @@ static okv_status init_cache(okv_cache *c, int idx, const okv_layout *l, const o
     int window = effective_window(l, o, idx);
     c->kv_heads = l->kv_heads[idx];
     c->head_dim = l->head_dims[idx];
-    c->dtype = o->storage_dtype;
+    c->k_dtype = o->k_dtype;
+    c->v_dtype = o->v_dtype;
     c->oldest = 0;
     if (window > 0) {
         c->policy = okv_policy_ring_capped(window, l->prefill_chunk_size, capacity);
@@ -102,7 +115,8 @@ static okv_status init_cache(okv_cache *c, int idx, const okv_layout *l, const o
         c->policy.max_write = l->prefill_chunk_size;
         c->slots_alloc = initial;
     }
-    if (pool_bytes(c, c->slots_alloc) == 0 || pool_bytes(c, c->policy.slots) == 0)
+    if (pool_bytes(c, false, c->policy.slots) == 0 || pool_bytes(c, true, c->policy.slots) == 0 ||
+        pool_bytes(c, false, c->slots_alloc) == 0 || pool_bytes(c, true, c->slots_alloc) == 0)
         return okv_fail(err, OKV_ERR_INVALID, "kv cache %d: pool of %d slots x %d heads x %d dims is too large",
                         idx, c->policy.slots, c->kv_heads, c->head_dim);
     return OKV_OK;
@@ -121,7 +135,7 @@ static size_t total_bytes(const okv_kv *kv, const int32_t *slots) {
     size_t total = 0;
     for (int c = 0; c < kv->n_caches; c++) {
         const okv_cache *ca = &kv->caches[c];
-        total += 2 * pool_bytes(ca, slots ? slots[c] : ca->slots_alloc);
+        total += pair_bytes(ca, slots ? slots[c] : ca->slots_alloc);
     }
     return total;
 }
@@ -133,11 +147,11 @@ static okv_status alloc_initial_pools(okv_kv *kv, okv_error *err) {
                         total, kv->max_pool_bytes);
     for (int c = 0; c < kv->n_caches; c++) {
         okv_cache *ca = &kv->caches[c];
-        size_t n = pool_bytes(ca, ca->slots_alloc);
-        ca->k = calloc(1, n);
-        ca->v = calloc(1, n);
+        size_t nk = pool_bytes(ca, false, ca->slots_alloc), nv = pool_bytes(ca, true, ca->slots_alloc);
+        ca->k = calloc(1, nk);
+        ca->v = calloc(1, nv);
         if (!ca->k || !ca->v)
-            return okv_fail(err, OKV_ERR_NOMEM, "kv cache %d: out of memory for 2 pools of %zu bytes", c, n);
+            return okv_fail(err, OKV_ERR_NOMEM, "kv cache %d: out of memory for pools of %zu + %zu bytes", c, nk, nv);
     }
     return OKV_OK;
 }
@@ -253,21 +267,20 @@ okv_status okv_kv_grow_pools(okv_kv *kv, const int32_t *need, okv_error *err) {
     for (int c = 0; c < n; c++) {
         const okv_cache *ca = &kv->caches[c];
         if (slots[c] == ca->slots_alloc) continue;
-        size_t bytes = pool_bytes(ca, slots[c]);
-        fresh[2 * c] = calloc(1, bytes);
-        fresh[2 * c + 1] = calloc(1, bytes);
+        size_t kbytes = pool_bytes(ca, false, slots[c]), vbytes = pool_bytes(ca, true, slots[c]);
+        fresh[2 * c] = calloc(1, kbytes);
+        fresh[2 * c + 1] = calloc(1, vbytes);
         if (!fresh[2 * c] || !fresh[2 * c + 1]) {
-            st = okv_fail(err, OKV_ERR_NOMEM, "kv cache %d: out of memory growing to %d slots (2 x %zu bytes)",
-                          c, slots[c], bytes);
+            st = okv_fail(err, OKV_ERR_NOMEM, "kv cache %d: out of memory growing to %d slots (%zu + %zu bytes)",
+                          c, slots[c], kbytes, vbytes);
             goto done;
         }
     }
     for (int c = 0; c < n; c++) {   /* commit: nothing can fail from here */
         okv_cache *ca = &kv->caches[c];
         if (!fresh[2 * c]) continue;
-        size_t old = pool_bytes(ca, ca->slots_alloc);
-        memcpy(fresh[2 * c], ca->k, old);
-        memcpy(fresh[2 * c + 1], ca->v, old);
+        memcpy(fresh[2 * c], ca->k, pool_bytes(ca, false, ca->slots_alloc));
+        memcpy(fresh[2 * c + 1], ca->v, pool_bytes(ca, true, ca->slots_alloc));
         free(ca->k);
         free(ca->v);
         ca->k = fresh[2 * c];
@@ -398,8 +411,14 @@ size_t okv_kv_bytes(const okv_kv *kv) {
 size_t okv_kv_bytes_full(const okv_kv *kv) {
     size_t total = 0;
     for (int c = 0; c < kv->n_caches; c++)
-        total += 2 * pool_bytes(&kv->caches[c], kv->caches[c].policy.slots);
+        total += pair_bytes(&kv->caches[c], kv->caches[c].policy.slots);
     return total;
+}
+
+/* "bf16", or "K bf16 / V q8" when the sides differ. */
+static void describe_dtypes(okv_buf *out, const okv_cache *c) {
+    if (c->k_dtype == c->v_dtype) okv_buf_printf(out, "%s", okv_dtype_name(c->k_dtype));
+    else okv_buf_printf(out, "K %s / V %s", okv_dtype_name(c->k_dtype), okv_dtype_name(c->v_dtype));
 }
 
 void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
@@ -420,8 +439,9 @@ void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
             if (p->slots > most) most = p->slots;
         }
         okv_buf_printf(&out, "%d full + %d windowed, cell pool of %d sequences | up to %d cells | capacity %d per "
-               "sequence | kv %s | %.1f MiB", n_full, n_win, kv->cells->seqs.max_seqs, most, kv->cells->seqs.capacity,
-               okv_dtype_name(kv->caches[0].dtype), (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
+               "sequence | kv ", n_full, n_win, kv->cells->seqs.max_seqs, most, kv->cells->seqs.capacity);
+        describe_dtypes(&out, &kv->caches[0]);
+        okv_buf_printf(&out, " | %.1f MiB", (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
         return;
     }
     if (n_flat) {
@@ -442,6 +462,7 @@ void okv_kv_describe(const okv_kv *kv, char *buf, size_t n) {
         okv_buf_printf(&out, "%s%d ring(window %d)", sep, count, p->window);
         sep = " + ";
     }
-    okv_buf_printf(&out, " | capacity %d | kv %s | %.1f MiB", kv->seq.capacity,
-           okv_dtype_name(kv->caches[0].dtype), (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
+    okv_buf_printf(&out, " | capacity %d | kv ", kv->seq.capacity);
+    describe_dtypes(&out, &kv->caches[0]);
+    okv_buf_printf(&out, " | %.1f MiB", (double)okv_kv_bytes(kv) / (1024.0 * 1024.0));
 }

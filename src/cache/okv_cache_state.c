@@ -13,10 +13,12 @@
  *
  * File layout (little-endian, no padding; okv_cache.h has the constants):
  *   [0, 96)   header: magic "OKVSEQ\0\0", version, header bytes, layout
- *             digest, program digest, kv dtype, n_caches, length, source
- *             mode, extra bytes, file bytes, max_write, zeros
+ *             digest, program digest, K dtype, n_caches, length, source
+ *             mode, extra bytes, file bytes, max_write, V dtype, zeros
  *   [96, ..)  n_caches entries of 32 bytes: window, kv_heads, head_dim,
- *             oldest, n_held, 0, row_bytes (u64)
+ *             oldest, n_held, 0, K row_bytes (u64; a V row's size follows
+ *             from the V dtype and the geometry)
+ * Version 1 files (one dtype for K and V, byte 68 zero) still load.
  *   then      extra blob
  *   then      per cache: positions i32[n_held], K rows, V rows
  *   last 8    CRC-32 of everything before it, then "OKVE"
@@ -195,13 +197,6 @@ static void emit(state_writer *w, const void *data, size_t n) {
     }
 }
 
-/* The same row size the byte layer allocates (q8: codes and scales). */
-size_t okv_kv_slot_bytes(const okv_cache *c) {
-    size_t n, b;
-    if (__builtin_mul_overflow((size_t)c->kv_heads, (size_t)c->head_dim, &n)) return 0;
-    return okv_kv_bytes_checked(c->dtype, n, &b) ? b : 0;
-}
-
 /* Window a cache applies, whatever its mode (0 = full history). */
 static int32_t cache_window(const okv_cache *ca) { return ca->policy.kind == OKV_POLICY_FLAT ? 0 : ca->policy.window; }
 
@@ -210,7 +205,8 @@ static bool file_bytes_of(const okv_kv *kv, const held_rows *h, size_t extra_len
     uint64_t total = HDR_BYTES + (uint64_t)ENTRY_BYTES * (uint64_t)kv->n_caches + TRAILER_BYTES, x;
     if (__builtin_add_overflow(total, (uint64_t)extra_len, &total)) return false;
     for (int c = 0; c < kv->n_caches; c++) {
-        uint64_t row = 4 + 2 * (uint64_t)okv_kv_slot_bytes(&kv->caches[c]);
+        const okv_cache *ca = &kv->caches[c];
+        uint64_t row = 4 + (uint64_t)okv_kv_slot_bytes(ca, false) + (uint64_t)okv_kv_slot_bytes(ca, true);
         if (__builtin_mul_overflow(row, (uint64_t)h[c].n, &x) || __builtin_add_overflow(total, x, &total)) return false;
     }
     *out = total;
@@ -225,13 +221,14 @@ static void write_header(state_writer *w, const okv_kv *kv, const okv_kv_state_i
     put32(hdr + 12, HDR_BYTES);
     put64(hdr + 16, id->layout);
     put64(hdr + 24, id->program);
-    put32(hdr + 32, (uint32_t)kv->caches[0].dtype);
+    put32(hdr + 32, (uint32_t)kv->caches[0].k_dtype);
     put32(hdr + 36, (uint32_t)kv->n_caches);
     put32(hdr + 40, (uint32_t)length);
     put32(hdr + 44, kv->cells ? 1u : 0u);
     put64(hdr + 48, (uint64_t)extra_len);
     put64(hdr + 56, file_bytes);
     put32(hdr + 64, (uint32_t)kv->seq.max_write);
+    put32(hdr + 68, (uint32_t)kv->caches[0].v_dtype);
     emit(w, hdr, sizeof hdr);
     for (int c = 0; c < kv->n_caches; c++) {
         const okv_cache *ca = &kv->caches[c];
@@ -241,7 +238,7 @@ static void write_header(state_writer *w, const okv_kv *kv, const okv_kv_state_i
         put32(e + 8, (uint32_t)ca->head_dim);
         put32(e + 12, (uint32_t)h[c].oldest);
         put32(e + 16, (uint32_t)h[c].n);
-        put64(e + 24, (uint64_t)okv_kv_slot_bytes(ca));
+        put64(e + 24, (uint64_t)okv_kv_slot_bytes(ca, false));
         emit(w, e, sizeof e);
     }
 }
@@ -249,7 +246,6 @@ static void write_header(state_writer *w, const okv_kv *kv, const okv_kv_state_i
 static void write_rows(state_writer *w, const okv_kv *kv, const held_rows *h) {
     for (int c = 0; c < kv->n_caches; c++) {
         const okv_cache *ca = &kv->caches[c];
-        size_t row = okv_kv_slot_bytes(ca);
         for (int32_t i = 0; i < h[c].n; i++) {
             unsigned char p[4];
             put32(p, (uint32_t)h[c].pos[i]);
@@ -257,6 +253,7 @@ static void write_rows(state_writer *w, const okv_kv *kv, const held_rows *h) {
         }
         for (int kvi = 0; kvi < 2; kvi++) {
             const unsigned char *pool = kvi ? ca->v : ca->k;
+            size_t row = okv_kv_slot_bytes(ca, kvi == 1);
             for (int32_t i = 0; i < h[c].n; i++) emit(w, pool + (size_t)h[c].slot[i] * row, row);
         }
     }
@@ -324,13 +321,12 @@ okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, con
 /* One cache's entry of a parsed file; pos/k/v point into the image. */
 typedef struct state_entry {
     int32_t window, kv_heads, head_dim, oldest, n;
-    uint64_t row_bytes;
+    uint64_t row_bytes, v_row_bytes; /* K's (from the file), V's (from the V dtype) */
     const unsigned char *pos, *k, *v;
 } state_entry;
 
 typedef struct state_image {
     int32_t length;
-    uint32_t dtype;
     const unsigned char *extra;
     uint64_t extra_len;
     state_entry *e;   /* [n_caches of the kv set] */
@@ -352,9 +348,9 @@ static okv_status check_envelope(const unsigned char *d, size_t len, const char 
         return bad(err, what, "%zu bytes, too short for a sequence state file (header %d + trailer %d)", len,
                    HDR_BYTES, TRAILER_BYTES);
     if (memcmp(d, STATE_MAGIC, 8) != 0) return bad(err, what, "not a sequence state file (magic)");
-    if (get32(d + 8) != OKV_STATE_VERSION)
-        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: version %u, this build reads version %d", what, get32(d + 8),
-                        OKV_STATE_VERSION);
+    if (get32(d + 8) != OKV_STATE_VERSION && get32(d + 8) != 1)
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: version %u, this build reads versions 1 and %d", what,
+                        get32(d + 8), OKV_STATE_VERSION);
     if (get32(d + 12) != HDR_BYTES) return bad(err, what, "header_bytes %u, expected %d", get32(d + 12), HDR_BYTES);
     if (get64(d + 56) != (uint64_t)len)
         return bad(err, what, "file_bytes says %llu but the file has %zu (truncated or extended)",
@@ -376,16 +372,18 @@ static okv_status check_identity(const okv_kv *kv, const unsigned char *d, const
         return okv_fail(err, OKV_ERR_INVALID, "%s: fingerprint: saved from a different program (same layout, other "
                         "weights or graph: digest %016llx, this program's %016llx)", what,
                         (unsigned long long)get64(d + 24), (unsigned long long)id->program);
-    uint32_t dt = get32(d + 32);
-    if (dt != (uint32_t)kv->caches[0].dtype)
-        return okv_fail(err, OKV_ERR_INVALID, "%s: kv_dtype: saved with kv storage %s, this cache key stores %s", what,
-                        okv_dtype_name((okv_dtype)dt), okv_dtype_name(kv->caches[0].dtype));
+    uint32_t kdt = get32(d + 32), vdt = get32(d + 8) == 1 ? kdt : get32(d + 68);
+    const okv_cache *c0 = &kv->caches[0];
+    if (kdt != (uint32_t)c0->k_dtype || vdt != (uint32_t)c0->v_dtype)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: kv_dtype: saved with K storage %s and V storage %s, this cache key "
+                        "stores %s and %s", what, okv_dtype_name((okv_dtype)kdt), okv_dtype_name((okv_dtype)vdt),
+                        okv_dtype_name(c0->k_dtype), okv_dtype_name(c0->v_dtype));
     if (get32(d + 36) != (uint32_t)kv->n_caches)
         return okv_fail(err, OKV_ERR_INVALID, "%s: n_caches %u, this cache key has %d", what, get32(d + 36), kv->n_caches);
     if (get32(d + 64) != (uint32_t)kv->seq.max_write)
         return okv_fail(err, OKV_ERR_INVALID, "%s: max_write %u, this cache key's prefill chunk is %d", what,
                         get32(d + 64), kv->seq.max_write);
-    for (int i = 68; i < HDR_BYTES; i++)
+    for (int i = get32(d + 8) == 1 ? 68 : 72; i < HDR_BYTES; i++)
         if (d[i]) return bad(err, what, "reserved header byte %d is not zero", i);
     return OKV_OK;
 }
@@ -407,9 +405,10 @@ static okv_status parse_entry(const okv_kv *kv, int c, const unsigned char *e, i
     if (out->kv_heads != ca->kv_heads || out->head_dim != ca->head_dim)
         return okv_fail(err, OKV_ERR_INVALID, "%s: cache %d: %d kv heads x %d dims in the file, %d x %d here", what, c,
                         out->kv_heads, out->head_dim, ca->kv_heads, ca->head_dim);
-    if (out->row_bytes != (uint64_t)okv_kv_slot_bytes(ca))
+    if (out->row_bytes != (uint64_t)okv_kv_slot_bytes(ca, false))
         return okv_fail(err, OKV_ERR_INVALID, "%s: cache %d: row_bytes %llu in the file, %zu for this cache key's "
-                        "storage", what, c, (unsigned long long)out->row_bytes, okv_kv_slot_bytes(ca));
+                        "storage", what, c, (unsigned long long)out->row_bytes, okv_kv_slot_bytes(ca, false));
+    out->v_row_bytes = okv_kv_slot_bytes(ca, true); /* the V dtype was checked against this key's */
     if (out->oldest < 0 || out->oldest > length)
         return bad(err, what, "cache %d: oldest %d outside [0, length %d]", c, out->oldest, length);
     if (out->n < 0 || out->n > length - out->oldest)
@@ -422,7 +421,6 @@ static okv_status parse_entry(const okv_kv *kv, int c, const unsigned char *e, i
 static okv_status parse_image(const okv_kv *kv, const unsigned char *d, size_t len, state_image *im, const char *what,
                               okv_error *err) {
     im->length = (int32_t)get32(d + 40);
-    im->dtype = get32(d + 32);
     im->extra_len = get64(d + 48);
     int32_t cap = kv->cells ? kv->cells->seqs.capacity : kv->seq.capacity;
     if (im->length < 0 || im->length > cap)
@@ -444,16 +442,17 @@ static okv_status parse_image(const okv_kv *kv, const unsigned char *d, size_t l
     at += im->extra_len;
     for (int c = 0; c < kv->n_caches; c++) {
         state_entry *e = &im->e[c];
-        uint64_t pb, rb;
+        uint64_t pb, rb, vb;
         if (__builtin_mul_overflow((uint64_t)e->n, (uint64_t)4, &pb) ||
-            __builtin_mul_overflow((uint64_t)e->n, e->row_bytes, &rb) || pb > end - at || rb > end - at - pb ||
-            rb > end - at - pb - rb)
-            return bad(err, what, "cache %d: %d rows of %llu bytes run past the end of the file", c, e->n,
-                       (unsigned long long)e->row_bytes);
+            __builtin_mul_overflow((uint64_t)e->n, e->row_bytes, &rb) ||
+            __builtin_mul_overflow((uint64_t)e->n, e->v_row_bytes, &vb) || pb > end - at || rb > end - at - pb ||
+            vb > end - at - pb - rb)
+            return bad(err, what, "cache %d: %d rows of %llu + %llu bytes run past the end of the file", c, e->n,
+                       (unsigned long long)e->row_bytes, (unsigned long long)e->v_row_bytes);
         e->pos = d + at;
         e->k = d + at + pb;
         e->v = d + at + pb + rb;
-        at += pb + 2 * rb;
+        at += pb + rb + vb;
         int32_t prev = e->oldest - 1;
         for (int32_t i = 0; i < e->n; i++) {
             int32_t p = (int32_t)get32(e->pos + 4 * (size_t)i);
@@ -495,12 +494,12 @@ static okv_status apply_single(okv_kv *kv, const state_image *im, const char *wh
     for (int c = 0; c < kv->n_caches; c++) {   /* nothing fails from here */
         okv_cache *ca = &kv->caches[c];
         const state_entry *e = &im->e[c];
-        size_t row = (size_t)e->row_bytes;
+        size_t row = (size_t)e->row_bytes, vrow = (size_t)e->v_row_bytes;
         for (int32_t i = 0; i < e->n; i++) {
             int32_t p = e->oldest + i;
             size_t slot = (size_t)(ca->policy.kind == OKV_POLICY_RING ? p % ca->policy.slots : p);
             memcpy((unsigned char *)ca->k + slot * row, e->k + (size_t)i * row, row);
-            memcpy((unsigned char *)ca->v + slot * row, e->v + (size_t)i * row, row);
+            memcpy((unsigned char *)ca->v + slot * vrow, e->v + (size_t)i * vrow, vrow);
         }
         ca->oldest = ca->policy.kind == OKV_POLICY_RING ? e->oldest : 0;
     }
@@ -568,10 +567,10 @@ static okv_status apply_cells(okv_kv *kv, const state_image *im, int *seq_out, c
         okv_cache *ca = &kv->caches[c];
         const state_entry *e = &im->e[c];
         const int32_t *cl = cells[kc->group_of[c]];
-        size_t row = (size_t)e->row_bytes;
+        size_t row = (size_t)e->row_bytes, vrow = (size_t)e->v_row_bytes;
         for (int32_t i = 0; i < e->n; i++) {
             memcpy((unsigned char *)ca->k + (size_t)cl[i] * row, e->k + (size_t)i * row, row);
-            memcpy((unsigned char *)ca->v + (size_t)cl[i] * row, e->v + (size_t)i * row, row);
+            memcpy((unsigned char *)ca->v + (size_t)cl[i] * vrow, e->v + (size_t)i * vrow, vrow);
         }
     }
     *seq_out = s;
@@ -627,7 +626,8 @@ static uint64_t max_file_bytes(const okv_kv *kv) {
     int32_t cap = kv->cells ? kv->cells->seqs.capacity : kv->seq.capacity;
     uint64_t total = HDR_BYTES + TRAILER_BYTES + (uint64_t)OKV_STATE_MAX_EXTRA, x;
     for (int c = 0; c < kv->n_caches; c++) {
-        uint64_t row = 4 + 2 * (uint64_t)okv_kv_slot_bytes(&kv->caches[c]) + ENTRY_BYTES;
+        const okv_cache *ca = &kv->caches[c];
+        uint64_t row = 4 + (uint64_t)okv_kv_slot_bytes(ca, false) + (uint64_t)okv_kv_slot_bytes(ca, true) + ENTRY_BYTES;
         if (__builtin_mul_overflow(row, (uint64_t)cap + 1, &x) || __builtin_add_overflow(total, x, &total))
             return UINT64_MAX;
     }

@@ -79,8 +79,8 @@ int okv_cli_perplexity(int argc, char **argv) {
     eo.runner = ro.runner;
     eo.cache = ro.cache;
     okv_cache_options base_cache = ro.cache;
-    base_cache.storage_dtype = base_kv;
-    base_cache.storage_auto = false;
+    base_cache.k_storage_dtype = base_cache.v_storage_dtype = base_kv;
+    base_cache.k_storage_auto = base_cache.v_storage_auto = false;
     if (base_kv_set) eo.base_cache = &base_cache;
     eo.progress = eval_progress;
     okv_eval_result res;

@@ -17,6 +17,8 @@
     "cache and runner options:\n"                                                                             \
     "  --kv-storage-dtype auto|f32|f16|bf16|q8  KV cache element type (auto, the default: the program's\n"  \
     "                                    dtype for bf16/f16 programs, f32 for f32 ones; q8: 32 int8 + a scale)\n" \
+    "  --kv-k-dtype DT, --kv-v-dtype DT  the same for K or V alone (e.g. --kv-v-dtype q8: V in 8 bits, K kept;\n" \
+    "                                    the later flag wins)\n"                                              \
     "  --kv-max-capacity N               most tokens the caches hold (default: the program's max_ctx_len)\n"  \
     "  --kv-initial-capacity N           first allocation; caches double as they fill\n"                       \
     "  --kv-windows W[,W...]             sliding window per cache, repeating (0 = full history)\n"            \

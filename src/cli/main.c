@@ -51,7 +51,7 @@ bool okv_cli_parse_int(const char *s, int lo, int hi, int *out) {
 void okv_cli_run_opts_init(okv_cli_run_opts *o) {
     memset(o, 0, sizeof *o);
     okv_cache_options_default(&o->cache);
-    o->cache.storage_auto = true; /* --kv-storage-dtype auto */
+    o->cache.k_storage_auto = o->cache.v_storage_auto = true; /* --kv-storage-dtype auto */
     okv_runner_options_default(&o->runner);
 }
 
@@ -83,15 +83,28 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     if (!strcmp(a, "--reference-attention")) { o->runner.reference_attention = true; return 1; }
     if (!strcmp(a, "--plain-kernels")) { o->runner.plain_kernels = true; return 1; }
     if (!strcmp(a, "--deterministic")) { o->runner.deterministic = true; return 1; }
-    if (strcmp(a, "--kv-storage-dtype") && strcmp(a, "--kv-max-capacity") && strcmp(a, "--kv-initial-capacity") &&
+    bool k_side = !strcmp(a, "--kv-storage-dtype") || !strcmp(a, "--kv-k-dtype");
+    bool v_side = !strcmp(a, "--kv-storage-dtype") || !strcmp(a, "--kv-v-dtype");
+    if (!k_side && !v_side && strcmp(a, "--kv-max-capacity") && strcmp(a, "--kv-initial-capacity") &&
         strcmp(a, "--kv-windows") && strcmp(a, "--threads"))
         return 0;
     if (!has_val) return -okv_cli_usage_error("%s needs a value", a);
     (*i)++;
-    if (!strcmp(a, "--kv-storage-dtype")) {
-        o->cache.storage_auto = !strcmp(v, "auto");
-        if (!o->cache.storage_auto && okv_kv_dtype_parse(v, &o->cache.storage_dtype))
-            return -okv_cli_usage_error("--kv-storage-dtype: '%s' is not auto, f32, f16, bf16 or q8", v);
+    if (k_side || v_side) { /* later flags override earlier ones, side by side */
+        okv_dtype dt = OKV_F32;
+        bool automatic = !strcmp(v, "auto");
+        if (!automatic && okv_kv_dtype_parse(v, &dt))
+            return -okv_cli_usage_error(k_side && v_side ? "--kv-storage-dtype: '%s' is not auto, f32, f16, bf16 or q8"
+                                        : k_side ? "--kv-k-dtype: '%s' is not auto, f32, f16, bf16 or q8"
+                                                 : "--kv-v-dtype: '%s' is not auto, f32, f16, bf16 or q8", v);
+        if (k_side) {
+            o->cache.k_storage_auto = automatic;
+            o->cache.k_storage_dtype = dt;
+        }
+        if (v_side) {
+            o->cache.v_storage_auto = automatic;
+            o->cache.v_storage_dtype = dt;
+        }
     } else if (!strcmp(a, "--kv-max-capacity")) {
         if (!okv_cli_parse_int(v, 1, 1 << 30, &o->cache.max_capacity)) return -okv_cli_usage_error("--kv-max-capacity: '%s' must be a positive integer", v);
     } else if (!strcmp(a, "--kv-initial-capacity")) {
@@ -469,7 +482,8 @@ static int usage(void) {
     fprintf(stderr, "usage: offkv COMMAND ...\n");
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         fprintf(stderr, "  offkv %-11s %s\n", COMMANDS[i].name, COMMANDS[i].help);
-    fprintf(stderr, "cache options: --kv-storage-dtype f32|f16|bf16|q8 --kv-max-capacity N --kv-initial-capacity N\n"
+    fprintf(stderr, "cache options: --kv-storage-dtype f32|f16|bf16|q8 (--kv-k-dtype / --kv-v-dtype: one side)\n"
+                    "               --kv-max-capacity N --kv-initial-capacity N\n"
                     "               --kv-windows W[,W...] (0 = flat) --threads N --reference-attention\n");
     return 2;
 }

@@ -81,9 +81,9 @@ void okv_attend_reference(const okv_attn_args *a) {
         for (int i = 0; i < a->runs[r].n; i++, j++) {
             size_t slot = (size_t)(a->runs[r].slot + i);
             for (size_t e = 0; e < row; e++) {
-                size_t at = okv_kv_row_bytes(a->kv.dtype, slot * row);
-                kf[j * row + e] = okv_k_load((const char *)a->kv.k + at, a->kv.dtype, e);
-                vf[j * row + e] = okv_k_load((const char *)a->kv.v + at, a->kv.dtype, e);
+                size_t kat = okv_kv_row_bytes(a->kv.k_dtype, slot * row), vat = okv_kv_row_bytes(a->kv.v_dtype, slot * row);
+                kf[j * row + e] = okv_k_load((const char *)a->kv.k + kat, a->kv.k_dtype, e);
+                vf[j * row + e] = okv_k_load((const char *)a->kv.v + vat, a->kv.v_dtype, e);
             }
             kpos[j] = a->runs[r].pos + i;
             kslot[j] = a->runs[r].slot + i;
@@ -209,7 +209,8 @@ size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, 
 
 typedef struct attn_job {
     const okv_attn_args *a;
-    const okv_attn_ops *ops;
+    const okv_attn_ops *ops; /* = &pool_ops */
+    okv_attn_ops pool_ops;   /* the caller's loops with each pool's reads */
     attn_shape s;
     int n_keys, n_splits, split_len;
     int32_t *qlo, *qhi; /* [T] visible logical key range of each query row */
@@ -327,7 +328,7 @@ static void attn_task(void *ctx, int task, int thread) {
     if (H > k1) H = k1;
 
     const size_t ld = (size_t)s->Hkv * D; /* elements between consecutive keys' rows */
-    const okv_dtype dt = a->kv.dtype;
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
     key_cursor cur = {0, 0};
     for (int32_t kb = L; kb < H;) {
         int32_t run_end, slot = cursor_slot(a, &cur, kb, &run_end);
@@ -338,26 +339,26 @@ static void attn_task(void *ctx, int task, int thread) {
             continue;
         }
         size_t off = ((size_t)slot * s->Hkv + h0) * D;
-        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(dt, off), *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, off);
+        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(kdt, off);
+        const char *V = (const char *)a->kv.v + okv_kv_row_bytes(vdt, off);
         if (HG == s->Hkv) {
             /* all kv heads: the next block (if in this run) is one contiguous
              * span of each pool; ask for it while this one is computed
              * (measured ~1.5x at 32k keys, where the cache is read from DRAM) */
             int32_t next = kb + nb, end = H < run_end ? H : run_end;
-            size_t row_bytes = okv_kv_row_bytes(dt, ld), bytes = (size_t)(end - next < KB ? end - next : KB) * row_bytes;
-            const char *nk = K + nb * row_bytes, *nv = V + nb * row_bytes;
-            for (size_t b = 0; next < end && b < bytes; b += 64) {
-                __builtin_prefetch(nk + b);
-                __builtin_prefetch(nv + b);
-            }
+            size_t krow = okv_kv_row_bytes(kdt, ld), vrow = okv_kv_row_bytes(vdt, ld);
+            size_t keys = (size_t)(end - next < KB ? end - next : KB);
+            const char *nk = K + nb * krow, *nv = V + nb * vrow;
+            for (size_t b = 0; next < end && b < keys * krow; b += 64) __builtin_prefetch(nk + b);
+            for (size_t b = 0; next < end && b < keys * vrow; b += 64) __builtin_prefetch(nv + b);
         }
         bool full = !a->vis && maxlo <= kb && kb + nb <= minhi;
         for (int hh = 0; hh < HG; hh++) {
-            size_t head = okv_kv_row_bytes(dt, (size_t)hh * D);
-            j->ops->scores(S, QT + (size_t)hh * D * Rp, Rp, K + head, a->kv.dtype, ld, nb, D, stage);
+            size_t khead = okv_kv_row_bytes(kdt, (size_t)hh * D), vhead = okv_kv_row_bytes(vdt, (size_t)hh * D);
+            j->ops->scores(S, QT + (size_t)hh * D * Rp, Rp, K + khead, kdt, ld, nb, D, stage);
             if (!full) mask_block(j, S, kb, nb, slot, R, vlo, vhi, t0);
             j->ops->softmax(S, nb, Rp, m + hh * Rp, l + hh * Rp, c + hh * Rp);
-            j->ops->accumulate(acc + (size_t)hh * Rp * D, c + hh * Rp, S, Rp, R, V + head, a->kv.dtype, ld, nb, D);
+            j->ops->accumulate(acc + (size_t)hh * Rp * D, c + hh * Rp, S, Rp, R, V + vhead, vdt, ld, nb, D);
         }
         kb += nb;
     }
@@ -406,7 +407,8 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
     if (a->T <= 0) return;
     attn_job j = {0};
     j.a = a;
-    j.ops = a->kv.dtype == OKV_Q8 ? okv_attn_ops_q8_for(ops) : ops; /* q8 pools: okv_attend_q8.c */
+    j.pool_ops = okv_attn_ops_for_pools(ops, a->kv.k_dtype, a->kv.v_dtype); /* q8 pools: okv_attend_q8.c */
+    j.ops = &j.pool_ops;
     j.s = shape_of(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim);
     j.n_keys = runs_total(a->runs, a->n_runs);
     int n_threads = okv_threadpool_size(tp);

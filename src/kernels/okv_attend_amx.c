@@ -233,8 +233,10 @@ static size_t amx_scratch(const amx_shape *s, int T, int n_threads, int n_splits
 /* Whether a call goes on tiles: 16-bit or q8 pools, head_dim a multiple of 32 up
  * to DMAX, G <= MV, enough query vectors per kv head to fill a tile's
  * columns, and the OS granted AMX. */
-static bool amx_attend_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    if (dt != OKV_BF16 && dt != OKV_F16 && dt != OKV_Q8) return false;
+static bool amx_pool_ok(okv_dtype dt) { return dt == OKV_BF16 || dt == OKV_F16 || dt == OKV_Q8; }
+
+static bool amx_attend_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
+    if (!amx_pool_ok(k_dt) || !amx_pool_ok(v_dt)) return false;
     if (kv_heads <= 0 || n_heads % kv_heads || D % 32 || D > DMAX || n_heads / kv_heads > MV) return false;
     return (int64_t)T * (n_heads / kv_heads) >= OKV_AMX_ATTN_MIN_VECS;
 }
@@ -632,12 +634,12 @@ static void qblock_init(const amx_job *j, amx_qblock *q, int kvh, int qb, int32_
 }
 
 /* The head's rows (hb bytes each, rowb apart) of nb keys of K and V. */
-static void prefetch_block(const char *K, const char *V, size_t rowb, int nb, size_t hb) {
-    for (int i = 0; i < nb; i++)
-        for (size_t d = 0; d < hb; d += 64) {
-            __builtin_prefetch(K + (size_t)i * rowb + d);
-            __builtin_prefetch(V + (size_t)i * rowb + d);
-        }
+static void prefetch_block(const char *K, size_t k_rowb, size_t k_hb, const char *V, size_t v_rowb, size_t v_hb,
+                           int nb) {
+    for (int i = 0; i < nb; i++) {
+        for (size_t d = 0; d < k_hb; d += 64) __builtin_prefetch(K + (size_t)i * k_rowb + d);
+        for (size_t d = 0; d < v_hb; d += 64) __builtin_prefetch(V + (size_t)i * v_rowb + d);
+    }
 }
 
 /* One key block past the row blocks act[0..na) that see it, pipelined one
@@ -679,8 +681,10 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (qbs[i].L < qbs[i].H && qbs[i].H > H) H = qbs[i].H;
     }
     __asm__ volatile("ldtilecfg %0" ::"m"(attn_tilecfg));
-    const okv_dtype dt = a->kv.dtype;
-    const size_t ld = (size_t)s->Hkv * D, rowb = okv_kv_row_bytes(dt, ld), hb = okv_kv_row_bytes(dt, (size_t)D);
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
+    const size_t ld = (size_t)s->Hkv * D;
+    const size_t k_rowb = okv_kv_row_bytes(kdt, ld), k_hb = okv_kv_row_bytes(kdt, (size_t)D);
+    const size_t v_rowb = okv_kv_row_bytes(vdt, ld), v_hb = okv_kv_row_bytes(vdt, (size_t)D);
     run_cursor cur = {0, 0};
     for (int32_t kb = L; kb < H;) {
         /* blocks aligned to j->kb in the logical index, so the cut does not
@@ -691,11 +695,12 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (nb > run_end - kb) nb = run_end - kb;
         int nks = (nb + 31) / 32;
         size_t off = ((size_t)slot * s->Hkv + kvh) * D;
-        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(dt, off);
-        const char *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, off);
+        const char *K = (const char *)a->kv.k + okv_kv_row_bytes(kdt, off);
+        const char *V = (const char *)a->kv.v + okv_kv_row_bytes(vdt, off);
         int32_t next = kb + nb;
         if (next < H && next < run_end)
-            prefetch_block(K + nb * rowb, V + nb * rowb, rowb, H - next < j->kb ? H - next : j->kb, hb);
+            prefetch_block(K + nb * k_rowb, k_rowb, k_hb, V + nb * v_rowb, v_rowb, v_hb,
+                           H - next < j->kb ? H - next : j->kb);
         int na = 0;
         for (int i = 0; i < nq; i++) {
             amx_qblock *q = &qbs[i];
@@ -704,8 +709,8 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
             act[na++] = q;
         }
         if (na > 0) {
-            build_vt(&b, V, dt, rowb, nb, nks, D);
-            stage_k(&b, K, dt, rowb, nb, nks, D);
+            build_vt(&b, V, vdt, v_rowb, nb, nks, D);
+            stage_k(&b, K, kdt, k_rowb, nb, nks, D);
             block_run(j, &b, act, na, kb, nb, nks, slot);
         }
         kb += nb;
@@ -788,9 +793,10 @@ void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
 }
 
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a) {
-    if (amx_attend_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype) && okv_amx_usable(NULL))
+    if (amx_attend_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype) &&
+        okv_amx_usable(NULL))
         okv_attend_amx_tiles(tp, a);
-    else if (okv_attend_decode_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+    else if (okv_attend_decode_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
         okv_attend_decode(tp, a);
     else
         okv_attend_avx512(tp, a);

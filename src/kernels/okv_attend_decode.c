@@ -358,7 +358,7 @@ TGT static void dec_task(void *ctx, int split, int thread) {
     const dec_job *j = ctx;
     const okv_attn_args *a = j->a;
     const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv;
-    const okv_dtype dt = a->kv.dtype;
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype; /* bf16 or f16: rows of 2 D bytes either way */
     float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
     /* per (kv head, vector): acc [D], m, l; lane sums kept apart below */
     float lv[8 * RMAX * 16]; /* per-lane sums l of up to 8 kv heads */
@@ -421,10 +421,10 @@ TGT static void dec_task(void *ctx, int split, int thread) {
                         }
                     }
                 }
-                interleave_v(vi, vrow, dt, D);
+                interleave_v(vi, vrow, vdt, D);
                 for (int r = 0; r < R; r++) {
                     float *st = base + j->part_floats * ((size_t)h * R + r), *m = st + D;
-                    __m512 s = block_scores(j->qb + ((size_t)h * R + r) * D, krow, dt, D);
+                    __m512 s = block_scores(j->qb + ((size_t)h * R + r) * D, krow, kdt, D);
                     __mmask16 live = in_block;
                     int t = r / G;
                     if (!full && a->vis) {
@@ -608,7 +608,7 @@ INLA __m512 lane_max_groups(__m512 z, int Rp) {
 TGTA static void amx_scores(const dec_job *j, int32_t slot, int h, int nb, uint16_t *stage, float *S) {
     const okv_attn_args *a = j->a;
     const int D = j->D, Rp = j->Rp;
-    const okv_dtype dt = a->kv.dtype;
+    const okv_dtype dt = a->kv.k_dtype;
     const size_t ldk = okv_kv_row_bytes(dt, (size_t)j->Hkv * D), hrow = okv_kv_row_bytes(dt, (size_t)D);
     const char *kh = (const char *)a->kv.k + ldk * (size_t)slot + hrow * h, *ka = kh;
     size_t kstride = ldk;
@@ -732,34 +732,47 @@ INLA void q8_scores_f32(const dec_job *j, int h, const int32_t *C, const float *
     }
 }
 
-/* K and V bytes [o, o + n) of the pools towards L1, a line at a time. */
-static inline void prefetch_kv(const okv_attn_args *a, size_t o, size_t n) {
-    for (size_t bo = 0; bo < n; bo += 64) {
-        __builtin_prefetch((const char *)a->kv.k + o + bo);
-        __builtin_prefetch((const char *)a->kv.v + o + bo);
-    }
+/* One pool as the AMX kernel walks it: its bytes, a slot's row (ld) and
+ * one kv head's part of that row (hrow), in the pool's own dtype (K and V
+ * may differ). */
+typedef struct pool_rows {
+    const char *base;
+    size_t ld, hrow;
+    bool q8;
+} pool_rows;
+
+/* Bytes [o, o + n) of a pool towards L1, a line at a time. */
+static inline void prefetch_bytes(const char *pool, size_t o, size_t n) {
+    for (size_t bo = 0; bo < n; bo += 64) __builtin_prefetch(pool + o + bo);
 }
 
 /* bf16/f16 pools, at head step h of the block at slot `slot` (pool
  * position kb, nb keys): the rows of the (block, head) step PF_STEPS
  * ahead, within the run. */
-static inline void prefetch_head_rows(const okv_attn_args *a, size_t ldk, size_t hrow, int Hkv, int h, int32_t kb,
-                                      int nb, int32_t slot, int32_t run_end) {
+static inline void prefetch_head_rows(const pool_rows *p, int Hkv, int h, int32_t kb, int nb, int32_t slot,
+                                      int32_t run_end) {
     int hh = h + PF_STEPS, bl = hh / Hkv;
     int32_t t0 = bl ? kb + nb + (bl - 1) * NK : kb, t1 = bl ? t0 + NK : kb + nb;
     if (t1 > run_end) t1 = run_end;
-    const size_t o = ldk * (size_t)(slot + (t0 - kb)) + hrow * (hh % Hkv);
-    for (int32_t i = 0; i < t1 - t0; i++) prefetch_kv(a, o + ldk * (size_t)i, hrow);
+    const size_t o = p->ld * (size_t)(slot + (t0 - kb)) + p->hrow * (hh % Hkv);
+    for (int32_t i = 0; i < t1 - t0; i++) prefetch_bytes(p->base, o + p->ld * (size_t)i, p->hrow);
 }
 
 /* q8 pools, at head step h: the h-th 1/Hkv of the next block's slot rows
  * (from slot next, at most `left` of them in the run), in address order
  * (a head's 72-byte rows share lines with its neighbours'). */
-static inline void prefetch_slot_share(const okv_attn_args *a, size_t ldk, int Hkv, int h, int32_t next, int32_t left) {
+static inline void prefetch_slot_share(const pool_rows *p, int Hkv, int h, int32_t next, int32_t left) {
     int32_t n1 = left < NK ? left : NK;
     if (n1 <= 0) return;
-    size_t per = ((size_t)n1 * ldk + Hkv - 1) / Hkv;
-    prefetch_kv(a, ldk * (size_t)next + per * h, per);
+    size_t per = ((size_t)n1 * p->ld + Hkv - 1) / Hkv;
+    prefetch_bytes(p->base, p->ld * (size_t)next + per * h, per);
+}
+
+/* Head step h's prefetch for one pool, by its dtype. */
+static inline void prefetch_pool(const pool_rows *p, int Hkv, int h, int32_t kb, int nb, int32_t slot,
+                                 int32_t run_end) {
+    if (p->q8) prefetch_slot_share(p, Hkv, h, slot + nb, run_end - (kb + nb));
+    else prefetch_head_rows(p, Hkv, h, kb, nb, slot, run_end);
 }
 
 typedef struct amx_state {
@@ -771,8 +784,10 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
     const dec_job *j = ctx;
     const okv_attn_args *a = j->a;
     const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv, Rp = j->Rp;
-    const okv_dtype dt = a->kv.dtype;
-    const size_t ld_el = (size_t)Hkv * D, ldk = okv_kv_row_bytes(dt, ld_el), hrow = okv_kv_row_bytes(dt, (size_t)D);
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
+    const size_t ld_el = (size_t)Hkv * D;
+    const pool_rows kp = {a->kv.k, okv_kv_row_bytes(kdt, ld_el), okv_kv_row_bytes(kdt, (size_t)D), kdt == OKV_Q8};
+    const pool_rows vp = {a->kv.v, okv_kv_row_bytes(vdt, ld_el), okv_kv_row_bytes(vdt, (size_t)D), vdt == OKV_Q8};
     float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
     for (int x = 0; x < Hkv * R; x++) {
         float *p = base + j->part_floats * x;
@@ -783,7 +798,7 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
     amx_state st[64];
     for (int h = 0; h < Hkv; h++)
         for (int e = 0; e < 16; e++) st[h].m[e] = -INFINITY, st[h].l[e] = 0.0f;
-    const bool q8 = dt == OKV_Q8;
+    const bool q8 = kdt == OKV_Q8; /* scores on int8 tiles */
     if (q8 && j->q8_joint) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8j[j->Rp_log2]));
     else if (q8) __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg_q8[j->Rp_log2]));
     else __asm__ volatile("ldtilecfg %0" ::"m"(dec_cfg[j->Rp_log2]));
@@ -802,11 +817,11 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
         if (nb > run_end - kb) nb = run_end - kb;
         bool full = !a->vis && maxlo <= kb && kb + nb <= minhi && nb == NK;
         for (int h = 0; h < Hkv; h++) { /* scores of head h + 1 on the tiles while h's softmax and P V run */
-            const char *vh = (const char *)a->kv.v + ldk * (size_t)slot + hrow * h;
+            const char *vh = vp.base + vp.ld * (size_t)slot + vp.hrow * h;
             const void *vrow[NK];
-            for (int i = 0; i < NK; i++) vrow[i] = vh + ldk * (size_t)(i < nb ? i : 0);
-            if (q8) prefetch_slot_share(a, ldk, Hkv, h, slot + nb, run_end - (kb + nb));
-            else prefetch_head_rows(a, ldk, hrow, Hkv, h, kb, nb, slot, run_end);
+            for (int i = 0; i < NK; i++) vrow[i] = vh + vp.ld * (size_t)(i < nb ? i : 0);
+            prefetch_pool(&kp, Hkv, h, kb, nb, slot, run_end);
+            prefetch_pool(&vp, Hkv, h, kb, nb, slot, run_end);
             float *S = Sbuf[h & 1];
             if (q8) {
                 if (h == 0) amx_scores_q8(j, slot, 0, nb, stage, Cq[0], ksc[0]);
@@ -852,7 +867,7 @@ TGTA static void amx_task(void *ctx, int split, int thread) {
             }
             _mm512_storeu_ps(st[h].l, _mm512_add_ps(l, lsum));
             _mm512_storeu_ps(st[h].m, mn);
-            amx_pv(base + j->part_floats * (size_t)h * R, j->part_floats, cf, S, Rp, R, vrow, nb, dt, D, rescale);
+            amx_pv(base + j->part_floats * (size_t)h * R, j->part_floats, cf, S, Rp, R, vrow, nb, vdt, D, rescale);
         }
         kb += nb;
     }
@@ -1009,8 +1024,9 @@ TGT2 static void avx2_task(void *ctx, int split, int thread) {
     const dec_job *j = ctx;
     const okv_attn_args *a = j->a;
     const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv;
-    const okv_dtype dt = a->kv.dtype;
-    const size_t esz = dt == OKV_F32 ? 4 : 2, key_bytes = (size_t)Hkv * D * esz; /* one slot of a pool */
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
+    const size_t kesz = kdt == OKV_F32 ? 4 : 2, vesz = vdt == OKV_F32 ? 4 : 2;
+    const size_t kslot_bytes = (size_t)Hkv * D * kesz, vslot_bytes = (size_t)Hkv * D * vesz; /* one slot of each pool */
     float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
     for (int x = 0; x < Hkv * R; x++) {
         float *p = base + j->part_floats * x;
@@ -1035,25 +1051,25 @@ TGT2 static void avx2_task(void *ctx, int split, int thread) {
             keys[x] = _mm256_add_epi32(_mm256_set1_epi32(kb + 8 * x), lane);
             in_block[x] = _mm256_cmpgt_epi32(_mm256_set1_epi32(kb + nb), keys[x]);
         }
-        const char *kblock = (const char *)a->kv.k + (size_t)slot * key_bytes;
-        const char *vblock = (const char *)a->kv.v + (size_t)slot * key_bytes;
+        const char *kblock = (const char *)a->kv.k + (size_t)slot * kslot_bytes;
+        const char *vblock = (const char *)a->kv.v + (size_t)slot * vslot_bytes;
         for (int h = 0; h < Hkv; h++) {
             /* head step h asks for the h-th 1/Hkv of the next block's K and V
              * bytes (address order, into L2) when that block is in this run */
             if (kb + nb + NK2 <= run_end) {
-                size_t per = (NK2 * key_bytes + Hkv - 1) / Hkv, off = nb * key_bytes + per * h;
-                for (size_t bo = 0; bo < per; bo += 64) {
-                    __builtin_prefetch(kblock + off + bo, 0, 2);
-                    __builtin_prefetch(vblock + off + bo, 0, 2);
-                }
+                size_t kper = (NK2 * kslot_bytes + Hkv - 1) / Hkv, koff = nb * kslot_bytes + kper * h;
+                size_t vper = (NK2 * vslot_bytes + Hkv - 1) / Hkv, voff = nb * vslot_bytes + vper * h;
+                for (size_t bo = 0; bo < kper; bo += 64) __builtin_prefetch(kblock + koff + bo, 0, 2);
+                for (size_t bo = 0; bo < vper; bo += 64) __builtin_prefetch(vblock + voff + bo, 0, 2);
             }
             const char *krow[NK2], *vrow[NK2];
             for (int i = 0; i < NK2; i++) { /* rows past nb read as zeros */
-                size_t off = (size_t)i * key_bytes + (size_t)h * D * esz;
-                krow[i] = i < nb ? kblock + off : (const char *)zero_row_f32;
-                vrow[i] = i < nb ? vblock + off : (const char *)zero_row_f32;
+                size_t koff = (size_t)i * kslot_bytes + (size_t)h * D * kesz;
+                size_t voff = (size_t)i * vslot_bytes + (size_t)h * D * vesz;
+                krow[i] = i < nb ? kblock + koff : (const char *)zero_row_f32;
+                vrow[i] = i < nb ? vblock + voff : (const char *)zero_row_f32;
             }
-            stage_k(kst, krow, dt, D);
+            stage_k(kst, krow, kdt, D);
             float *st0 = base + j->part_floats * (size_t)h * R;
             for (int r = 0; r < R; r++) {
                 float *st = st0 + j->part_floats * r, *m = st + D, *l = st + D + 1;
@@ -1092,7 +1108,7 @@ TGT2 static void avx2_task(void *ctx, int split, int thread) {
                 _mm256_storeu_ps(pbuf + r * NK2, p0);
                 _mm256_storeu_ps(pbuf + r * NK2 + 8, p1);
             }
-            pv_v(st0, j->part_floats, c, pbuf, vrow, dt, R, D);
+            pv_v(st0, j->part_floats, c, pbuf, vrow, vdt, R, D);
         }
         kb += nb;
     }
@@ -1126,25 +1142,28 @@ static bool dec_shape_ok(int T, int n_heads, int kv_heads, int D) {
     return (int64_t)T * (n_heads / kv_heads) <= RMAX && okv_cpu()->avx512bf16 && okv_cpu()->avx512bw;
 }
 
-bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    return (dt == OKV_BF16 || dt == OKV_F16) && dec_shape_ok(T, n_heads, kv_heads, D);
+static bool is16(okv_dtype dt) { return dt == OKV_BF16 || dt == OKV_F16; }
+
+bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
+    return is16(k_dt) && is16(v_dt) && dec_shape_ok(T, n_heads, kv_heads, D);
 }
 
-bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    return (dt == OKV_BF16 || dt == OKV_F16 || (dt == OKV_Q8 && okv_cpu()->amx_int8)) && kv_heads <= 64 &&
-           dec_shape_ok(T, n_heads, kv_heads, D) && okv_amx_usable(NULL);
+/* K: 16-bit (bf16 tiles) or q8 (int8 tiles); V: 16-bit or q8 (f32 FMAs). */
+bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
+    return (is16(k_dt) || (k_dt == OKV_Q8 && okv_cpu()->amx_int8)) && (is16(v_dt) || v_dt == OKV_Q8) &&
+           kv_heads <= 64 && dec_shape_ok(T, n_heads, kv_heads, D) && okv_amx_usable(NULL);
 }
 
-bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
+bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
     const okv_cpu_caps *c = okv_cpu();
     if (kv_heads <= 0 || n_heads % kv_heads || D <= 0 || D % 8 || D > DMAX) return false;
-    return (dt == OKV_F32 || dt == OKV_BF16 || dt == OKV_F16) && (int64_t)T * (n_heads / kv_heads) <= RMAX &&
-           c->avx2 && c->fma && c->f16c;
+    return (k_dt == OKV_F32 || is16(k_dt)) && (v_dt == OKV_F32 || is16(v_dt)) &&
+           (int64_t)T * (n_heads / kv_heads) <= RMAX && c->avx2 && c->fma && c->f16c;
 }
 
-bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt) {
-    return okv_attend_decode_amx_fits(T, n_heads, kv_heads, D, dt) ||
-           okv_attend_decode_dpbf16_fits(T, n_heads, kv_heads, D, dt);
+bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
+    return okv_attend_decode_amx_fits(T, n_heads, kv_heads, D, k_dt, v_dt) ||
+           okv_attend_decode_dpbf16_fits(T, n_heads, kv_heads, D, k_dt, v_dt);
 }
 
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads) {
@@ -1240,7 +1259,7 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
     j.qf = (float *)j.qb;
     j.part = (float *)((char *)j.qb + r64((size_t)j.Hkv * j.Rp * j.D * 4) + r64((size_t)j.Hkv * j.D * 2));
     okv_attn_query_ranges(a, j.n_keys, j.qlo, j.qhi);
-    if (amx && a->kv.dtype == OKV_Q8) {
+    if (amx && a->kv.k_dtype == OKV_Q8) {
         j.qt8 = (int8_t *)j.qt;
         j.qs16 = (float *)((char *)j.qt + r64((size_t)j.Hkv * j.Rp * j.D * 2));
         j.q8_joint = j.Rp <= 8;
@@ -1250,7 +1269,7 @@ static void dec_run(okv_threadpool *tp, const okv_attn_args *a, dec_kernel kerne
     }
     okv_threadpool_run(tp, j.n_splits, amx ? amx_task : kernel == DEC_AVX2 ? avx2_task : dec_task, &j);
     /* merge the splits' (acc, m, l) per (kv head, vector) */
-    okv_dtype perm = amx ? a->kv.dtype : OKV_F32; /* amx_channel's order, or as is */
+    okv_dtype perm = amx ? a->kv.v_dtype : OKV_F32; /* amx_channel's order, or as is */
     for (int h = 0; h < j.Hkv; h++)
         for (int r = 0; r < j.R; r++) {
             float *o = a->out + ((size_t)(r / j.G) * a->n_heads + h * j.G + r % j.G) * j.D;
@@ -1281,15 +1300,16 @@ void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a) { dec_run
 void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_AVX2); }
 
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
-    dec_run(tp, a, okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype) ? DEC_AMX
-                                                                                                            : DEC_DPBF16);
+    bool amx = okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype,
+                                          a->kv.v_dtype);
+    dec_run(tp, a, amx ? DEC_AMX : DEC_DPBF16);
 }
 
 /* The avx2 table's attention: decode-sized calls over f32/bf16/f16 pools on
  * the AVX2 decode kernel, the rest (prefill chunks, q8 pools) on the
  * blocked kernel with AVX2 inner loops. */
 void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a) {
-    if (okv_attend_decode_avx2_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+    if (okv_attend_decode_avx2_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
         okv_attend_decode_avx2(tp, a);
     else
         okv_attend_avx2(tp, a);
@@ -1298,7 +1318,7 @@ void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a) {
 /* The AVX-512 BF16 table's attention (CPUs without AMX, e.g. Zen 4): decode
  * calls on this kernel, the rest on the blocked AVX-512 one. */
 void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a) {
-    if (okv_attend_decode_dpbf16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.dtype))
+    if (okv_attend_decode_dpbf16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
         okv_attend_decode_dpbf16(tp, a);
     else
         okv_attend_avx512(tp, a);

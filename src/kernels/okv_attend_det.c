@@ -84,7 +84,8 @@ size_t okv_attend_det_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
 
 typedef struct det_job {
     const okv_attn_args *a;
-    const okv_attn_ops *ops;
+    const okv_attn_ops *ops; /* = &pool_ops */
+    okv_attn_ops pool_ops;   /* the caller's loops with each pool's reads */
     det_shape s;
     int32_t *qlo, *qhi; /* [T] visible logical key range of each row */
     float *scratch;     /* [threads][thread_floats] */
@@ -162,15 +163,15 @@ static void det_task(void *ctx, int task, int thread) {
         if (j->qhi[t] > H) H = j->qhi[t];
     }
     const size_t ld = (size_t)s->Hkv * D; /* elements between consecutive keys' rows */
-    const okv_dtype dt = a->kv.dtype;
-    const size_t head = okv_kv_row_bytes(dt, (size_t)kvh * D);
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
+    const size_t khead = okv_kv_row_bytes(kdt, (size_t)kvh * D), vhead = okv_kv_row_bytes(vdt, (size_t)kvh * D);
     det_cursor cur = {0, 0};
     det_piece pc[KB];
     for (int32_t kb = L; kb < H;) {
         int n_pc, nb = block_pieces(a, &cur, kb, H, pc, &n_pc);
         for (int i = 0; i < n_pc; i++) {
-            const char *K = (const char *)a->kv.k + okv_kv_row_bytes(dt, (size_t)pc[i].slot * ld) + head;
-            j->ops->scores(S + (size_t)pc[i].at * Rp, QT, Rp, K, dt, ld, pc[i].n, D, stage);
+            const char *K = (const char *)a->kv.k + okv_kv_row_bytes(kdt, (size_t)pc[i].slot * ld) + khead;
+            j->ops->scores(S + (size_t)pc[i].at * Rp, QT, Rp, K, kdt, ld, pc[i].n, D, stage);
         }
         if (!(maxlo <= kb && kb + nb <= minhi))
             for (int r = 0; r < R; r++) {
@@ -181,8 +182,8 @@ static void det_task(void *ctx, int task, int thread) {
             }
         j->ops->softmax(S, nb, Rp, m, l, c);
         for (int i = 0; i < n_pc; i++) {
-            const char *V = (const char *)a->kv.v + okv_kv_row_bytes(dt, (size_t)pc[i].slot * ld) + head;
-            j->ops->accumulate(acc, i ? ones : c, S + (size_t)pc[i].at * Rp, Rp, R, V, dt, ld, pc[i].n, D);
+            const char *V = (const char *)a->kv.v + okv_kv_row_bytes(vdt, (size_t)pc[i].slot * ld) + vhead;
+            j->ops->accumulate(acc, i ? ones : c, S + (size_t)pc[i].at * Rp, Rp, R, V, vdt, ld, pc[i].n, D);
         }
         kb += nb;
     }
@@ -201,7 +202,8 @@ static void det_attend(okv_threadpool *tp, const okv_attn_args *a, const okv_att
     }
     det_job j = {0};
     j.a = a;
-    j.ops = a->kv.dtype == OKV_Q8 ? okv_attn_ops_q8_for(base) : base;
+    j.pool_ops = okv_attn_ops_for_pools(base, a->kv.k_dtype, a->kv.v_dtype);
+    j.ops = &j.pool_ops;
     j.s = det_shape_of(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim);
     int n_threads = okv_threadpool_size(tp);
     okv_kscratch ks;

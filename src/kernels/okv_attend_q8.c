@@ -136,3 +136,10 @@ const okv_attn_ops *okv_attn_ops_q8_for(const okv_attn_ops *base) {
     if (cpu->avx2 && cpu->fma) return &okv_attn_ops_q8_avx2;
     return &okv_attn_ops_q8_plain;
 }
+
+okv_attn_ops okv_attn_ops_for_pools(const okv_attn_ops *base, okv_dtype k_dt, okv_dtype v_dt) {
+    const okv_attn_ops *k_ops = k_dt == OKV_Q8 ? okv_attn_ops_q8_for(base) : base;
+    const okv_attn_ops *v_ops = v_dt == OKV_Q8 ? okv_attn_ops_q8_for(base) : base;
+    okv_attn_ops ops = {k_ops->scores, k_ops->softmax, v_ops->accumulate};
+    return ops;
+}

@@ -56,9 +56,10 @@ typedef enum okv_act { OKV_ACT_SILU = 0, OKV_ACT_GELU_TANH = 1 } okv_act;
 
 /* K/V of one cache as the attention kernel sees it. */
 typedef struct okv_attn_kv {
-    const void *k, *v;   /* pools: [slots, kv_heads, head_dim] in dtype */
+    const void *k, *v;   /* pools: [slots, kv_heads, head_dim] in k_dtype / v_dtype */
     void *k_w, *v_w;     /* same pools, writable (for okv_attend_write) */
-    okv_dtype dtype;
+    okv_dtype k_dtype, v_dtype; /* each pool's storage dtype: K may keep more
+                                 * precision than V (q8 V costs ~1/8 of q8 K's KL) */
     int kv_heads, head_dim;
 } okv_attn_kv;
 

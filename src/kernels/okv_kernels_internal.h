@@ -96,6 +96,10 @@ typedef struct okv_attn_ops {
  * ones `base` (okv_attn_ops_plain/_avx2/_avx512; anything else gets the
  * plain q8 loops): okv_attend_fast switches to them when the pools are q8. */
 const okv_attn_ops *okv_attn_ops_q8_for(const okv_attn_ops *base);
+/* The loops for pools stored as k_dt / v_dt: scores (and softmax) from
+ * base, or its q8 table when K is q8; accumulate likewise by V's dtype. K
+ * and V in one dtype get exactly base or its q8 table. */
+okv_attn_ops okv_attn_ops_for_pools(const okv_attn_ops *base, okv_dtype k_dt, okv_dtype v_dt);
 extern const okv_attn_ops okv_attn_ops_q8_plain;
 extern const okv_attn_ops okv_attn_ops_q8_avx2;
 extern const okv_attn_ops okv_attn_ops_q8_avx512;
@@ -117,19 +121,19 @@ size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
 /* Decode-sized calls (T x heads per kv head <= 15) on bf16/f16 pools with
  * head_dim % 32 == 0 (<= 256), AVX-512 BF16 dot products
  * (okv_attend_decode.c); _fits says whether a call qualifies. */
-bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
 /* Its two kernels: AMX-BF16 score tiles + f32 FMA P V (bf16/f16/q8 pools,
  * kv_heads <= 64, AMX usable), and vdpbf16ps only (bf16/f16; any AVX-512
  * BF16 CPU). okv_attend_decode takes the first that fits. */
-bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
-bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
+bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
 /* The same key-split decode on AVX2 f32 FMAs (f32/bf16/f16 pools, exact
  * products like the blocked kernel; head_dim a multiple of 8), and the avx2
  * table's attention: it for decode-sized calls, else okv_attend_avx2. */
-bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype dt);
+bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a);
 /* The AVX-512 BF16 table's attend: decode calls on okv_attend_decode_dpbf16,

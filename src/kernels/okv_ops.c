@@ -107,11 +107,12 @@ void okv_scale(float *y, const float *x, size_t n, float s) {
 void okv_attend_write_side(const okv_attn_kv *kv, const okv_run *runs, int n_runs, const float *src, bool v) {
     size_t row = (size_t)kv->kv_heads * kv->head_dim;
     char *pool = (char *)(v ? kv->v_w : kv->k_w);
+    const okv_dtype dt = v ? kv->v_dtype : kv->k_dtype;
     size_t t = 0; /* source row: the runs take this step's rows in order */
     for (int r = 0; r < n_runs; r++) {
-        size_t at = okv_kv_row_bytes(kv->dtype, (size_t)runs[r].slot * row), n = (size_t)runs[r].n * row;
-        if (kv->dtype == OKV_Q8) okv_q8_quantize(pool + at, src + t * row, n); /* per 32 channels of one row */
-        else okv_convert(pool + at, kv->dtype, src + t * row, OKV_F32, n);
+        size_t at = okv_kv_row_bytes(dt, (size_t)runs[r].slot * row), n = (size_t)runs[r].n * row;
+        if (dt == OKV_Q8) okv_q8_quantize(pool + at, src + t * row, n); /* per 32 channels of one row */
+        else okv_convert(pool + at, dt, src + t * row, OKV_F32, n);
         t += (size_t)runs[r].n;
     }
 }

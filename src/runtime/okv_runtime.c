@@ -65,7 +65,7 @@ const void *okv_program_blob(const okv_program *p, const char *name, size_t *len
 
 void okv_cache_options_default(okv_cache_options *o) {
     memset(o, 0, sizeof *o);
-    o->storage_dtype = OKV_F32;
+    o->k_storage_dtype = o->v_storage_dtype = OKV_F32;
 }
 
 okv_dtype okv_kv_dtype_auto(const okv_program *p) {
@@ -79,7 +79,8 @@ okv_status okv_cache_install(const char *key, const okv_program *p, const okv_ca
     if (!o) { okv_cache_options_default(&d); o = &d; }
     okv_kv_options ko;
     okv_kv_options_default(&ko);
-    ko.storage_dtype = o->storage_auto ? okv_kv_dtype_auto(p) : o->storage_dtype;
+    ko.k_dtype = o->k_storage_auto ? okv_kv_dtype_auto(p) : o->k_storage_dtype;
+    ko.v_dtype = o->v_storage_auto ? okv_kv_dtype_auto(p) : o->v_storage_dtype;
     ko.max_capacity = o->max_capacity;
     ko.initial_capacity = o->initial_capacity;
     ko.windows_override = o->windows;
@@ -553,7 +554,7 @@ static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_at
     okv_runner *r = s->r;
     okv_kv *kv = r->kv;
     const okv_cache *c = &kv->caches[p->cache];
-    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
+    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->k_dtype, c->v_dtype, c->kv_heads, c->head_dim};
     const okv_run *w;
     int n_w;
     okv_kv_cell_writes(kv, p->cache, &w, &n_w);
@@ -595,7 +596,7 @@ static void run_attention(step_ctx *s, const okv_node *nd) {
     okv_kv *kv = s->r->kv;
     const okv_cache *c = &kv->caches[p.cache];
     const okv_step_plan *plan = &kv->plans[p.cache];
-    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->dtype, c->kv_heads, c->head_dim};
+    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->k_dtype, c->v_dtype, c->kv_heads, c->head_dim};
     if (p.writes_cache) write_kv(s, &view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
     okv_attn_args a = {val(s, nd->in[0]), s->T, p.n_heads, s->pos, view, plan->read, plan->n_read,
                        plan->window, p.scale, val(s, nd->out), NULL};

@@ -65,7 +65,7 @@ static inline uint32_t rng_next(uint64_t *s) {
 static inline int rng_range(uint64_t *s, int lo, int hi) { return lo + (int)(rng_next(s) % (uint32_t)(hi - lo + 1)); }
 
 static inline size_t cache_row_bytes(const okv_cache *c) {
-    return (size_t)c->kv_heads * c->head_dim * okv_dtype_size(c->dtype);
+    return (size_t)c->kv_heads * c->head_dim * okv_dtype_size(c->k_dtype) /* K and V alike in these tests */;
 }
 
 /* Copies the step's rows src[0..T) into a pool along the write runs, as the

@@ -15,7 +15,7 @@ static void test_override_all_flat(void) {
     o.windows_override = ov;
     o.n_windows_override = 1;
     o.max_capacity = 4096;
-    o.storage_dtype = OKV_BF16;
+    o.k_dtype = o.v_dtype = OKV_BF16;
     okv_error err;
     okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
@@ -45,7 +45,7 @@ static void test_gemma_describe(void) {
     okv_kv_options o;
     okv_kv_options_default(&o);
     o.max_capacity = 4096;
-    o.storage_dtype = OKV_BF16;
+    o.k_dtype = o.v_dtype = OKV_BF16;
     okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) return;
     CHECK(kv->caches[0].policy.kind == OKV_POLICY_RING && kv->caches[0].slots_alloc == 1023);
@@ -133,7 +133,7 @@ static void test_option_errors(void) {
     o.initial_capacity = -1;
     CHECK(okv_kv_create(&l, &o, &kv, &err) == OKV_ERR_INVALID);
     okv_kv_options_default(&o);
-    o.storage_dtype = (okv_dtype)7;
+    o.k_dtype = o.v_dtype = (okv_dtype)7;
     CHECK(okv_kv_create(&l, &o, &kv, &err) == OKV_ERR_INVALID && strstr(err.message, "dtype"));
     okv_kv_options_default(&o);
     o.initial_capacity = 100000;   /* clamped to the capacity */

@@ -59,7 +59,7 @@ static void test_sizes(void) {
     make_layout(&l, 2, w, 3, 64, 4, 1000);
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = OKV_Q8;
+    o.k_dtype = o.v_dtype = OKV_Q8;
     o.initial_capacity = 16;
     okv_kv *kv = kv_create_ok(&l, &o);
     if (kv) {
@@ -71,7 +71,7 @@ static void test_sizes(void) {
         CHECKF(strstr(line, "kv q8") != NULL, "describe: %s", line);
         okv_kv_free(kv);
     }
-    o.storage_dtype = OKV_BF16;
+    o.k_dtype = o.v_dtype = OKV_BF16;
     kv = kv_create_ok(&l, &o);
     if (kv) CHECK(okv_kv_bytes(kv) == 2 * (16 + 11) * 3 * 128);
     okv_kv_free(kv);
@@ -79,7 +79,7 @@ static void test_sizes(void) {
     /* head_dim 48 cannot be cut into blocks of 32 */
     okv_error err;
     make_layout(&l, 2, w, 3, 48, 4, 1000);
-    o.storage_dtype = OKV_Q8;
+    o.k_dtype = o.v_dtype = OKV_Q8;
     kv = NULL;
     CHECK(okv_kv_create(&l, &o, &kv, &err) == OKV_ERR_UNSUPPORTED && kv == NULL && strstr(err.message, "head_dim 48"));
     okv_layout_free(&l);
@@ -159,7 +159,7 @@ static void test_ring_rewind(void) {
     make_layout(&l, 2, w, HKV, DIM, 4, 200);
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = OKV_Q8;
+    o.k_dtype = o.v_dtype = OKV_Q8;
     o.initial_capacity = 4; /* the flat pool grows (doubling copies q8 bytes) */
     okv_kv *kv = kv_create_ok(&l, &o);
     if (!kv) { okv_layout_free(&l); return; }
@@ -222,7 +222,7 @@ static void test_cells_fork(void) {
     make_layout(&l, 2, w, HKV, DIM, 4, 64);
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = OKV_Q8;
+    o.k_dtype = o.v_dtype = OKV_Q8;
     o.cells = true;
     o.max_seqs = 4;
     okv_kv *kv = kv_create_ok(&l, &o);

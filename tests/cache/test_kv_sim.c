@@ -22,7 +22,7 @@ typedef struct sim {
 
 /* Fills one row with a pattern that identifies tag (per element, per pool). */
 static void fill_row(uint8_t *row, const okv_cache *c, uint32_t tag, int which) {
-    size_t es = okv_dtype_size(c->dtype), n = (size_t)c->kv_heads * c->head_dim;
+    size_t es = okv_dtype_size(which ? c->v_dtype : c->k_dtype), n = (size_t)c->kv_heads * c->head_dim;
     for (size_t e = 0; e < n; e++) {
         uint32_t v = tag * 31u + (uint32_t)e + (which ? 0x8000u : 0u);
         if (es == 4) memcpy(row + e * 4, &v, 4);
@@ -136,7 +136,7 @@ static void simulate(const char *name, const int *windows, int n_caches, int chu
     make_layout(&l, n_caches, windows, 2, 3, chunk, 1000);
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = dt;
+    o.k_dtype = o.v_dtype = dt;
     o.max_capacity = MAX_POS;
     o.initial_capacity = 8;   /* flat pools grow 8 -> 256 during the run */
     o.windows_override = ov;

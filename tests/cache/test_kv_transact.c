@@ -174,7 +174,7 @@ static void check_growth(okv_dtype dt, int32_t capacity, int32_t initial, const 
     make_layout(&l, 2, w, 3, 5, 4, 5000);
     okv_kv_options o;
     okv_kv_options_default(&o);
-    o.storage_dtype = dt;
+    o.k_dtype = o.v_dtype = dt;
     o.max_capacity = capacity;
     o.initial_capacity = initial;
     okv_error err;

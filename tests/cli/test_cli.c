@@ -102,6 +102,11 @@ static void test_kv_auto(void) {
     expect_kv("m16.okv", "--kv-storage-dtype f32", "| kv f32 |");
     expect_kv("m.okv", "", "| kv f32 |");
     expect_kv("m.okv", "--kv-storage-dtype f16", "| kv f16 |");
+    /* one side alone; the later flag wins, side by side */
+    expect_kv("m16.okv", "--kv-v-dtype f16", "| kv K bf16 / V f16 |");
+    expect_kv("m16.okv", "--kv-storage-dtype f32 --kv-k-dtype bf16", "| kv K bf16 / V f32 |");
+    expect_kv("m16.okv", "--kv-k-dtype f16 --kv-storage-dtype f32", "| kv f32 |");
+    expect_kv("m.okv", "--kv-k-dtype f16 --kv-v-dtype auto", "| kv K f16 / V f32 |");
 }
 
 static void expect_fail(const char *args, int code, const char *needle) {

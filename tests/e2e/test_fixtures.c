@@ -104,7 +104,7 @@ static void check_fixture(const fixture *f) {
     okv_dtype kv_dts[] = {OKV_BF16, OKV_F16};
     for (int k = 0; k < 2; k++) {
         e2e_opts_default(&o);
-        o.cache.storage_dtype = kv_dts[k];
+        o.cache.k_storage_dtype = o.cache.v_storage_dtype = kv_dts[k];
         float *kv = e2e_run(p, ids, n, &o);
         double want = kv_dts[k] == OKV_BF16 ? f->kv_bf16_cos : 0.999;
         if (kv) CHECKF(e2e_min_cosine(kv, ref, n, V) >= want, "%s: %s kv cosine %.5f", f->name,
@@ -116,7 +116,7 @@ static void check_fixture(const fixture *f) {
      * weights: 0.99919 gemma3, 0.99967 gemma3-mm, 0.99983 qwen3 measured);
      * the others are refused at install by name */
     e2e_opts_default(&o);
-    o.cache.storage_dtype = OKV_Q8;
+    o.cache.k_storage_dtype = o.cache.v_storage_dtype = OKV_Q8;
     okv_status qst = okv_cache_install("q8probe", p, &o.cache, &err);
     if (qst == OKV_OK) {
         okv_cache_remove("q8probe", &err);
@@ -124,6 +124,17 @@ static void check_fixture(const fixture *f) {
         if (kv) CHECKF(e2e_min_cosine(kv, ref, n, V) >= 0.998, "%s: q8 kv cosine %.5f", f->name,
                        e2e_min_cosine(kv, ref, n, V));
         free(kv);
+        /* one side in q8, the other in bf16 (--kv-k-dtype / --kv-v-dtype) */
+        for (int side = 0; side < 2; side++) {
+            e2e_opts_default(&o);
+            o.cache.k_storage_dtype = side ? OKV_Q8 : OKV_BF16;
+            o.cache.v_storage_dtype = side ? OKV_BF16 : OKV_Q8;
+            kv = e2e_run(p, ids, n, &o);
+            CHECKF(kv != NULL, "%s: K %s / V %s kv run failed", f->name, side ? "q8" : "bf16", side ? "bf16" : "q8");
+            if (kv) CHECKF(e2e_min_cosine(kv, ref, n, V) >= 0.998, "%s: K %s / V %s kv cosine %.5f", f->name,
+                           side ? "q8" : "bf16", side ? "bf16" : "q8", e2e_min_cosine(kv, ref, n, V));
+            free(kv);
+        }
     } else {
         CHECKF(qst == OKV_ERR_UNSUPPORTED && strstr(err.message, "head_dim"), "%s: q8 install: %s", f->name, err.message);
     }

@@ -50,7 +50,7 @@ static int32_t tok(int t) { return (int32_t)(3 + (t * 37 + (t * t) % 11) % 200);
 static okv_runner *open_key(okv_program *p, const char *key, okv_dtype kv, bool cells) {
     okv_cache_options co;
     okv_cache_options_default(&co);
-    co.storage_dtype = kv;
+    co.k_storage_dtype = co.v_storage_dtype = kv;
     if (cells) { co.mode = OKV_CACHE_CELLS; co.max_seqs = 4; }
     okv_error err = {0};
     okv_runner *r = NULL;

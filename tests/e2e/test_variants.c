@@ -98,7 +98,7 @@ static void check_variant(const variant *v) {
     free(plain);
 
     e2e_opts_default(&o);
-    o.cache.storage_dtype = OKV_F16;
+    o.cache.k_storage_dtype = o.cache.v_storage_dtype = OKV_F16;
     float *kv16 = e2e_run(p, ids, N_TOKENS, &o);
     if (kv16 && decode) CHECKF(e2e_min_cosine(kv16, decode, N_TOKENS, V) >= 0.999, "%s: f16 kv", v->name);
     free(kv16);

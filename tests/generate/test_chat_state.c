@@ -79,7 +79,7 @@ static bool env_open(env *e, const char *program, okv_dtype kv, int32_t window) 
     CHECK_OK(okv_tok_load_json(tj, len, &e->tok, &err), &err);
     okv_cache_options co;
     okv_cache_options_default(&co);
-    co.storage_dtype = kv;
+    co.k_storage_dtype = co.v_storage_dtype = kv;
     co.windows = &window;
     co.n_windows = window ? 1 : 0;
     okv_cache_remove("chat", &err);

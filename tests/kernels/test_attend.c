@@ -50,7 +50,7 @@ static void test_kv_write(void) {
         unsigned char *k = malloc(S * row * esz), *v = malloc(S * row * esz);
         memset(k, 0xA5, S * row * esz);
         memset(v, 0x5A, S * row * esz);
-        okv_attn_kv kv = {k, v, k, v, dt, Hkv, D};
+        okv_attn_kv kv = {k, v, k, v, dt, dt, Hkv, D};
         float kin[T * Hkv * D], vin[T * Hkv * D];
         fill(kin, T * row, 3.0f);
         fill(vin, T * row, 3.0f);
@@ -80,11 +80,11 @@ static void test_kv_write(void) {
 static void test_kv_write_rounding(void) {
     float k[4] = {1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 1.00390625f, 1.01171875f}, v[4] = {0};
     uint16_t kh[4], vh[4];
-    okv_attn_kv kv = {kh, vh, kh, vh, OKV_F16, 1, 4};
+    okv_attn_kv kv = {kh, vh, kh, vh, OKV_F16, OKV_F16, 1, 4};
     okv_run run = {0, 1, 0};
     okv_attend_write(&kv, &run, 1, k, v);
     CHECK(kh[0] == 0x3c00 && kh[1] == 0x3c02); /* 1+2^-11 -> 1; 1+3*2^-11 -> 1+2^-9 */
-    kv.dtype = OKV_BF16;
+    kv.k_dtype = kv.v_dtype = OKV_BF16;
     okv_attend_write(&kv, &run, 1, k, v);
     CHECK(kh[2] == 0x3f80 && kh[3] == 0x3f82);
     CHECK(vh[0] == 0 && vh[3] == 0);
@@ -120,7 +120,7 @@ static void naive_attend(const scenario *s, const float *q, const okv_attn_kv *k
                 bool vis = j <= pos[t] && (s->window == 0 || pos[t] - j < s->window);
                 double d = 0;
                 size_t at = (size_t)slot_of(j, s->ring) * row + (size_t)kvh * s->D;
-                for (int e = 0; e < s->D && vis; e++) d += (double)qh[e] * stored(kv->k, kv->dtype, at + e);
+                for (int e = 0; e < s->D && vis; e++) d += (double)qh[e] * stored(kv->k, kv->k_dtype, at + e);
                 w[j - s->base] = vis ? d * scale : -INFINITY;
                 if (w[j - s->base] > mx) mx = w[j - s->base];
             }
@@ -129,7 +129,7 @@ static void naive_attend(const scenario *s, const float *q, const okv_attn_kv *k
                 double acc = 0;
                 for (int32_t j = s->base; j < end; j++)
                     acc += w[j - s->base] *
-                           stored(kv->v, kv->dtype, (size_t)slot_of(j, s->ring) * row + (size_t)kvh * s->D + e);
+                           stored(kv->v, kv->v_dtype, (size_t)slot_of(j, s->ring) * row + (size_t)kvh * s->D + e);
                 out[((size_t)t * s->Hq + h) * s->D + e] = acc / sum;
             }
         }
@@ -163,7 +163,7 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
     int32_t slots = s->ring ? s->ring : end;
     size_t row = (size_t)s->Hkv * s->D, rb = okv_kv_row_bytes(s->dt, row); /* q8: blocks, okv_kvq8.h */
     void *kp = calloc((size_t)slots, rb), *vp = calloc((size_t)slots, rb);
-    okv_attn_kv kv = {kp, vp, kp, vp, s->dt, s->Hkv, s->D};
+    okv_attn_kv kv = {kp, vp, kp, vp, s->dt, s->dt, s->Hkv, s->D};
     /* store random k/v for every position of the span, the way steps would */
     float *kin = malloc(sizeof(float) * n_keys * row), *vin = malloc(sizeof(float) * n_keys * row);
     fill(kin, (size_t)n_keys * row, 1.0f);
@@ -221,7 +221,7 @@ static void test_split_runs(const okv_kernels **tables, int n_tables) {
     float q[T * Hq * D], one[T * Hq * D], many[T * Hq * D], fast[T * Hq * D];
     fill(q, T * Hq * D, 2.0f);
     int32_t pos[T] = {37, 38, 39};
-    okv_attn_kv kv = {k, v, k, v, OKV_F32, Hkv, D};
+    okv_attn_kv kv = {k, v, k, v, OKV_F32, OKV_F32, Hkv, D};
     okv_run whole[1] = {{0, N, 0}};
     okv_run parts[4] = {{0, 10, 0}, {10, 0, 10}, {10, 25, 10}, {35, 5, 35}};
     okv_attn_args a = {q, T, Hq, pos, kv, whole, 1, 0, 0.2f, one, NULL};
@@ -370,7 +370,7 @@ static void test_rising_scores(const okv_kernels **tables, int n_tables, okv_thr
                                                                                     : (j == 3 ? 160.0f : 0.0f);
                     kin[(size_t)j * row + e] = e % D == 0 ? gj : 0.05f * frand();
                 }
-            okv_attn_kv kv = {kp, vp, kp, vp, dt, Hkv, D};
+            okv_attn_kv kv = {kp, vp, kp, vp, dt, dt, Hkv, D};
             okv_run run = {0, end, 0};
             okv_attend_write(&kv, &run, 1, kin, vin);
             size_t nq = (size_t)T * Hq * D;
@@ -420,7 +420,7 @@ static void naive_vis(const okv_attn_args *a, double *out) {
                                (a->window == 0 || qp - kp < a->window);
                     double d = 0;
                     for (int e = 0; e < D && vis; e++)
-                        d += (double)qh[e] * stored(a->kv.k, a->kv.dtype, slot * row + (size_t)(h / G) * D + e);
+                        d += (double)qh[e] * stored(a->kv.k, a->kv.k_dtype, slot * row + (size_t)(h / G) * D + e);
                     w[n] = vis ? d * a->scale : -INFINITY;
                     if (w[n] > mx) mx = w[n];
                 }
@@ -430,7 +430,7 @@ static void naive_vis(const okv_attn_args *a, double *out) {
                 int j = 0;
                 for (int r = 0; r < a->n_runs; r++)
                     for (int i = 0; i < a->runs[r].n; i++, j++)
-                        acc += w[j] * stored(a->kv.v, a->kv.dtype, (a->runs[r].slot + i) * row + (size_t)(h / G) * D + e);
+                        acc += w[j] * stored(a->kv.v, a->kv.v_dtype, (a->runs[r].slot + i) * row + (size_t)(h / G) * D + e);
                 out[((size_t)t * a->n_heads + h) * D + e] = sum > 0 ? acc / sum : 0;
             }
         }
@@ -454,7 +454,7 @@ static void test_visibility(const okv_kernels **tables, int n_tables, okv_thread
             float *kin = malloc(sizeof(float) * S * row), *vin = malloc(sizeof(float) * S * row);
             fill(kin, S * row, 1.0f);
             fill(vin, S * row, 1.0f);
-            okv_attn_kv kv = {kp, vp, kp, vp, dt, Hkv, D};
+            okv_attn_kv kv = {kp, vp, kp, vp, dt, dt, Hkv, D};
             okv_run all = {0, S, 0};
             okv_attend_write(&kv, &all, 1, kin, vin);
             int32_t kpos[S], next[3] = {0, 0, 0};
@@ -529,7 +529,7 @@ static void test_workspace(const okv_kernels **tables, int n_tables) {
             for (int t = 0; t < T; t++) pos[t] = N - T + t;
             okv_run run = {0, N, 0};
             okv_attn_kv kv = {bf ? (void *)kb : k, bf ? (void *)vb : v, bf ? (void *)kb : k, bf ? (void *)vb : v,
-                              bf ? OKV_BF16 : OKV_F32, Hkv, D};
+                              bf ? OKV_BF16 : OKV_F32, bf ? OKV_BF16 : OKV_F32, Hkv, D};
             okv_attn_args a = {q, T, Hq, pos, kv, &run, 1, 0, 0.125f, o1, NULL};
             CHECK(okv_attend_scratch_bytes(T, Hq, Hkv, D, 2) <= bytes);
             okv_threadpool_set_workspace(tp, NULL, 0);
@@ -602,7 +602,7 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         {"dec q8 gqa 3 T=5 (16 columns)", 6, 2, 32, OKV_Q8,  5, 400,   0,  0,  0, 1},
     };
     static const okv_kernels avx2 = {.name = "decode-avx2", .attend = okv_attend_decode_avx2};
-    bool have_avx2 = okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_BF16);
+    bool have_avx2 = okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_BF16, OKV_BF16);
     if (have_avx2) { /* f32 FMAs: head_dim any multiple of 8, f32 pools too */
         static const scenario avx2_cases[] = {
             /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
@@ -614,47 +614,47 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         for (size_t i = 0; i < sizeof avx2_cases / sizeof *avx2_cases; i++) {
             scenario s = avx2_cases[i];
             const okv_kernels *t[1] = {&avx2};
-            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel refuses", s.what);
+            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: AVX2 decode kernel refuses", s.what);
             run_scenario(&s, t, 1, tp2, false);
         }
     } else printf("decode kernel on AVX2: skipped (no AVX2/FMA/F16C)\n");
-    bool have_dpbf = okv_attend_decode_dpbf16_fits(1, 4, 2, 64, OKV_BF16);
+    bool have_dpbf = okv_attend_decode_dpbf16_fits(1, 4, 2, 64, OKV_BF16, OKV_BF16);
     if (!have_dpbf) printf("decode kernel on vdpbf16ps: skipped (no AVX-512 BF16)\n");
-    bool have_amx = okv_attend_decode_amx_fits(1, 4, 2, 64, OKV_BF16);
+    bool have_amx = okv_attend_decode_amx_fits(1, 4, 2, 64, OKV_BF16, OKV_BF16);
     if (!have_amx) printf("decode kernel on AMX tiles: skipped (AMX not usable)\n");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         scenario s = cases[i];
         const okv_kernels *tables[3];
         int n = 0;
         if (s.dt != OKV_Q8 && have_avx2) {
-            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel refuses", s.what);
+            CHECKF(okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: AVX2 decode kernel refuses", s.what);
             tables[n++] = &avx2;
         } else if (have_avx2) {
-            CHECKF(!okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AVX2 decode kernel takes q8", s.what);
+            CHECKF(!okv_attend_decode_avx2_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: AVX2 decode kernel takes q8", s.what);
         }
         if (!have_dpbf) {
             if (n) run_scenario(&s, tables, n, tp2, false);
             continue;
         }
         if (s.dt != OKV_Q8) {
-            CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
+            CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
             tables[n++] = &dpbf;
         } else {
-            CHECKF(!okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: vdpbf16ps kernel takes q8", s.what);
+            CHECKF(!okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: vdpbf16ps kernel takes q8", s.what);
         }
         if (have_amx) {
-            CHECKF(okv_attend_decode_amx_fits(s.T, s.Hq, s.Hkv, s.D, s.dt), "%s: AMX decode kernel refuses", s.what);
+            CHECKF(okv_attend_decode_amx_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: AMX decode kernel refuses", s.what);
             tables[n++] = &amx;
         }
         if (n) run_scenario(&s, tables, n, tp2, false);
     }
     if (have_avx2) /* too many vectors per kv head, head_dim not a multiple of 8 or too large, q8 */
-        CHECK(!okv_attend_decode_avx2_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 84, OKV_F16) &&
-              !okv_attend_decode_avx2_fits(1, 4, 2, 264, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_Q8));
+        CHECK(!okv_attend_decode_avx2_fits(1, 16, 1, 64, OKV_BF16, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 84, OKV_F16, OKV_F16) &&
+              !okv_attend_decode_avx2_fits(1, 4, 2, 264, OKV_BF16, OKV_BF16) && !okv_attend_decode_avx2_fits(1, 4, 2, 64, OKV_Q8, OKV_Q8));
     if (!have_dpbf) return;
-    CHECK(!okv_attend_decode_fits(1, 16, 1, 64, OKV_BF16) && !okv_attend_decode_fits(1, 4, 2, 80, OKV_BF16) &&
-          !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32) &&
-          !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16));
+    CHECK(!okv_attend_decode_fits(1, 16, 1, 64, OKV_BF16, OKV_BF16) && !okv_attend_decode_fits(1, 4, 2, 80, OKV_BF16, OKV_BF16) &&
+          !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32, OKV_F32) &&
+          !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16, OKV_BF16));
     /* the AVX-512 BF16 table (forced: this is the table a CPU with AVX-512
      * BF16 but no AMX gets): decode on the vdpbf16ps kernel, prefill and
      * f32/q8 pools on the blocked AVX-512 one */

@@ -47,7 +47,7 @@ static void store_kv(kv_store *s, const float *k, const float *v, int N, int Hkv
     size_t slots = scatter ? (size_t)41 * n : (size_t)N, row = okv_kv_row_bytes(dt, (size_t)Hkv * D);
     s->k = calloc(slots, row);
     s->v = calloc(slots, row);
-    s->kv = (okv_attn_kv){s->k, s->v, s->k, s->v, dt, Hkv, D};
+    s->kv = (okv_attn_kv){s->k, s->v, s->k, s->v, dt, dt, Hkv, D};
     s->n_runs = n;
     for (int i = 0, p = 0; i < n; p += lens[i], i++) s->runs[i] = (okv_run){order[i] * 41 + (scatter ? i % 2 : 0), lens[i], p};
     okv_attend_write(&s->kv, s->runs, s->n_runs, k, v);

@@ -78,7 +78,7 @@ static void test_write(void) {
     unsigned char *k = malloc(S * rb), *v = malloc(S * rb);
     memset(k, 0xA5, S * rb);
     memset(v, 0x5A, S * rb);
-    okv_attn_kv kv = {k, v, k, v, OKV_Q8, Hkv, D};
+    okv_attn_kv kv = {k, v, k, v, OKV_Q8, OKV_Q8, Hkv, D};
     float kin[T * Hkv * D], vin[T * Hkv * D];
     fill(kin, T * row, 3.0f);
     fill(vin, T * row, 0.01f);
@@ -174,8 +174,8 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
     size_t row = (size_t)s->Hkv * s->D, rb = okv_kv_row_bytes(OKV_Q8, row);
     void *kp = calloc((size_t)slots, rb), *vp = calloc((size_t)slots, rb);
     float *kf = calloc((size_t)slots * row, sizeof(float)), *vf = calloc((size_t)slots * row, sizeof(float));
-    okv_attn_kv kv = {kp, vp, kp, vp, OKV_Q8, s->Hkv, s->D};
-    okv_attn_kv kv32 = {kf, vf, kf, vf, OKV_F32, s->Hkv, s->D};
+    okv_attn_kv kv = {kp, vp, kp, vp, OKV_Q8, OKV_Q8, s->Hkv, s->D};
+    okv_attn_kv kv32 = {kf, vf, kf, vf, OKV_F32, OKV_F32, s->Hkv, s->D};
     float *kin = malloc(sizeof(float) * n_keys * row), *vin = malloc(sizeof(float) * n_keys * row);
     float *kq = malloc(sizeof(float) * n_keys * row), *vq = malloc(sizeof(float) * n_keys * row);
     fill(kin, (size_t)n_keys * row, s->kv_scale);
@@ -254,7 +254,7 @@ static void test_vis(void) {
     float *kin = malloc(sizeof(float) * N * row), *vin = malloc(sizeof(float) * N * row);
     fill(kin, N * row, 1.0f);
     fill(vin, N * row, 1.0f);
-    okv_attn_kv kv = {kp, vp, kp, vp, OKV_Q8, Hkv, D};
+    okv_attn_kv kv = {kp, vp, kp, vp, OKV_Q8, OKV_Q8, Hkv, D};
     okv_run all = {0, N, 0};
     okv_attend_write(&kv, &all, 1, kin, vin);
     int32_t kpos[N];
