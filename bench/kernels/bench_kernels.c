@@ -78,7 +78,7 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
- * [attndecode [q8] [1t] [16k|hot]] [amxceiling] [amxmix] [onednn]
+ * [attndecode [q8|vq8] [1t] [16k|hot]] [amxceiling] [amxmix] [onednn]
  * (default: all sections but attnlong, attndecode, ops, attnamx, amxmix and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
@@ -1170,18 +1170,24 @@ static uint64_t sum_lines(const char *p, size_t bytes) {
 
 typedef struct kvprobe_job {
     const char *k, *v;
-    size_t bytes; /* of each */
+    size_t k_bytes, v_bytes;
     int parts;
     uint64_t sink[16];
 } kvprobe_job;
+
+/* Bytes [at, at + n) of part `task` of a pool of `bytes` split in `parts`. */
+static size_t probe_part(size_t bytes, int parts, int task, size_t *at) {
+    size_t per = bytes / parts / 128 * 128;
+    *at = per * task;
+    return task == parts - 1 ? bytes - *at : per;
+}
 
 /* Task t reads part t of K and of V (what a key split of the kernel reads). */
 static void kvprobe_task(void *ctx, int task, int thread) {
     (void)thread;
     kvprobe_job *j = ctx;
-    size_t per = j->bytes / j->parts / 128 * 128, at = per * task;
-    if (task == j->parts - 1) per = j->bytes - at;
-    j->sink[task] = sum_lines(j->k + at, per) + sum_lines(j->v + at, per);
+    size_t ka, va, kn = probe_part(j->k_bytes, j->parts, task, &ka), vn = probe_part(j->v_bytes, j->parts, task, &va);
+    j->sink[task] = sum_lines(j->k + ka, kn) + sum_lines(j->v + va, vn);
 }
 
 /* A Llama-3.2-1B decode step's attention (16 layers, 32/8 heads x 64, one
@@ -1192,7 +1198,7 @@ static void kvprobe_task(void *ctx, int task, int thread) {
  * process CPU time (both threads) and GB/s of K/V; "of wall" is the probe's
  * time over the kernel's. A "hot" row repeats one small layer 16 times
  * (4 MiB: K/V in L2/L3): what the kernel costs when DRAM does not bound it. */
-static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int only) {
+static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, okv_dtype vdt, int only) {
     enum { HQ = 32, HKV = 8, D = 64, NL = 16, NF = 4, MAXR = 31 };
     const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
     const char *names[NF] = {"blocked", "dpbf16", "amx", "table"};
@@ -1200,35 +1206,35 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
     /* "blocked": the blocked kernel of the table's ISA (on AVX2 what the table ran before its decode kernel) */
     attend_fn fns[NF] = {avx512 ? okv_attend_avx512 : okv_attend_avx2, okv_attend_decode_dpbf16, okv_attend_decode_amx,
                          k->attend};
-    bool ok[NF] = {dt == OKV_Q8 || !avx512, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt, dt),
-                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt, dt), true};
-    printf("\ndecode attention, 16 layers x 32/8 heads x 64, kv %s, %d threads, medians (table %s)\n",
-           okv_dtype_name(dt), okv_threadpool_size(tp), k->name);
+    bool ok[NF] = {dt == OKV_Q8 || vdt == OKV_Q8 || !avx512, okv_attend_decode_dpbf16_fits(1, HQ, HKV, D, dt, vdt),
+                   okv_attend_decode_amx_fits(1, HQ, HKV, D, dt, vdt), true};
+    printf("\ndecode attention, 16 layers x 32/8 heads x 64, K %s / V %s, %d threads, medians (table %s)\n",
+           okv_dtype_name(dt), okv_dtype_name(vdt), okv_threadpool_size(tp), k->name);
     printf("%-6s %-10s %9s %9s %8s %8s %9s\n", "pos", "kernel", "wall ms", "cpu ms", "cpu/wall", "GB/s", "of probe");
     static const int npos[] = {512, 4096, 16384, 2048};
     size_t row = (size_t)HKV * D;
     for (int c = 0; c < 4; c++) {
         if (only >= 0 && c != only) continue;
         int n_pos = npos[c], hot = c == 3, nl = hot ? 1 : NL, reps = quick ? 5 : hot || n_pos < 16384 ? 21 : 11;
-        size_t bytes = okv_kv_row_bytes(dt, (size_t)n_pos * row);
+        size_t bytes = okv_kv_row_bytes(dt, (size_t)n_pos * row), vbytes = okv_kv_row_bytes(vdt, (size_t)n_pos * row);
         char *kp[NL], *vp[NL];
         for (int l = 0; l < nl; l++) {
             kp[l] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            vp[l] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            vp[l] = aligned_alloc(64, (vbytes + 63) / 64 * 64);
         }
         float *kin = malloc(sizeof(float) * row * 1024), *vin = malloc(sizeof(float) * row * 1024);
         for (int32_t p0 = 0; p0 < n_pos; p0 += 1024) {
             int n = n_pos - p0 < 1024 ? n_pos - p0 : 1024;
             for (size_t e = 0; e < (size_t)n * row; e++) { kin[e] = frand(); vin[e] = frand(); }
             okv_run run = {p0, n, p0};
-            okv_attn_kv kv = {kp[0], vp[0], kp[0], vp[0], dt, dt, HKV, D};
+            okv_attn_kv kv = {kp[0], vp[0], kp[0], vp[0], dt, vdt, HKV, D};
             okv_attend_write(&kv, &run, 1, kin, vin);
         }
         free(kin);
         free(vin);
         for (int l = 1; l < nl; l++) {
             memcpy(kp[l], kp[0], bytes);
-            memcpy(vp[l], vp[0], bytes);
+            memcpy(vp[l], vp[0], vbytes);
         }
         float *q = malloc(sizeof(float) * HQ * D), *out[NF];
         for (int e = 0; e < HQ * D; e++) q[e] = frand();
@@ -1243,18 +1249,18 @@ static void bench_attn_decode(okv_threadpool *tp, int quick, okv_dtype dt, int o
                 for (int l = 0; l < NL; l++) {
                     int ll = hot ? 0 : l;
                     if (f == NF) {
-                        kvprobe_job pj = {kp[ll], vp[ll], bytes, okv_threadpool_size(tp), {0}};
+                        kvprobe_job pj = {kp[ll], vp[ll], bytes, vbytes, okv_threadpool_size(tp), {0}};
                         okv_threadpool_run(tp, pj.parts, kvprobe_task, &pj);
                         continue;
                     }
-                    okv_attn_args a = {q, 1, HQ, &pos, {kp[ll], vp[ll], kp[ll], vp[ll], dt, dt, HKV, D}, runs, 1, 0,
+                    okv_attn_args a = {q, 1, HQ, &pos, {kp[ll], vp[ll], kp[ll], vp[ll], dt, vdt, HKV, D}, runs, 1, 0,
                                        0.125f, out[f], NULL};
                     fns[f](tp, &a);
                 }
                 wall[f][r] = now() - w0;
                 cpu[f][r] = process_cpu() - c0;
             }
-        double pw = median(wall[NF], reps), pc = median(cpu[NF], reps), gb = 2.0 * bytes * NL / 1e9;
+        double pw = median(wall[NF], reps), pc = median(cpu[NF], reps), gb = (double)(bytes + vbytes) * NL / 1e9;
         for (int f = 0; f <= NF; f++) {
             if (f < NF && !ok[f]) continue;
             double w = f == NF ? pw : median(wall[f], reps), cp = f == NF ? pc : median(cpu[f], reps);
@@ -1835,6 +1841,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "attnlongcpu")) bench_attn_long_cpu(tps[0], quick, OKV_BF16);
     if (want(argc, argv, "attndecode")) /* 12 */
         bench_attn_decode(tps[want(argc, argv, "1t") ? 0 : 1], quick, want(argc, argv, "q8") ? OKV_Q8 : OKV_BF16,
+                          want(argc, argv, "q8") || want(argc, argv, "vq8") ? OKV_Q8 : OKV_BF16,
                           want(argc, argv, "hot") ? 3 : want(argc, argv, "16k") ? 2 : -1);
     if (want(argc, argv, "ops")) bench_ops(quick); /* 13 */
     if (want(argc, argv, "decodestep")) bench_decode_step(tps[1], tabs[n_tabs - 1], quick); /* 14 */
