@@ -11,7 +11,9 @@
  * sequence dropped, so its positions sit in the pool out of order, while
  * the load places them in position order; the attention sums the same K/V
  * bytes in another order there, so that case is held to 1e-5 and the same
- * argmax. A key with f32 storage refuses the file by its kv dtype. */
+ * argmax. A key with f32 storage refuses the file by its kv dtype. The
+ * same again with K in bf16 and V in q8 (--kv-v-dtype q8), whose file a
+ * q8/q8 key refuses. */
 #include "e2e_util.h"
 #include "mkckpt.h"
 
@@ -47,10 +49,11 @@ static okv_program *make_program(okv_mkckpt_arch arch, const char *name) {
 
 static int32_t tok(int t) { return (int32_t)(3 + (t * 37 + (t * t) % 11) % 200); }
 
-static okv_runner *open_key(okv_program *p, const char *key, okv_dtype kv, bool cells) {
+static okv_runner *open_key(okv_program *p, const char *key, okv_dtype kdt, okv_dtype vdt, bool cells) {
     okv_cache_options co;
     okv_cache_options_default(&co);
-    co.k_storage_dtype = co.v_storage_dtype = kv;
+    co.k_storage_dtype = kdt;
+    co.v_storage_dtype = vdt;
     if (cells) { co.mode = OKV_CACHE_CELLS; co.max_seqs = 4; }
     okv_error err = {0};
     okv_runner *r = NULL;
@@ -79,14 +82,15 @@ static void step_range(okv_runner *r, int seq, int from, int to, float *out) {
     }
 }
 
-static void check_round_trip(okv_program *p, const char *what, bool cells, bool windowed) {
-    char file[300];
-    snprintf(file, sizeof file, "%s/%s-%s.okvseq", e2e_tmp(), what, cells ? "cells" : "single");
+static void check_round_trip(okv_program *p, const char *name, bool cells, bool windowed, okv_dtype kdt) {
+    char file[300], what[200];
+    snprintf(what, sizeof what, "%s K %s / V q8", name, okv_dtype_name(kdt));
+    snprintf(file, sizeof file, "%s/%s-%s-%s.okvseq", e2e_tmp(), name, okv_dtype_name(kdt), cells ? "cells" : "single");
     okv_error err = {0};
     float *want = calloc((size_t)N_NEXT * V, sizeof(float)), *got = calloc((size_t)N_NEXT * V, sizeof(float));
     float *scratch = calloc((size_t)V, sizeof(float));
 
-    okv_runner *r = open_key(p, "q8-a", OKV_Q8, cells);
+    okv_runner *r = open_key(p, "q8-a", kdt, OKV_Q8, cells);
     int seq = -1;
     if (cells) CHECK_OK(okv_seq_new("q8-a", &seq, &err), &err);
     char desc[256] = "";
@@ -98,7 +102,7 @@ static void check_round_trip(okv_program *p, const char *what, bool cells, bool 
     okv_runner_free(r);
     okv_cache_remove("q8-a", &err);
 
-    r = open_key(p, "q8-b", OKV_Q8, cells);
+    r = open_key(p, "q8-b", kdt, OKV_Q8, cells);
     int loaded = -2;
     CHECK_OK(okv_seq_load("q8-b", p, file, &loaded, NULL, NULL, &err), &err);
     int len = -1;
@@ -125,9 +129,10 @@ static void check_round_trip(okv_program *p, const char *what, bool cells, bool 
     okv_runner_free(r);
     okv_cache_remove("q8-b", &err);
 
-    r = open_key(p, "q8-f32", OKV_F32, cells);
+    /* a key storing other dtypes refuses the file: f32, and for a mixed file q8 on both sides */
+    r = open_key(p, "q8-f32", kdt == OKV_Q8 ? OKV_F32 : OKV_Q8, kdt == OKV_Q8 ? OKV_F32 : OKV_Q8, cells);
     CHECKF(okv_seq_load("q8-f32", p, file, NULL, NULL, NULL, &err) == OKV_ERR_INVALID && strstr(err.message, "kv_dtype"),
-           "%s: an f32 key refuses the q8 file: %s", what, err.message);
+           "%s: a key of other dtypes refuses the file: %s", what, err.message);
     okv_runner_free(r);
     okv_cache_remove("q8-f32", &err);
     free(want);
@@ -141,8 +146,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
         okv_program *p = make_program(progs[i].arch, progs[i].name);
         if (!p) continue;
-        check_round_trip(p, progs[i].name, false, progs[i].arch == OKV_MK_GEMMA3);
-        check_round_trip(p, progs[i].name, true, progs[i].arch == OKV_MK_GEMMA3);
+        for (int k = 0; k < 2; k++) {
+            okv_dtype kdt = k ? OKV_BF16 : OKV_Q8;
+            check_round_trip(p, progs[i].name, false, progs[i].arch == OKV_MK_GEMMA3, kdt);
+            check_round_trip(p, progs[i].name, true, progs[i].arch == OKV_MK_GEMMA3, kdt);
+        }
         okv_program_free(p);
     }
     e2e_cleanup();
