@@ -1,6 +1,6 @@
 /* okv_attend_amx.c — attention of prefill chunks on AMX-BF16 tiles, for
- * bf16, f16 and q8 K/V pools (f16, and q8's code x scale, rounded to
- * bf16 as each key block is staged: a block at a time, never a converted
+ * bf16, f16 and q8 K/V pools, K and V each in its own dtype (f16, and q8's
+ * code x scale, rounded to bf16 as each key block is staged: a block at a time, never a converted
  * copy of the cache; q8 at 16k positions measured 0.86x bf16's time, it
  * reads 0.56x the bytes, see README "KV storage"). f32 pools
  * and decode-sized calls go to the AVX-512 blocked kernel (okv_attend.c):

@@ -2,6 +2,9 @@
  * per kv head, T x G < 16) for bf16/f16 pools (and q8 on AMX): the
  * long-context decode step, which must stream K/V at memory speed. f32
  * pools and prefill chunks go elsewhere (okv_attend_amx.c, okv_attend.c).
+ * K and V may be stored in different dtypes (e.g. K bf16, V q8): scores
+ * read K by its dtype, P V reads V by its own, each pool with its own row
+ * size and prefetch form.
  *
  * A task is a range of keys (split over the threads, partial softmax states
  * merged at the end) for ALL kv heads, so the pool ([slot][kv head][dim]) is

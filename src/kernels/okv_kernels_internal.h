@@ -112,25 +112,26 @@ void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_
 void okv_attn_query_ranges(const okv_attn_args *a, int n_keys, int32_t *qlo, int32_t *qhi);
 bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
 /* Attention of prefill chunks on AMX-BF16 tiles (okv_attend_amx.c) for
- * bf16/f16 pools with head_dim a multiple of 32 (<= 256) and at least 16
- * query vectors per kv head; every other call (f32 pools, decode) goes to
- * okv_attend_avx512. _tiles skips the checks (callers that made them). */
+ * K and V pools each bf16, f16 or q8, head_dim a multiple of 32 (<= 256)
+ * and at least 16 query vectors per kv head; every other call (an f32
+ * pool, decode) goes to okv_attend_decode or okv_attend_avx512. _tiles skips the checks (callers that made them). */
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
-/* Decode-sized calls (T x heads per kv head <= 15) on bf16/f16 pools with
- * head_dim % 32 == 0 (<= 256), AVX-512 BF16 dot products
- * (okv_attend_decode.c); _fits says whether a call qualifies. */
+/* Decode-sized calls (T x heads per kv head <= 15) with head_dim % 32 == 0
+ * (<= 256) on one of the two kernels below (okv_attend_decode.c); _fits
+ * says whether a call with these K and V pool dtypes qualifies. */
 bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
-/* Its two kernels: AMX-BF16 score tiles + f32 FMA P V (bf16/f16/q8 pools,
- * kv_heads <= 64, AMX usable), and vdpbf16ps only (bf16/f16; any AVX-512
- * BF16 CPU). okv_attend_decode takes the first that fits. */
+/* Its two kernels: AMX score tiles + f32 FMA P V (K bf16/f16 on BF16
+ * tiles or q8 on INT8 tiles, V bf16/f16/q8, kv_heads <= 64, AMX usable),
+ * and vdpbf16ps only (K and V bf16/f16; any AVX-512 BF16 CPU).
+ * okv_attend_decode takes the first that fits. */
 bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
-/* The same key-split decode on AVX2 f32 FMAs (f32/bf16/f16 pools, exact
+/* The same key-split decode on AVX2 f32 FMAs (K and V f32/bf16/f16, exact
  * products like the blocked kernel; head_dim a multiple of 8), and the avx2
  * table's attention: it for decode-sized calls, else okv_attend_avx2. */
 bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
