@@ -35,8 +35,10 @@
  *     here against 2/cycle for a 16-lane FMA, so f32 FMAs are the cheaper
  *     way to 32 multiply-adds.)
  *   prefetch: the rows of the (block, head) step PF_STEPS = 2 ahead.
- * vdpbf16ps only (dec_task; bf16/f16; what the AVX-512 BF16 table runs on
- * CPUs without AMX, e.g. Zen 4):
+ * vdpbf16ps only (dec_task; K and V each bf16, f16 or q8; what the AVX-512
+ * BF16 table runs on CPUs without AMX, e.g. Zen 4; q8 codes x scale and
+ * f16 rounded to bf16 as read: f16/q8 K once per (block, kv head) into an
+ * L1 stage, V while interleaving):
  *   scores: vdpbf16ps of each query vector with each key, 16 partial
  *     vectors reduced into one vector of 16 scores by a shuffle tree (keys
  *     come out in a fixed permuted lane order; V is read in the same order);
@@ -167,6 +169,11 @@
  * the same run (hot / 16k): V read and staged but no products 0.73 /
  * 0.82, no V at all 0.61 / 0.78: the ~70 ns per (block, kv head) of tile
  * loads, products and stores cost what the f32 FMAs do.
+ * q8 on the vdpbf16ps kernel (2026-12-05, Xeon, attndecode 16k, 2 threads,
+ * wall, interleaved with the blocked AVX-512 kernel that took q8 pools
+ * before): K bf16 / V q8 41.1 vs 56.5 ms, q8 38.7 vs 51.7 (probe 14.8 /
+ * 12.0); K converted per query vector instead of staged: 1.31x the time
+ * hot (one thread, 2k: 11.2 vs 8.45 ms, the blocked kernel 10.0).
  * Also dropped (same day): for bf16/f16 pools, beside the per-row L1
  * prefetches, 1/Hkv of the slot rows of the block 4 ahead into L2
  * (prefetcht1) per head step, in address order: 0.94-0.98x the time in
@@ -267,6 +274,18 @@ INLINE __m512i row32(const uint16_t *p, okv_dtype dt) {
                                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
 }
 
+/* Elements [d, d + 32) of a pool row (its first byte; d a multiple of 32)
+ * as bf16: bf16/f16 as row32, q8 one block's codes x scale in f32 rounded
+ * to bf16 (as the AMX prefill stages q8 rows). */
+INLINE __m512i pool_row32(const char *row, okv_dtype dt, int d) {
+    if (dt != OKV_Q8) return row32((const uint16_t *)row + d, dt);
+    const char *blk = row + (size_t)(d / OKV_Q8_BLOCK) * OKV_Q8_BLOCK_BYTES;
+    __m512 sc = _mm512_set1_ps(okv_q8_scale(blk));
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 16))));
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
+}
+
 /* One kv head's state inside a task. */
 typedef struct dec_head {
     float *acc;   /* [R][D] */
@@ -276,13 +295,13 @@ typedef struct dec_head {
 
 /* Scores of the block for vector r: s[L] = q . k[key_of_lane[L]] (keys >=
  * nb read as zero rows). */
-INLINE __m512 block_scores(const uint16_t *q, const uint16_t *const krow[NK], okv_dtype dt, int D) {
+INLINE __m512 block_scores(const uint16_t *q, const char *const krow[NK], okv_dtype dt, int D) {
     __m512 v[16];
     for (int i = 0; i < NK; i++) v[i] = _mm512_setzero_ps();
     for (int d = 0; d < D; d += 32) {
         __m512bh qv = (__m512bh)_mm512_loadu_si512(q + d);
 #pragma GCC unroll 16
-        for (int i = 0; i < NK; i++) v[i] = _mm512_dpbf16_ps(v[i], qv, (__m512bh)row32(krow[i] + d, dt));
+        for (int i = 0; i < NK; i++) v[i] = _mm512_dpbf16_ps(v[i], qv, (__m512bh)pool_row32(krow[i], dt, d));
     }
     return reduce16(v);
 }
@@ -341,14 +360,14 @@ TGT static void pv_dispatch(float *acc, size_t stride, const float *c, const uin
 
 /* The block's V rows in the lane order of the scores, pairs of keys
  * interleaved per channel: vi[j][x] = (v[k2j][16x + e], v[k2j+1][16x + e]). */
-TGT static void interleave_v(__m512i *vi, const uint16_t *const vrow[NK], okv_dtype dt, int D) {
+TGT static void interleave_v(__m512i *vi, const char *const vrow[NK], okv_dtype dt, int D) {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     const int nc = D / 16;
     for (int j = 0; j < NK / 2; j++)
         for (int d = 0; d < D; d += 32) {
-            __m512i x = row32(vrow[key_of_lane[2 * j]] + d, dt), y = row32(vrow[key_of_lane[2 * j + 1]] + d, dt);
+            __m512i x = pool_row32(vrow[key_of_lane[2 * j]], dt, d), y = pool_row32(vrow[key_of_lane[2 * j + 1]], dt, d);
             vi[j * nc + d / 16] = _mm512_permutex2var_epi16(x, lo, y);
             vi[j * nc + d / 16 + 1] = _mm512_permutex2var_epi16(x, hi, y);
         }
@@ -356,12 +375,24 @@ TGT static void interleave_v(__m512i *vi, const uint16_t *const vrow[NK], okv_dt
 
 static const uint16_t zero_row[DMAX] __attribute__((aligned(64)));
 
+/* f16/q8 K: the block's rows as bf16 into kst [NK][D], and krow pointed
+ * at them (measured for q8 K, hot 2k, one thread: converting in
+ * block_scores for every query vector took 11.2 ms, 1.45x bf16 K's). */
+TGT static void stage_k_bf16(uint16_t *kst, const char *krow[NK], okv_dtype dt, int D) {
+    for (int i = 0; i < NK; i++) {
+        for (int d = 0; d < D; d += 32) _mm512_storeu_si512(kst + (size_t)i * D + d, pool_row32(krow[i], dt, d));
+        krow[i] = (const char *)(kst + (size_t)i * D);
+    }
+}
+
 TGT static void dec_task(void *ctx, int split, int thread) {
     (void)thread;
     const dec_job *j = ctx;
     const okv_attn_args *a = j->a;
     const int D = j->D, R = j->R, G = j->G, Hkv = j->Hkv;
-    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype; /* bf16 or f16: rows of 2 D bytes either way */
+    const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype; /* bf16, f16 or q8 each */
+    const size_t khb = okv_kv_row_bytes(kdt, (size_t)D), vhb = okv_kv_row_bytes(vdt, (size_t)D); /* one head's row */
+    const char *kpool = a->kv.k, *vpool = a->kv.v;
     float *base = j->part + j->part_floats * (size_t)split * Hkv * R;
     /* per (kv head, vector): acc [D], m, l; lane sums kept apart below */
     float lv[8 * RMAX * 16]; /* per-lane sums l of up to 8 kv heads */
@@ -374,6 +405,7 @@ TGT static void dec_task(void *ctx, int split, int thread) {
     split_range sr = dec_split_range(j, split);
     int32_t L = sr.lo, H = sr.hi, maxlo = sr.maxlo, minhi = sr.minhi;
     __m512i vi[NK / 2 * DMAX / 16];
+    uint16_t kst[NK * DMAX] __attribute__((aligned(64))); /* f16/q8 K: the block's rows as bf16 */
     uint32_t pp[RMAX * 8];
     float c[RMAX];
     int run = 0;
@@ -395,39 +427,36 @@ TGT static void dec_task(void *ctx, int split, int thread) {
             __m512i keys = _mm512_add_epi32(_mm512_set1_epi32(kb), _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)key_of_lane)));
             __mmask16 in_block = _mm512_cmplt_epi32_mask(keys, _mm512_set1_epi32(kb + nb));
             for (int h = hk; h < hk + nh; h++) {
-                const uint16_t *krow[NK], *vrow[NK];
+                const char *krow[NK], *vrow[NK];
                 for (int i = 0; i < NK; i++) {
-                    size_t off = ((size_t)(slot + i) * Hkv + h) * D;
-                    krow[i] = i < nb ? (const uint16_t *)a->kv.k + off : zero_row;
-                    vrow[i] = i < nb ? (const uint16_t *)a->kv.v + off : zero_row;
+                    size_t at = (size_t)(slot + i) * Hkv + h; /* (slot, head) rows of khb / vhb bytes */
+                    krow[i] = i < nb ? kpool + at * khb : (const char *)zero_row;
+                    vrow[i] = i < nb ? vpool + at * vhb : (const char *)zero_row;
                 }
                 if (Hkv <= 8) {
                     /* one group sweeps every head: head step h prefetches the
                      * h-th 1/Hkv of the next block's K and V bytes (in address
                      * order, into L2), if the block is whole within the run */
-                    const size_t per = (size_t)NK * D * 2;
                     if (kb + nb + NK <= run_end) {
-                        size_t off = (size_t)(slot + nb) * Hkv * D * 2 + per * h;
-                        for (size_t bo = 0; bo < per; bo += 64) {
-                            __builtin_prefetch((const char *)a->kv.k + off + bo, 0, 2);
-                            __builtin_prefetch((const char *)a->kv.v + off + bo, 0, 2);
-                        }
+                        size_t kper = (size_t)NK * khb, koff = (size_t)(slot + nb) * Hkv * khb + kper * h;
+                        size_t vper = (size_t)NK * vhb, voff = (size_t)(slot + nb) * Hkv * vhb + vper * h;
+                        for (size_t bo = 0; bo < kper; bo += 64) __builtin_prefetch(kpool + koff + bo, 0, 2);
+                        for (size_t bo = 0; bo < vper; bo += 64) __builtin_prefetch(vpool + voff + bo, 0, 2);
                     }
                 } else {
                     /* this head's rows of the next block (within the run), a
                      * block of the group's work ahead */
                     for (int i = 0; i < NK && kb + nb + i < run_end; i++) {
-                        size_t off = (((size_t)(slot + nb + i) * Hkv) + h) * D * 2;
-                        for (size_t bo = 0; bo < (size_t)D * 2; bo += 64) {
-                            __builtin_prefetch((const char *)a->kv.k + off + bo);
-                            __builtin_prefetch((const char *)a->kv.v + off + bo);
-                        }
+                        size_t at = (size_t)(slot + nb + i) * Hkv + h;
+                        for (size_t bo = 0; bo < khb; bo += 64) __builtin_prefetch(kpool + at * khb + bo);
+                        for (size_t bo = 0; bo < vhb; bo += 64) __builtin_prefetch(vpool + at * vhb + bo);
                     }
                 }
                 interleave_v(vi, vrow, vdt, D);
+                if (kdt != OKV_BF16) stage_k_bf16(kst, krow, kdt, D); /* converted once, not once per vector */
                 for (int r = 0; r < R; r++) {
                     float *st = base + j->part_floats * ((size_t)h * R + r), *m = st + D;
-                    __m512 s = block_scores(j->qb + ((size_t)h * R + r) * D, krow, kdt, D);
+                    __m512 s = block_scores(j->qb + ((size_t)h * R + r) * D, krow, OKV_BF16, D);
                     __mmask16 live = in_block;
                     int t = r / G;
                     if (!full && a->vis) {
@@ -1148,7 +1177,7 @@ static bool dec_shape_ok(int T, int n_heads, int kv_heads, int D) {
 static bool is16(okv_dtype dt) { return dt == OKV_BF16 || dt == OKV_F16; }
 
 bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
-    return is16(k_dt) && is16(v_dt) && dec_shape_ok(T, n_heads, kv_heads, D);
+    return (is16(k_dt) || k_dt == OKV_Q8) && (is16(v_dt) || v_dt == OKV_Q8) && dec_shape_ok(T, n_heads, kv_heads, D);
 }
 
 /* K: 16-bit (bf16 tiles) or q8 (int8 tiles); V: 16-bit or q8 (f32 FMAs). */

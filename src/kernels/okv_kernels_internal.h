@@ -125,7 +125,7 @@ bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
 /* Its two kernels: AMX score tiles + f32 FMA P V (K bf16/f16 on BF16
  * tiles or q8 on INT8 tiles, V bf16/f16/q8, kv_heads <= 64, AMX usable),
- * and vdpbf16ps only (K and V bf16/f16; any AVX-512 BF16 CPU).
+ * and vdpbf16ps only (K and V bf16/f16/q8; any AVX-512 BF16 CPU).
  * okv_attend_decode takes the first that fits. */
 bool okv_attend_decode_amx_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 bool okv_attend_decode_dpbf16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);

@@ -636,12 +636,8 @@ static void test_decode_kernel(okv_threadpool *tp2) {
             if (n) run_scenario(&s, tables, n, tp2, false);
             continue;
         }
-        if (s.dt != OKV_Q8) {
-            CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
-            tables[n++] = &dpbf;
-        } else {
-            CHECKF(!okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: vdpbf16ps kernel takes q8", s.what);
-        }
+        CHECKF(okv_attend_decode_dpbf16_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: vdpbf16ps kernel refuses", s.what);
+        tables[n++] = &dpbf;
         if (have_amx) {
             CHECKF(okv_attend_decode_amx_fits(s.T, s.Hq, s.Hkv, s.D, s.dt, s.dt), "%s: AMX decode kernel refuses", s.what);
             tables[n++] = &amx;
@@ -657,7 +653,7 @@ static void test_decode_kernel(okv_threadpool *tp2) {
           !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16, OKV_BF16));
     /* the AVX-512 BF16 table (forced: this is the table a CPU with AVX-512
      * BF16 but no AMX gets): decode on the vdpbf16ps kernel, prefill and
-     * f32/q8 pools on the blocked AVX-512 one */
+     * f32 pools on the blocked AVX-512 one (q8 decode on vdpbf16ps too) */
     const okv_kernels *k512 = okv_kernels_select(OKV_ISA_AVX512);
     CHECKF(!strcmp(k512->name, "avx512-bf16") && k512->attend == okv_attend_avx512_bf16 && k512->attend_bf16,
            "AVX-512 BF16 table: %s", k512->name);

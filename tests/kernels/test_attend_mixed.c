@@ -189,15 +189,17 @@ static void test_attention(void) {
     okv_threadpool_free(tp2);
 }
 
-/* Which decode kernel takes which mix: the vdpbf16ps kernel only 16-bit
- * pools, the AVX2 one no q8, the AMX one q8 on either side (K on int8
+/* Which decode kernel takes which mix: the vdpbf16ps kernel 16-bit and q8
+ * pools (no f32), the AVX2 one no q8, the AMX one q8 on either side (K on int8
  * tiles needs AMX-INT8). */
 static void test_fits(void) {
     bool amx = okv_attend_decode_amx_fits(1, 8, 2, 64, OKV_BF16, OKV_BF16);
     bool dpbf = okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_BF16, OKV_BF16);
     bool avx2 = okv_attend_decode_avx2_fits(1, 8, 2, 64, OKV_BF16, OKV_BF16);
-    CHECK(!okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_BF16, OKV_Q8));
+    CHECK(dpbf == okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_BF16, OKV_Q8));
+    CHECK(dpbf == okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_Q8, OKV_F16));
     CHECK(!okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_F32, OKV_BF16));
+    CHECK(!okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_Q8, OKV_F32));
     CHECK(dpbf == okv_attend_decode_dpbf16_fits(1, 8, 2, 64, OKV_F16, OKV_BF16));
     CHECK(!okv_attend_decode_avx2_fits(1, 8, 2, 64, OKV_BF16, OKV_Q8));
     CHECK(!okv_attend_decode_avx2_fits(1, 8, 2, 64, OKV_Q8, OKV_F32));
