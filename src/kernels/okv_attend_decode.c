@@ -174,6 +174,17 @@
  * before): K bf16 / V q8 41.1 vs 56.5 ms, q8 38.7 vs 51.7 (probe 14.8 /
  * 12.0); K converted per query vector instead of staged: 1.31x the time
  * hot (one thread, 2k: 11.2 vs 8.45 ms, the blocked kernel 10.0).
+ * Tried again and dropped (2026-12-05, fast host, probe 28 GB/s): every
+ * pool's next block (1/Hkv per head step, address order) into L2, beside
+ * the per-row L1 prefetches of bf16/f16 pools and instead of q8's L1 one.
+ * Standalone (attndecode 16k, 2 threads, two interleaved pairs each) it
+ * ran 1.5-1.7x faster: bf16 46.9 / 45.7 -> 30.3 / 30.8 ms, K bf16 / V q8
+ * 38.2 -> 25.3 ms, q8 33.6 -> 20.2 ms (hot unchanged). In the model
+ * (bench_model --longctx 16384, same hour) it changed nothing: decode at
+ * 16k 128.7 vs 127.9 ms with bf16 KV, 113.8 with q8, 123.1 with bf16/q8,
+ * as before. The 16k step's extra ~45 ms stays whatever this kernel's
+ * standalone time (30-47 ms), so in the model something else holds it:
+ * the next thing to look at is the decode step profiled per op at 16k.
  * Also dropped (same day): for bf16/f16 pools, beside the per-row L1
  * prefetches, 1/Hkv of the slot rows of the block 4 ahead into L2
  * (prefetcht1) per head step, in address order: 0.94-0.98x the time in
