@@ -10,7 +10,8 @@
  * the long prompt, and decode steps at 512 and at N positions back to
  * back; the ratios against the targets per round and their medians (see
  * bench_longctx). --decode sets the decode steps per round (default 16);
- * with --profile 1 one more pp512 and last 512 follow, each profiled alone.
+ * with --profile 1 one more pp512 and last 512 follow, each profiled alone,
+ * then the decode steps at 512 and at N, each profiled alone.
  *
  * --profile 1: the runner times every op (okv_runner_options.profile) and
  * the prefill's and the decode's breakdowns are printed per kind of op (ms
@@ -215,6 +216,14 @@ static int bench_longctx(okv_program *p, const okv_runner_options *ro, const okv
             goto done;
         print_profile(shortr, "longctx: pp512");
         print_profile(longr, "longctx: last 512");
+        /* and n_dec decode steps at 512 and at n_ctx: where the long step's extra time goes */
+        okv_runner_profile_reset(shortr);
+        okv_runner_profile_reset(longr);
+        if (decode_median_ms(shortr, "bench-short", ids, 512, n_dec, logits, &err) < 0 ||
+            decode_median_ms(longr, "bench", ids, n_ctx, n_dec, logits, &err) < 0)
+            goto done;
+        print_profile(shortr, "longctx: decode at 512");
+        print_profile(longr, "longctx: decode at n_ctx");
     }
     rc = 0;
 done:

@@ -34,7 +34,9 @@
  *     tile of up to 4 vectors x 64 channels. (vdpbf16ps measures ~0.5/cycle
  *     here against 2/cycle for a 16-lane FMA, so f32 FMAs are the cheaper
  *     way to 32 multiply-adds.)
- *   prefetch: the rows of the (block, head) step PF_STEPS = 2 ahead.
+ *   prefetch: per head step, 1/Hkv of the next block's slot rows into L2
+ *     in address order (every pool), and for bf16/f16 pools the rows of
+ *     the (block, head) step PF_STEPS = 2 ahead into L1.
  * vdpbf16ps only (dec_task; K and V each bf16, f16 or q8; what the AVX-512
  * BF16 table runs on CPUs without AMX, e.g. Zen 4; q8 codes x scale and
  * f16 rounded to bf16 as read: f16/q8 K once per (block, kv head) into an
@@ -174,17 +176,18 @@
  * before): K bf16 / V q8 41.1 vs 56.5 ms, q8 38.7 vs 51.7 (probe 14.8 /
  * 12.0); K converted per query vector instead of staged: 1.31x the time
  * hot (one thread, 2k: 11.2 vs 8.45 ms, the blocked kernel 10.0).
- * Tried again and dropped (2026-12-05, fast host, probe 28 GB/s): every
- * pool's next block (1/Hkv per head step, address order) into L2, beside
- * the per-row L1 prefetches of bf16/f16 pools and instead of q8's L1 one.
- * Standalone (attndecode 16k, 2 threads, two interleaved pairs each) it
- * ran 1.5-1.7x faster: bf16 46.9 / 45.7 -> 30.3 / 30.8 ms, K bf16 / V q8
- * 38.2 -> 25.3 ms, q8 33.6 -> 20.2 ms (hot unchanged). In the model
- * (bench_model --longctx 16384, same hour) it changed nothing: decode at
- * 16k 128.7 vs 127.9 ms with bf16 KV, 113.8 with q8, 123.1 with bf16/q8,
- * as before. The 16k step's extra ~45 ms stays whatever this kernel's
- * standalone time (30-47 ms), so in the model something else holds it:
- * the next thing to look at is the decode step profiled per op at 16k.
+ * Next block into L2 (2026-12-05, fast host, probe 28 GB/s): every
+ * pool's next block, 1/Hkv of its slot rows per head step in address
+ * order, into L2, beside the per-row L1 prefetches of bf16/f16 pools and
+ * instead of q8's L1 form. Standalone (attndecode 16k, 2 threads,
+ * interleaved pairs): bf16 46.9 / 45.7 -> 30.3 / 30.8 ms, K bf16 / V q8
+ * 38.2 -> 25.3, q8 33.6 -> 20.2 (hot unchanged). In the model
+ * (bench_model llama1b-bf16-17k.okv --longctx 16384, same hour): decode at
+ * 16k 129.8 -> 112.6 ms with bf16 KV (1.55x -> 1.35x of the step at 512),
+ * 113.8 -> 101.4 with q8 (1.37x -> 1.21x), 123.1 -> 107.8 with K bf16 /
+ * V q8 (1.48x -> 1.31x). (An earlier "no gain in the model" for this
+ * form, and perhaps the 4-ahead one below, came from a bench_model not
+ * relinked after the kernel library changed.)
  * Also dropped (same day): for bf16/f16 pools, beside the per-row L1
  * prefetches, 1/Hkv of the slot rows of the block 4 ahead into L2
  * (prefetcht1) per head step, in address order: 0.94-0.98x the time in
@@ -801,21 +804,23 @@ static inline void prefetch_head_rows(const pool_rows *p, int Hkv, int h, int32_
     for (int32_t i = 0; i < t1 - t0; i++) prefetch_bytes(p->base, o + p->ld * (size_t)i, p->hrow);
 }
 
-/* q8 pools, at head step h: the h-th 1/Hkv of the next block's slot rows
- * (from slot next, at most `left` of them in the run), in address order
- * (a head's 72-byte rows share lines with its neighbours'). */
+/* At head step h: the h-th 1/Hkv of the next block's slot rows (from
+ * slot next, at most `left` of them in the run) towards L2, in address
+ * order (a q8 head's 72-byte rows share lines with its neighbours'). */
 static inline void prefetch_slot_share(const pool_rows *p, int Hkv, int h, int32_t next, int32_t left) {
     int32_t n1 = left < NK ? left : NK;
     if (n1 <= 0) return;
-    size_t per = ((size_t)n1 * p->ld + Hkv - 1) / Hkv;
-    prefetch_bytes(p->base, p->ld * (size_t)next + per * h, per);
+    size_t per = ((size_t)n1 * p->ld + Hkv - 1) / Hkv, o = p->ld * (size_t)next + per * h;
+    for (size_t bo = 0; bo < per; bo += 64) __builtin_prefetch(p->base + o + bo, 0, 2);
 }
 
-/* Head step h's prefetch for one pool, by its dtype. */
+/* Head step h's prefetches for one pool: the next block into L2 in address
+ * order, and for bf16/f16 pools also the rows of the step PF_STEPS ahead
+ * into L1 (measured: see the file head, 2026-12-05). */
 static inline void prefetch_pool(const pool_rows *p, int Hkv, int h, int32_t kb, int nb, int32_t slot,
                                  int32_t run_end) {
-    if (p->q8) prefetch_slot_share(p, Hkv, h, slot + nb, run_end - (kb + nb));
-    else prefetch_head_rows(p, Hkv, h, kb, nb, slot, run_end);
+    prefetch_slot_share(p, Hkv, h, slot + nb, run_end - (kb + nb));
+    if (!p->q8) prefetch_head_rows(p, Hkv, h, kb, nb, slot, run_end);
 }
 
 typedef struct amx_state {
