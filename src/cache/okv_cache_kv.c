@@ -40,9 +40,11 @@ static size_t pool_bytes(const okv_cache *c, bool v, int32_t slots) {
     return n;
 }
 
-/* Both pools of `slots` slots (each fits, so the sum of two does too). */
+/* Both pools of `slots` slots; SIZE_MAX if the sum does not fit, so a
+ * max_pool_bytes limit refuses it. */
 static size_t pair_bytes(const okv_cache *c, int32_t slots) {
-    return pool_bytes(c, false, slots) + pool_bytes(c, true, slots);
+    size_t n;
+    return __builtin_add_overflow(pool_bytes(c, false, slots), pool_bytes(c, true, slots), &n) ? SIZE_MAX : n;
 }
 
 static void lock_kv(const okv_kv *kv) { pthread_mutex_lock((pthread_mutex_t *)&kv->lock); }
@@ -135,7 +137,7 @@ static size_t total_bytes(const okv_kv *kv, const int32_t *slots) {
     size_t total = 0;
     for (int c = 0; c < kv->n_caches; c++) {
         const okv_cache *ca = &kv->caches[c];
-        total += pair_bytes(ca, slots ? slots[c] : ca->slots_alloc);
+        if (__builtin_add_overflow(total, pair_bytes(ca, slots ? slots[c] : ca->slots_alloc), &total)) return SIZE_MAX;
     }
     return total;
 }

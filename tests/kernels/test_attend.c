@@ -16,6 +16,7 @@
 #include "okv_kernels_internal.h"
 #include "okv_test.h"
 #include "kernel_test_util.h"
+#include "attend_test_util.h"
 
 
 static float stored(const void *pool, okv_dtype dt, size_t i) {
@@ -25,17 +26,6 @@ static float stored(const void *pool, okv_dtype dt, size_t i) {
     case OKV_BF16: return okv_bf16_to_f32(((const uint16_t *)pool)[i]);
     }
     return NAN;
-}
-
-/* Runs covering positions [from, to) of a cache with `ring` slots (0 = flat,
- * slot = position). Returns the number of runs (1, or 2 if the ring wraps). */
-static int make_runs(int32_t from, int32_t to, int32_t ring, okv_run *runs) {
-    if (!ring) { runs[0] = (okv_run){from, to - from, from}; return 1; }
-    int32_t first = from % ring, n1 = to - from < ring - first ? to - from : ring - first;
-    runs[0] = (okv_run){first, n1, from};
-    if (n1 == to - from) return 1;
-    runs[1] = (okv_run){0, to - from - n1, from + n1};
-    return 2;
 }
 
 static int32_t slot_of(int32_t pos, int32_t ring) { return ring ? pos % ring : pos; }
@@ -136,14 +126,6 @@ static void naive_attend(const scenario *s, const float *q, const okv_attn_kv *k
     free(w);
 }
 
-static double max_diff_f(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
 
 /* The tolerance of a table's attention against the reference: 1e-5, or,
  * where it rounds q, k, p, v to bf16 (AMX tiles on f16/bf16 pools), 2^-8
@@ -240,23 +222,9 @@ static void test_split_runs(const okv_kernels **tables, int n_tables) {
     free(v);
 }
 
-/* Every distinct attention of the tables this CPU can run (plain, AVX2
- * loops, AVX-512 loops). */
-static int attention_tables(const okv_kernels **tables) {
-    static const okv_isa isas[] = {OKV_ISA_PLAIN, OKV_ISA_AVX2, OKV_ISA_AVX512, OKV_ISA_AUTO};
-    int n = 0;
-    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
-        const okv_kernels *k = okv_kernels_select(isas[i]);
-        bool seen = false;
-        for (int j = 0; j < n; j++) seen |= tables[j]->attend == k->attend;
-        if (!seen) tables[n++] = k;
-    }
-    return n;
-}
-
 static void test_attention(void) {
     const okv_kernels *tables[4];
-    int n_tables = attention_tables(tables);
+    int n_tables = attention_tables(tables, false);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     static const scenario cases[] = {
         /* what                         Hq Hkv  D   dt        T   p0   base win ring qs */
@@ -672,7 +640,7 @@ int main(void) {
     test_kv_write_rounding();
     test_attention();
     const okv_kernels *tables[4];
-    int n_tables = attention_tables(tables);
+    int n_tables = attention_tables(tables, false);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     test_visibility(tables, n_tables, tp2);
     test_rising_scores(tables, n_tables, tp2);

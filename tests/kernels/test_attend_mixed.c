@@ -16,6 +16,7 @@
 #include "okv_kvq8.h"
 #include "okv_test.h"
 #include "kernel_test_util.h"
+#include "attend_test_util.h"
 
 typedef struct mix {
     okv_dtype k, v;
@@ -32,41 +33,6 @@ typedef struct scenario {
     int Hq, Hkv, D, T;
     int32_t p0, base, window, ring; /* keys [base, p0 + T); ring = slots (0 = flat) */
 } scenario;
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
-static int make_runs(int32_t from, int32_t to, int32_t ring, okv_run *runs) {
-    if (!ring) {
-        runs[0] = (okv_run){from, to - from, from};
-        return 1;
-    }
-    int32_t first = from % ring, n1 = to - from < ring - first ? to - from : ring - first;
-    runs[0] = (okv_run){first, n1, from};
-    if (n1 == to - from) return 1;
-    runs[1] = (okv_run){0, to - from - n1, from + n1};
-    return 2;
-}
-
-/* Every distinct attention: the ISA tables and their deterministic twins. */
-static int attention_tables(const okv_kernels **tables) {
-    static const okv_isa isas[] = {OKV_ISA_PLAIN, OKV_ISA_AVX2, OKV_ISA_AVX512, OKV_ISA_AUTO};
-    int n = 0;
-    for (size_t i = 0; i < 2 * (sizeof isas / sizeof *isas); i++) {
-        size_t at = i % (sizeof isas / sizeof *isas);
-        const okv_kernels *k = i < 4 ? okv_kernels_select(isas[at]) : okv_kernels_select_deterministic(isas[at]);
-        bool seen = false;
-        for (int j = 0; j < n; j++) seen |= tables[j]->attend == k->attend;
-        if (!seen) tables[n++] = k;
-    }
-    return n;
-}
 
 /* Element e of key/value row `slot` of a pool in dt, as double. */
 static double held(const void *pool, okv_dtype dt, size_t row, size_t slot, size_t e) {
@@ -157,13 +123,13 @@ static void run_scenario(const scenario *s, const mix *mx, const okv_kernels **t
     attend_f64(s, &kv, q, a.scale, f64);
     char what[160];
     snprintf(what, sizeof what, "%s, K %s / V %s", s->what, okv_dtype_name(mx->k), okv_dtype_name(mx->v));
-    CHECKF(max_diff(ref, f64, nq) <= 1e-5, "%s: reference vs float64 %g", what, max_diff(ref, f64, nq));
+    CHECKF(max_diff_f(ref, f64, nq) <= 1e-5, "%s: reference vs float64 %g", what, max_diff_f(ref, f64, nq));
     for (int ti = 0; ti < n_tables; ti++)
         for (int th = 0; th < 2; th++) {
             a.out = fast;
             memset(fast, 0xff, sizeof(float) * nq);
             tables[ti]->attend(th ? tp2 : NULL, &a);
-            double m = max_diff(fast, ref, nq), tol = tables[ti]->attend_bf16 ? 2e-2 : 1e-5;
+            double m = max_diff_f(fast, ref, nq), tol = tables[ti]->attend_bf16 ? 2e-2 : 1e-5;
             CHECKF(m <= tol, "%s: %s attend (%d threads) vs reference %g", what, tables[ti]->name, th + 1, m);
         }
     free(kp); free(vp); free(kin); free(vin); free(q); free(ref); free(fast); free(f64); free(pos);
@@ -171,7 +137,7 @@ static void run_scenario(const scenario *s, const mix *mx, const okv_kernels **t
 
 static void test_attention(void) {
     const okv_kernels *tables[8];
-    int n_tables = attention_tables(tables);
+    int n_tables = attention_tables(tables, true);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     static const scenario cases[] = {
         /* what                  Hq Hkv  D    T   p0   base win ring */

@@ -15,6 +15,7 @@
 #include "okv_kvq8.h"
 #include "okv_test.h"
 #include "kernel_test_util.h"
+#include "attend_test_util.h"
 
 /* ---- format --------------------------------------------------------------------- */
 
@@ -109,37 +110,6 @@ typedef struct scenario {
     float q_scale, kv_scale;
 } scenario;
 
-static double max_diff_f(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
-static int make_runs(int32_t from, int32_t to, int32_t ring, okv_run *runs) {
-    if (!ring) { runs[0] = (okv_run){from, to - from, from}; return 1; }
-    int32_t first = from % ring, n1 = to - from < ring - first ? to - from : ring - first;
-    runs[0] = (okv_run){first, n1, from};
-    if (n1 == to - from) return 1;
-    runs[1] = (okv_run){0, to - from - n1, from + n1};
-    return 2;
-}
-
-/* Every distinct attention the CPU runs (plain, AVX2, AVX-512, best). */
-static int attention_tables(const okv_kernels **tables) {
-    static const okv_isa isas[] = {OKV_ISA_PLAIN, OKV_ISA_AVX2, OKV_ISA_AVX512, OKV_ISA_AUTO};
-    int n = 0;
-    for (size_t i = 0; i < sizeof isas / sizeof *isas; i++) {
-        const okv_kernels *k = okv_kernels_select(isas[i]);
-        bool seen = false;
-        for (int j = 0; j < n; j++) seen |= tables[j]->attend == k->attend;
-        if (!seen) tables[n++] = k;
-    }
-    return n;
-}
-
 /* Bound on |attn over q8 - attn over f32| for one query row x head: scores
  * move by at most delta = scale * max_j sum_d |q_d| |dk_jd|, so each
  * softmax weight by a factor within exp(+-2 delta), and the output by at
@@ -220,7 +190,7 @@ static void run_scenario(const scenario *s, const okv_kernels **tables, int n_ta
 
 static void test_attention(void) {
     const okv_kernels *tables[4];
-    int n_tables = attention_tables(tables);
+    int n_tables = attention_tables(tables, false);
     okv_threadpool *tp2 = okv_threadpool_create(2);
     static const scenario cases[] = {
         /* what                    Hq Hkv  D    T   p0    base  win ring  qs  kvs */
@@ -247,7 +217,7 @@ static void test_attention(void) {
  * shared (forked) prefix owned by both, free cells seen by nobody. */
 static void test_vis(void) {
     const okv_kernels *tables[4];
-    int n_tables = attention_tables(tables);
+    int n_tables = attention_tables(tables, false);
     enum { Hq = 6, Hkv = 2, D = 64, N = 300, T = 4 };
     size_t row = Hkv * D, rb = okv_kv_row_bytes(OKV_Q8, row);
     void *kp = malloc(N * rb), *vp = malloc(N * rb);
