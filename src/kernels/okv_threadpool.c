@@ -20,7 +20,19 @@
  * serialised (run_mu); a task must not start a loop on its own pool (it
  * would wait for itself). The pool also carries the kernels' workspace:
  * scratch memory its owner planned once (the runtime: in the activation
- * arena), so kernels run on the pool need not allocate. */
+ * arena), so kernels run on the pool need not allocate.
+ *
+ * The spin is bounded by time (20 us on the monotonic clock), not by a
+ * count of pauses: it was 400 pauses, sized for ~50 ns a pause, but a
+ * pause measures 11 ns on the 2026-12-06 Xeon, so workers slept after
+ * ~4.4 us and most loops of a decode step found them asleep (decode
+ * attention at 512 positions, bench_kernels attndecode: the caller ran
+ * 1051 of 1344 tasks itself, 2.06 ms for the 16 layers; with 20 us 0.83
+ * ms, 50 us 0.84). Llama-3.2-1B bf16 decode (bench_model --longctx 16384,
+ * two interleaved pairs, 2 threads): at 512 positions 93.2 / 93.6 ->
+ * 90.4 / 92.0 ms per token, at 16k 125.7 / 125.3 -> 122.4 / 122.2;
+ * pp512 unchanged. 100 us gave no more than 20 (93.5-95.8 vs 93.6-94.9
+ * ms at 512) and costs an idle machine more. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -28,7 +40,17 @@
 
 #include "okv_kernels.h"
 
-#define OKV_TP_SPIN 400 /* polls before sleeping (~20 us: a pause is ~50 ns here) */
+#include <stdint.h>
+#include <time.h>
+
+#define OKV_TP_SPIN_NS 20000 /* how long a waiter polls before it sleeps (see the file head) */
+#define OKV_TP_POLLS 16      /* pauses between clock reads (a vDSO clock read is ~20 ns) */
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* The loop word: generation (24 bits) | n_tasks (20) | next task (20). A
  * task is claimed by a CAS that checks the generation and next < n_tasks in
@@ -117,10 +139,11 @@ static inline void cpu_relax(void) {
  * this worker counted as a sleeper (and broadcasts under mu) or this worker
  * sees the new word before it sleeps. */
 static unsigned wait_for_loop(okv_threadpool *tp, unsigned seen) {
-    for (int i = 0; i < OKV_TP_SPIN; i++) {
+    for (uint64_t t0 = now_ns(), i = 1;; i++) {
         unsigned g = word_gen(atomic_load_explicit(&tp->word, memory_order_acquire));
         if (g != seen) return g;
         cpu_relax();
+        if (i % OKV_TP_POLLS == 0 && now_ns() - t0 > OKV_TP_SPIN_NS) break;
     }
     pthread_mutex_lock(&tp->mu);
     atomic_fetch_add(&tp->sleepers, 1);
@@ -257,9 +280,10 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
     /* wait only for tasks a worker claimed: a worker that has not woken yet
      * finds nothing left and is not waited for */
     bool finished = false;
-    for (int i = 0; i < OKV_TP_SPIN && !finished; i++) {
+    for (uint64_t t0 = now_ns(), i = 1; !finished; i++) {
         finished = atomic_load_explicit(&sl->done, memory_order_acquire) == n_tasks;
         if (!finished) cpu_relax();
+        if (i % OKV_TP_POLLS == 0 && now_ns() - t0 > OKV_TP_SPIN_NS) break;
     }
     if (!finished) {
         pthread_mutex_lock(&tp->mu);
