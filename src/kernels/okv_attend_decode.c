@@ -194,7 +194,22 @@
  * this bench (four interleaved runs; 2 ahead 1.00x, 8 ahead 1.04-1.07x)
  * but no gain in the model (bench_model --longctx 16384, bf16 KV, two
  * interleaved pairs: decode at 16k 1.35x / 1.35x of 512 against 1.31x /
- * 1.34x without it). */
+ * 1.34x without it).
+ * Where the time goes (2026-12-06, Xeon, bf16 KV, attndecode; parts cut
+ * one at a time, timing only): K/V in L2 (256 positions, one thread)
+ * ~265 ns per (block, kv head), of which P V ~107, the score tiles ~67,
+ * the softmax ~45, the prefetch instructions ~26; at 16k (2 threads, 30-31
+ * ms, probe 19-20) without the score tiles 24.3 ms, without P V 24.8,
+ * without the softmax 29.3, without all three 20.0 (the probe's time): the
+ * compute alone (~16 ms at 16k) and the stream (~19 ms) overlap by only
+ * ~6 ms. Tried the same day, none better: the next block's share with
+ * prefetcht0, or without the per-row L1 prefetches (1.00x / 1.04x the
+ * time); the prefetch instructions spread through the P V loop instead of
+ * issued per head step (1.06-1.15x); one prefetch per 128 or 256 bytes,
+ * leaving the rest to the hardware streamer (1.4-1.5x); the share 2 or 4
+ * blocks ahead (0.99-1.02x); bf16 K staged into L1 by vector copies before
+ * the tile loads (1.06x at 16k, 1.07x hot); transparent huge pages for the
+ * pools (madvise: none granted on this VM). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
