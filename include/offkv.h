@@ -82,7 +82,18 @@ okv_status okv_export(const char *hf_dir, const char *out_path, const okv_export
 
 typedef struct okv_program okv_program;
 
+typedef struct okv_program_options {
+    /* Where the program's bytes live (offkv_base.h). AUTO (the default)
+     * copies them into huge pages where the kernel grants them: decode
+     * 7-8% faster on the Llama-3.2-1B geometry, at the cost of private
+     * memory the size of the file (MAPPED shares the page cache instead). */
+    okv_weights_memory weights;
+} okv_program_options;
+
+void okv_program_options_default(okv_program_options *o);
+/* Opens and validates a program with the default options. */
 okv_status okv_program_open(const char *path, okv_program **out, okv_error *err);
+okv_status okv_program_open_with(const char *path, const okv_program_options *o, okv_program **out, okv_error *err);
 void okv_program_free(okv_program *p);
 
 typedef struct okv_program_info {
@@ -93,6 +104,7 @@ typedef struct okv_program_info {
     int bos_id;                /* -1 if none */
     const int *eos_ids;
     int n_eos;
+    okv_weights_memory weights_memory; /* MAPPED or HUGE_PAGES: where the bytes ended up */
 } okv_program_info;
 
 void okv_program_get_info(const okv_program *p, okv_program_info *info);

@@ -41,6 +41,17 @@ typedef enum okv_dtype {
  * the tensor-dtype switches elsewhere need no q8 case. */
 #define OKV_Q8 ((okv_dtype)3)
 
+/* Where a program's bytes live once opened (okv_program_options.weights).
+ * Decode streams every weight once per token, and on 4 KiB pages a bf16
+ * matrix row is a page: a TLB miss and a hardware-prefetch stop per row.
+ * AUTO: HUGE_PAGES where the kernel grants transparent huge pages on
+ * request, else MAPPED. */
+typedef enum okv_weights_memory {
+    OKV_WEIGHTS_AUTO = 0,
+    OKV_WEIGHTS_MAPPED = 1,     /* the file mapped read-only (shared with the page cache, loaded lazily) */
+    OKV_WEIGHTS_HUGE_PAGES = 2  /* read into private memory that asked for 2 MiB pages (falls back to MAPPED) */
+} okv_weights_memory;
+
 const char *okv_status_name(okv_status s);
 const char *okv_dtype_name(okv_dtype d);
 /* Parses "f32"/"fp32"/"float32", "f16"/"fp16"/"float16", "bf16"/"bfloat16"

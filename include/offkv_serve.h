@@ -51,6 +51,7 @@ typedef struct okv_server_options {
     void *log_ctx;
     okv_cache_options cache;     /* max_capacity is replaced by ctx_per_seq */
     okv_runner_options runner;
+    okv_program_options program; /* where the weights live (default: huge pages where granted) */
 } okv_server_options;
 
 typedef struct okv_server okv_server;

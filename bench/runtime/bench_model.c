@@ -3,6 +3,10 @@
  * all weights once).
  *
  *   bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype bf16] [--longctx N] [--profile 1]
+ *               [--mmap 1]
+ *
+ * --mmap 1: the program file mapped (okv_program_options.weights MAPPED)
+ * instead of the default, a copy in huge pages where the kernel grants them.
  *
  * --longctx N (issue 12's long-context targets; give --kv-storage-dtype
  * bf16 or q8 for the tiles): a prompt of N tokens filled into one cache,
@@ -257,6 +261,8 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: bench_model PROGRAM.okv [--prompt N] [--decode N] [--threads N] [--kv-storage-dtype D] [--kv-k-dtype D] [--kv-v-dtype D] [--longctx N] [--profile 1]\n"); return 2; }
     int prompt = 128, decode = -1, threads = 0, longctx = 0, profile = 0; /* decode: 64, or 16 per --longctx round */
     okv_cache_options co;
+    okv_program_options po;
+    okv_program_options_default(&po);
     okv_cache_options_default(&co);
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
@@ -274,12 +280,17 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--longctx")) longctx = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--profile")) profile = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--mmap")) po.weights = atoi(argv[i + 1]) ? OKV_WEIGHTS_MAPPED : OKV_WEIGHTS_AUTO;
     }
     okv_error err = {0};
     okv_program *p;
-    if (okv_program_open(argv[1], &p, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
+    double tl = now();
+    if (okv_program_open_with(argv[1], &po, &p, &err)) { fprintf(stderr, "%s\n", err.message); return 1; }
+    tl = now() - tl;
     okv_program_info info;
     okv_program_get_info(p, &info);
+    printf("weights: %s (opened in %.2f s)\n",
+           info.weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "copied into huge pages" : "mapped from the file", tl);
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = threads;

@@ -13,6 +13,7 @@
 #define OKV_CLI_MAX_WINDOWS 64
 
 typedef struct okv_cli_run_opts {
+    okv_program_options program;
     okv_cache_options cache;
     okv_runner_options runner;
     int32_t windows[OKV_CLI_MAX_WINDOWS];

@@ -65,8 +65,8 @@ int okv_cli_perplexity(int argc, char **argv) {
         return okv_cli_usage_error("usage: offkv perplexity PROGRAM.okv --file TEXT [--ctx N] [--kl-base BASE.okv] [--threads N]%s", "");
     okv_error err = {0};
     okv_program *p = NULL, *base = NULL;
-    if (okv_program_open(path, &p, &err)) return okv_cli_die(&err);
-    if (base_path && okv_program_open(base_path, &base, &err)) { okv_program_free(p); return okv_cli_die(&err); }
+    if (okv_program_open_with(path, &ro.program, &p, &err)) return okv_cli_die(&err);
+    if (base_path && okv_program_open_with(base_path, &ro.program, &base, &err)) { okv_program_free(p); return okv_cli_die(&err); }
     /* --kl-base-kv-storage-dtype alone: the base is the program itself with
      * that KV storage (what a KV dtype costs, same weights) */
     const okv_program *base_run = base ? base : base_kv_set ? p : NULL;

@@ -23,6 +23,9 @@
     "  --kv-initial-capacity N           first allocation; caches double as they fill\n"                       \
     "  --kv-windows W[,W...]             sliding window per cache, repeating (0 = full history)\n"            \
     "  --threads N                       worker threads (default: all cores)\n"                               \
+    "  --mmap                            map the program file instead of copying it into huge pages\n"       \
+    "                                    (the default where the kernel grants them: faster decode, but\n"     \
+    "                                    private memory the size of the file)\n"                             \
     "  --reference-attention             the simple, slow attention kernel (for checking)\n"          \
     "  --deterministic                   batch-invariant kernels: a row's logits do not depend on the\n" \
     "                                    step's other rows or size (slower)\n"

@@ -68,6 +68,7 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
     if (!o->program_path) return okv_cli_usage_error("usage: offkv serve PROGRAM.okv [--host 127.0.0.1] [--port 8080] [options]%s", "");
     o->cache = run->cache;
     o->runner = run->runner;
+    o->program = run->program;
     return 0;
 }
 

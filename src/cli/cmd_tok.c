@@ -96,7 +96,10 @@ okv_status okv_cli_open_tokenizer(const okv_cli_tok_source *src, okv_tok **out, 
         return err->status;
     }
     okv_program *p;
-    okv_status st = okv_program_open(src->program, &p, err);
+    okv_program_options po;
+    okv_program_options_default(&po);
+    po.weights = OKV_WEIGHTS_MAPPED; /* only the tokenizer blob is read */
+    okv_status st = okv_program_open_with(src->program, &po, &p, err);
     if (st) return st;
     st = okv_cli_tokenizer_from_program(p, src->program, out, err);
     okv_program_free(p);

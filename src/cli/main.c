@@ -50,6 +50,7 @@ bool okv_cli_parse_int(const char *s, int lo, int hi, int *out) {
 
 void okv_cli_run_opts_init(okv_cli_run_opts *o) {
     memset(o, 0, sizeof *o);
+    okv_program_options_default(&o->program);
     okv_cache_options_default(&o->cache);
     o->cache.k_storage_auto = o->cache.v_storage_auto = true; /* --kv-storage-dtype auto */
     okv_runner_options_default(&o->runner);
@@ -83,6 +84,7 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     if (!strcmp(a, "--reference-attention")) { o->runner.reference_attention = true; return 1; }
     if (!strcmp(a, "--plain-kernels")) { o->runner.plain_kernels = true; return 1; }
     if (!strcmp(a, "--deterministic")) { o->runner.deterministic = true; return 1; }
+    if (!strcmp(a, "--mmap")) { o->program.weights = OKV_WEIGHTS_MAPPED; return 1; }
     bool k_side = !strcmp(a, "--kv-storage-dtype") || !strcmp(a, "--kv-k-dtype");
     bool v_side = !strcmp(a, "--kv-storage-dtype") || !strcmp(a, "--kv-v-dtype");
     if (!k_side && !v_side && strcmp(a, "--kv-max-capacity") && strcmp(a, "--kv-initial-capacity") &&
@@ -123,7 +125,7 @@ int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session 
     okv_error err = {0};
     memset(s, 0, sizeof *s);
     snprintf(s->key, sizeof s->key, "cli-%p", (void *)s);
-    if (okv_program_open(path, &s->program, &err)) return okv_cli_die(&err);
+    if (okv_program_open_with(path, &o->program, &s->program, &err)) return okv_cli_die(&err);
     if (okv_cache_install(s->key, s->program, &o->cache, &err)) { okv_program_free(s->program); return okv_cli_die(&err); }
     if (okv_runner_create(s->program, s->key, &o->runner, &s->runner, &err)) {
         okv_cache_remove(s->key, &err);
@@ -135,6 +137,9 @@ int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session 
         char line[256];
         if (!okv_cache_describe(s->key, line, sizeof line, &err)) fprintf(stderr, "offkv: %s\n", line);
         fprintf(stderr, "offkv: kernels %s\n", okv_runner_kernels(s->runner));
+        fprintf(stderr, "offkv: weights %s\n", s->info.weights_memory == OKV_WEIGHTS_HUGE_PAGES
+                                                    ? "copied into huge pages (--mmap maps the file instead)"
+                                                    : "mapped from the file");
     }
     return 0;
 }
@@ -343,7 +348,10 @@ static int cmd_inspect(int argc, char **argv) {
         if (okv_gguf_describe(path, json, &text, &err)) return okv_cli_die(&err);
     } else {
         okv_program *p;
-        if (okv_program_open(path, &p, &err)) return okv_cli_die(&err);
+        okv_program_options po;
+        okv_program_options_default(&po);
+        po.weights = OKV_WEIGHTS_MAPPED; /* inspecting reads a few bytes: no copy */
+        if (okv_program_open_with(path, &po, &p, &err)) return okv_cli_die(&err);
         okv_status st = okv_program_describe(p, json, &text, &err);
         okv_program_free(p);
         if (st) return okv_cli_die(&err);

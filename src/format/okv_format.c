@@ -1,4 +1,4 @@
-/* okv_format.c — writing and reading (mmap + validation) of program files.
+/* okv_format.c — writing and reading (mmap or a huge-page copy, + validation) of program files.
  * See okv_format.h for the on-disk layout. The JSON header is built and
  * parsed with cJSON; every field read from a file is range-checked here so
  * the runtime can trust an okv_program_file it got from okv_format_open. */
@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -504,7 +505,52 @@ static okv_status parse_header(const char *json, size_t len, okv_program_file *p
     return st;
 }
 
-static okv_status map_file(const char *path, okv_program_file *pf, okv_error *err) {
+/* Whether the kernel hands out transparent huge pages to a region that asks
+ * (MADV_HUGEPAGE): "always" or "madvise" in the sysfs switch, not "never". */
+static bool thp_on_request(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    char line[128] = {0};
+    bool on = fgets(line, sizeof line, f) && (strstr(line, "[always]") || strstr(line, "[madvise]"));
+    fclose(f);
+    return on;
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* The file's bytes copied into anonymous memory that asked for huge pages:
+ * the region is 2 MiB-aligned (the slack before it unmapped) and made
+ * read-only once filled. *m = NULL when the memory cannot be had (the
+ * caller maps the file instead); an error only for a failed read. */
+static okv_status copy_to_huge_pages(const char *path, int fd, uint64_t size, void **m, size_t *len, okv_error *err) {
+    *m = NULL;
+    if (size > SIZE_MAX - 2 * HUGE_PAGE) return OKV_OK;
+    size_t n = ((size_t)size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    char *raw = mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return OKV_OK;
+    char *a = (char *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > raw) munmap(raw, (size_t)(a - raw));
+    if (a + n < raw + n + HUGE_PAGE) munmap(a + n, (size_t)(raw + n + HUGE_PAGE - (a + n)));
+    if (madvise(a, n, MADV_HUGEPAGE) != 0) { munmap(a, n); return OKV_OK; }
+    for (uint64_t got = 0; got < size;) {
+        size_t want = size - got > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)(size - got);
+        ssize_t k = pread(fd, a + got, want, (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : 0;
+            munmap(a, n);
+            return okv_fail(err, OKV_ERR_IO, "%s: short read at byte %llu of %llu%s%s", path, (unsigned long long)got,
+                            (unsigned long long)size, e ? ": " : " (file shrank while loading)", e ? strerror(e) : "");
+        }
+        got += (uint64_t)k;
+    }
+    mprotect(a, n, PROT_READ);
+    *m = a;
+    *len = n;
+    return OKV_OK;
+}
+
+static okv_status map_file(const char *path, okv_weights_memory want, okv_program_file *pf, okv_error *err) {
     int fd;
     uint64_t size;
     okv_status rc = okv_open_regular(path, &fd, &size, err);
@@ -514,18 +560,33 @@ static okv_status map_file(const char *path, okv_program_file *pf, okv_error *er
         return okv_fail(err, OKV_ERR_FORMAT, "%s: truncated (%llu bytes, smaller than the %d-byte header)", path,
                         (unsigned long long)size, FIXED_HEADER_SIZE);
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = NULL;
+    size_t len = (size_t)size;
+    if (want == OKV_WEIGHTS_HUGE_PAGES || (want == OKV_WEIGHTS_AUTO && thp_on_request())) {
+        rc = copy_to_huge_pages(path, fd, size, &m, &len, err);
+        if (rc) { close(fd); return rc; }
+    }
+    pf->weights_memory = m ? OKV_WEIGHTS_HUGE_PAGES : OKV_WEIGHTS_MAPPED;
+    if (!m) {
+        m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        len = (size_t)size;
+    }
     close(fd);
     if (m == MAP_FAILED) return okv_fail(err, OKV_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     pf->map = m;
     pf->map_size = (size_t)size;
+    pf->map_len = len;
     return OKV_OK;
 }
 
 okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *err) {
+    return okv_format_open_with(path, OKV_WEIGHTS_MAPPED, out, err);
+}
+
+okv_status okv_format_open_with(const char *path, okv_weights_memory weights, okv_program_file **out, okv_error *err) {
     okv_program_file *pf = calloc(1, sizeof *pf);
     if (!pf) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    okv_status st = map_file(path, pf, err);
+    okv_status st = map_file(path, weights, pf, err);
     const uint8_t *p = pf->map;
     if (!st && memcmp(p, OKV_MAGIC, 8) != 0) st = okv_fail(err, OKV_ERR_FORMAT, "%s: not an offkv program (bad magic)", path);
     uint32_t version = st ? 0 : get_u32(p + 8);
@@ -573,7 +634,7 @@ void okv_program_file_clear(okv_program_file *pf) {
 
 void okv_format_close(okv_program_file *pf) {
     if (!pf) return;
-    if (pf->map) munmap(pf->map, pf->map_size);
+    if (pf->map) munmap(pf->map, pf->map_len);
     okv_program_file_clear(pf);
     free(pf);
 }

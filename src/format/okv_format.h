@@ -131,7 +131,9 @@ typedef struct okv_program_file {
     void *produce_ctx;
     /* reader side */
     void *map;
-    size_t map_size;
+    size_t map_size;         /* the file's bytes at map */
+    size_t map_len;          /* the mapping's length (huge pages: rounded up to 2 MiB) */
+    okv_weights_memory weights_memory; /* MAPPED or HUGE_PAGES: what map is */
     char *header_json;       /* the parsed JSON header text (for inspect --json) */
 } okv_program_file;
 
@@ -150,8 +152,11 @@ const char *okv_tensor_scheme_name(const okv_tensor *t, char *buf, size_t n);
 /* Writes pf (tensors' data pointers are the sources) to path atomically:
  * a temporary file renamed into place, removed on any failure. */
 okv_status okv_format_write(const char *path, const okv_program_file *pf, okv_error *err);
-/* Maps and validates path. */
+/* Maps and validates path (the file mapped read-only). */
 okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *err);
+/* The same with the bytes where `weights` asks (AUTO / HUGE_PAGES: copied
+ * into private huge-page memory when the kernel grants it, else mapped). */
+okv_status okv_format_open_with(const char *path, okv_weights_memory weights, okv_program_file **out, okv_error *err);
 void okv_format_close(okv_program_file *pf);
 /* Frees what a writer-side okv_program_file owns (names, graph, meta). */
 void okv_program_file_clear(okv_program_file *pf);

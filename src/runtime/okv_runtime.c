@@ -32,10 +32,24 @@
 #include "okv_quant.h"
 #include "okv_runtime_internal.h"
 
+void okv_program_options_default(okv_program_options *o) {
+    memset(o, 0, sizeof *o);
+    o->weights = OKV_WEIGHTS_AUTO;
+}
+
 okv_status okv_program_open(const char *path, okv_program **out, okv_error *err) {
+    okv_program_options o;
+    okv_program_options_default(&o);
+    return okv_program_open_with(path, &o, out, err);
+}
+
+okv_status okv_program_open_with(const char *path, const okv_program_options *o, okv_program **out, okv_error *err) {
+    if (o->weights != OKV_WEIGHTS_AUTO && o->weights != OKV_WEIGHTS_MAPPED && o->weights != OKV_WEIGHTS_HUGE_PAGES)
+        return okv_fail(err, OKV_ERR_INVALID, "program options: weights must be AUTO, MAPPED or HUGE_PAGES (got %d)",
+                        (int)o->weights);
     okv_program *p = calloc(1, sizeof *p);
     if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
-    okv_status st = okv_format_open(path, &p->pf, err);
+    okv_status st = okv_format_open_with(path, o->weights, &p->pf, err);
     if (st) { free(p); return st; }
     *out = p;
     return OKV_OK;
@@ -51,7 +65,8 @@ void okv_program_get_info(const okv_program *p, okv_program_info *info) {
     const okv_meta *m = &p->pf->meta;
     const okv_layout *l = &p->pf->layout;
     *info = (okv_program_info){m->architecture, m->dtype, m->vocab_size, m->hidden_size, m->n_layers, l->n_caches,
-                               l->prefill_chunk_size, l->max_ctx_len, m->bos_id, m->eos_ids, m->n_eos};
+                               l->prefill_chunk_size, l->max_ctx_len, m->bos_id, m->eos_ids, m->n_eos,
+                               p->pf->weights_memory};
 }
 
 const void *okv_program_blob(const okv_program *p, const char *name, size_t *len) {

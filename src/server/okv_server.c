@@ -36,6 +36,7 @@ void okv_server_options_default(okv_server_options *o) {
     o->shutdown_grace_s = 5;
     okv_cache_options_default(&o->cache);
     okv_runner_options_default(&o->runner);
+    okv_program_options_default(&o->program);
 }
 
 /* ---- responses -------------------------------------------------------------------- */
@@ -242,7 +243,7 @@ static char *default_model_name(const char *path) {
 }
 
 static okv_status load_model(okv_server *s, okv_error *err) {
-    okv_status st = okv_program_open(s->o.program_path, &s->program, err);
+    okv_status st = okv_program_open_with(s->o.program_path, &s->o.program, &s->program, err);
     if (st) return st;
     okv_program_get_info(s->program, &s->info);
     size_t len = 0;

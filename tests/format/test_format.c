@@ -309,6 +309,54 @@ static void test_committed_programs(void) {
     CHECKF(attend_only >= 2, "%d attend-only nodes in the Gemma-4 programs", attend_only);
 }
 
+/* Whether this kernel grants huge pages on request (what the test expects
+ * of OKV_WEIGHTS_HUGE_PAGES; read here from sysfs, not from the loader). */
+static bool thp_granted(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = {0};
+    bool on = f && fgets(line, sizeof line, f) && (strstr(line, "[always]") || strstr(line, "[madvise]"));
+    if (f) fclose(f);
+    return on;
+}
+
+/* The weights where okv_format_open_with puts them: MAPPED maps the file;
+ * HUGE_PAGES copies it into 2 MiB-aligned private memory (where granted)
+ * holding the same bytes, tensors still aligned; a file cut short is
+ * refused either way. */
+static void test_weights_memory(void) {
+    okv_program_file pf;
+    okv_tensor t[5];
+    okv_node nodes[8];
+    okv_value values[8];
+    for (int i = 0; i < V * H; i++) embed[i] = (float)i / 3.0f;
+    build(&pf, t, nodes, values);
+    okv_error err = {0};
+    CHECK_OK(okv_format_write(path, &pf, &err), &err);
+    okv_program_file *mapped = NULL, *huge = NULL;
+    CHECK_OK(okv_format_open_with(path, OKV_WEIGHTS_MAPPED, &mapped, &err), &err);
+    CHECK_OK(okv_format_open_with(path, OKV_WEIGHTS_HUGE_PAGES, &huge, &err), &err);
+    if (mapped && huge) {
+        CHECK(mapped->weights_memory == OKV_WEIGHTS_MAPPED);
+        okv_weights_memory want = thp_granted() ? OKV_WEIGHTS_HUGE_PAGES : OKV_WEIGHTS_MAPPED;
+        CHECKF(huge->weights_memory == want, "huge-page open gave %d, expected %d", (int)huge->weights_memory, (int)want);
+        if (huge->weights_memory == OKV_WEIGHTS_HUGE_PAGES) {
+            CHECK((uintptr_t)huge->map % ((uintptr_t)2 << 20) == 0);
+            CHECK(huge->map_len % ((size_t)2 << 20) == 0 && huge->map_len >= huge->map_size);
+        }
+        CHECK(huge->map_size == mapped->map_size && !memcmp(huge->map, mapped->map, mapped->map_size));
+        int e = okv_format_find_tensor(huge, "embed");
+        CHECK(e >= 0 && !memcmp(huge->tensors[e].data, embed, sizeof embed));
+        for (int k = 0; k < huge->n_tensors; k++) CHECK((uintptr_t)huge->tensors[k].data % OKV_ALIGN == 0);
+    }
+    size_t full = mapped ? mapped->map_size : 0;
+    okv_format_close(mapped);
+    okv_format_close(huge);
+    CHECK(full > 256 && truncate(path, (off_t)(full - 64)) == 0);
+    okv_program_file *cut = NULL;
+    CHECK(okv_format_open_with(path, OKV_WEIGHTS_HUGE_PAGES, &cut, &err) == OKV_ERR_FORMAT && !cut);
+    okv_layout_free(&pf.layout);
+}
+
 static void test_roundtrip(void) {
     okv_program_file pf;
     okv_tensor t[5];
@@ -381,7 +429,9 @@ static void test_header_fuzz(void) {
         fwrite(copy, 1, len, f);
         fclose(f);
         okv_program_file *got = NULL;
-        if (okv_format_open(path, &got, &err) == OKV_OK) accepted++;
+        /* every other file through the huge-page copy: the same checks on the same bytes */
+        okv_weights_memory wm = iter % 2 ? OKV_WEIGHTS_HUGE_PAGES : OKV_WEIGHTS_MAPPED;
+        if (okv_format_open_with(path, wm, &got, &err) == OKV_OK) accepted++;
         else rejected++;
         okv_format_close(got);
     }
@@ -475,6 +525,7 @@ int main(void) {
     if (fd < 0) return 1;
     close(fd);
     test_roundtrip();
+    test_weights_memory();
     test_rejects();
     test_cache_map();
     test_layer_count();
