@@ -168,8 +168,8 @@ static void end_reply(const okv_gen_options *go) {
     o->at_line_start = true;
 }
 
-/* "offkv: model NAME | ARCH | 134.5M parameters | 256.6 MiB of bf16 weights" */
-static void print_model_line(const okv_program *p) {
+/* "offkv: model NAME | ARCH | 134.5M parameters | 256.6 MiB of bf16 weights in huge pages" */
+static void print_model_line(const okv_program *p, const okv_program_info *info) {
     char *json = NULL;
     okv_error err = {0};
     if (okv_program_describe(p, true, &json, &err)) return;
@@ -181,9 +181,10 @@ static void print_model_line(const okv_program *p) {
     const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "dtype"));
     if (name && cJSON_IsNumber(params) && cJSON_IsNumber(bytes)) {
         double n = params->valuedouble;
-        fprintf(stderr, "offkv: model %s | %s | %.*f%s parameters | %.1f MiB of %s weights\n", name, arch ? arch : "?",
-                n >= 1e9 ? 2 : 1, n >= 1e9 ? n / 1e9 : n >= 1e6 ? n / 1e6 : n / 1e3, n >= 1e9 ? "B" : n >= 1e6 ? "M" : "K",
-                bytes->valuedouble / (1024.0 * 1024.0), dtype ? dtype : "");
+        fprintf(stderr, "offkv: model %s | %s | %.*f%s parameters | %.1f MiB of %s weights %s\n", name,
+                arch ? arch : "?", n >= 1e9 ? 2 : 1, n >= 1e9 ? n / 1e9 : n >= 1e6 ? n / 1e6 : n / 1e3,
+                n >= 1e9 ? "B" : n >= 1e6 ? "M" : "K", bytes->valuedouble / (1024.0 * 1024.0), dtype ? dtype : "",
+                info->weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "in huge pages" : "mapped from the file");
     }
     cJSON_Delete(d);
     free(json);
@@ -288,7 +289,7 @@ int okv_cli_run(int argc, char **argv) {
     if (a.verbose) {
         char line[256];
         okv_error e = {0};
-        print_model_line(s.program);
+        print_model_line(s.program, &s.info);
         if (!okv_cache_describe(s.key, line, sizeof line, &e)) fprintf(stderr, "offkv: %s\n", line);
     }
     okv_error err = {0};

@@ -165,6 +165,12 @@ static void test_run_streams(void) {
                strstr(r.err, "MiB of f32 weights") && strstr(r.err, "caches") && strstr(r.err, "generated 2 tok"),
            "stderr %s", r.err);
     result_free(&r);
+    /* --mmap: the same tokens with the file mapped, and the model line says so */
+    snprintf(args, sizeof args, "run %s/smol.okv --chat none --prompt 'The capital of France is' --greedy --max-new-tokens 2 --verbose --mmap", dir);
+    r = run(args);
+    CHECKF(r.code == 0 && !strcmp(r.out, " Paris.\n"), "stdout \"%s\"", r.out);
+    CHECKF(strstr(r.err, "MiB of f32 weights mapped from the file"), "stderr %s", r.err);
+    result_free(&r);
 }
 
 int main(void) {
