@@ -85,7 +85,7 @@ typedef struct okv_program okv_program;
 typedef struct okv_program_options {
     /* Where the program's bytes live (offkv_base.h). AUTO (the default)
      * copies them into huge pages where the kernel grants them: decode
-     * 7-8% faster on the Llama-3.2-1B geometry, at the cost of private
+     * 7-9% faster on the Llama-3.2-1B geometry (bf16, q4), at the cost of private
      * memory the size of the file (MAPPED shares the page cache instead). */
     okv_weights_memory weights;
 } okv_program_options;

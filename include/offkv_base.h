@@ -49,7 +49,8 @@ typedef enum okv_dtype {
 typedef enum okv_weights_memory {
     OKV_WEIGHTS_AUTO = 0,
     OKV_WEIGHTS_MAPPED = 1,     /* the file mapped read-only (shared with the page cache, loaded lazily) */
-    OKV_WEIGHTS_HUGE_PAGES = 2  /* read into private memory that asked for 2 MiB pages (falls back to MAPPED) */
+    OKV_WEIGHTS_HUGE_PAGES = 2  /* read into private memory that asked for 2 MiB pages; asked for, the same as
+                                   AUTO (where the kernel grants none, or the memory cannot be had: MAPPED) */
 } okv_weights_memory;
 
 const char *okv_status_name(okv_status s);

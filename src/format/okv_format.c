@@ -562,7 +562,7 @@ static okv_status map_file(const char *path, okv_weights_memory want, okv_progra
     }
     void *m = NULL;
     size_t len = (size_t)size;
-    if (want == OKV_WEIGHTS_HUGE_PAGES || (want == OKV_WEIGHTS_AUTO && thp_on_request())) {
+    if (want != OKV_WEIGHTS_MAPPED && thp_on_request()) { /* asked for HUGE_PAGES = AUTO: no copy that gets none */
         rc = copy_to_huge_pages(path, fd, size, &m, &len, err);
         if (rc) { close(fd); return rc; }
     }

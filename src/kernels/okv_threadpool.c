@@ -35,13 +35,12 @@
  * ms at 512) and costs an idle machine more. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "okv_kernels.h"
-
-#include <stdint.h>
-#include <time.h>
 
 #define OKV_TP_SPIN_NS 20000 /* how long a waiter polls before it sleeps (see the file head) */
 #define OKV_TP_POLLS 16      /* pauses between clock reads (a vDSO clock read is ~20 ns) */
@@ -50,6 +49,12 @@ static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* After poll number i of a spin begun at t0: whether to stop spinning
+ * (the clock read once per OKV_TP_POLLS polls). */
+static inline bool spin_over(uint64_t t0, uint64_t i) {
+    return i % OKV_TP_POLLS == 0 && now_ns() - t0 > OKV_TP_SPIN_NS;
 }
 
 /* The loop word: generation (24 bits) | n_tasks (20) | next task (20). A
@@ -143,7 +148,7 @@ static unsigned wait_for_loop(okv_threadpool *tp, unsigned seen) {
         unsigned g = word_gen(atomic_load_explicit(&tp->word, memory_order_acquire));
         if (g != seen) return g;
         cpu_relax();
-        if (i % OKV_TP_POLLS == 0 && now_ns() - t0 > OKV_TP_SPIN_NS) break;
+        if (spin_over(t0, i)) break;
     }
     pthread_mutex_lock(&tp->mu);
     atomic_fetch_add(&tp->sleepers, 1);
@@ -283,7 +288,7 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
     for (uint64_t t0 = now_ns(), i = 1; !finished; i++) {
         finished = atomic_load_explicit(&sl->done, memory_order_acquire) == n_tasks;
         if (!finished) cpu_relax();
-        if (i % OKV_TP_POLLS == 0 && now_ns() - t0 > OKV_TP_SPIN_NS) break;
+        if (spin_over(t0, i)) break;
     }
     if (!finished) {
         pthread_mutex_lock(&tp->mu);
