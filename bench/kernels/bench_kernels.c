@@ -612,6 +612,7 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
     static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}};
     const int T = 512, reps = quick ? 3 : 5;
     bool amx8 = okv_qmm_have_amx_int8(), pk = okv_qmm_have_avx512vnni(); /* pk: the AVX-512 packed f32 GEMM */
+    bool bfpk = pk && okv_cpu()->avx512bf16; /* the packed vdpbf16ps GEMM */
     qarena a = {NULL, (size_t)256 << 20};
     a.mem = aligned_alloc(64, a.size);
     qarena_fill_random(&a);
@@ -619,24 +620,26 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
     for (size_t i = 0; i < (size_t)T * 8192; i++) x[i] = frand();
     printf("\nprefill GEMM T=%d, %d thread%s, %s, medians of %d interleaved rounds\n", T, okv_threadpool_size(tp),
            okv_threadpool_size(tp) > 1 ? "s" : "", cpu_time ? "thread CPU time" : "wall clock", reps);
-    printf("%-12s %-16s %-16s %9s %9s\n", "W (NxK)", "scheme", "path", "ms", "GFLOP/s");
+    printf("%-12s %-16s %-19s %9s %9s\n", "W (NxK)", "scheme", "path", "ms", "GFLOP/s");
     for (int si = 0; si < 3; si++) {
         int N = shapes[si][0], K = shapes[si][1];
         uint16_t *wb = aligned_alloc(64, (size_t)N * K * 2);
         for (size_t i = 0; i < (size_t)N * K; i++) wb[i] = okv_f32_to_bf16(frand() * 0.05f);
         qset q[2];
         for (int qi = 0; qi < 2; qi++) q[qi] = make_qset(&a, schemes[qi], N, K);
-        double tq[2][4][16], tb[2][16];
+        double tq[2][5][16], tb[2][16];
         for (int r = 0; r < reps; r++) {
             for (int qi = 0; qi < 2; qi++)
-                for (int p = 0; p < 4; p++) {
+                for (int p = 0; p < 5; p++) {
                     if ((p == 1 || p == 2) && !amx8) continue;
                     if (p == 3 && !pk) continue;
+                    if (p == 4 && !bfpk) continue;
                     double t0 = clock_fn();
                     if (p == 0) okv_matmul_q_best(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     else if (p == 1) okv_matmul_q_amx_tiles(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     else if (p == 2) okv_matmul_q_amx_bf16(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
-                    else okv_matmul_q_avx512_packed(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else if (p == 3) okv_matmul_q_avx512_packed(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
+                    else okv_matmul_q_avx512_dpbf16(tp, y, x, T, K, qset_copy(&q[qi], 0), &q[qi].s, N, NULL);
                     tq[qi][p][r] = clock_fn() - t0;
                 }
             double t0 = clock_fn();
@@ -650,23 +653,25 @@ static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, 
         }
         double flop = 2.0 * T * N * K;
         for (int qi = 0; qi < 2; qi++)
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < 5; p++) {
                 if ((p == 1 || p == 2) && !amx8) continue;
                 if (p == 3 && !pk) continue;
+                if (p == 4 && !bfpk) continue;
                 char sname[32];
                 double sec = median(tq[qi][p], reps);
-                const char *path = p == 3   ? "deq-f32-avx512pk"
+                const char *path = p == 4   ? "deq-bf16-avx512bfpk"
+                                   : p == 3 ? "deq-f32-avx512pk"
                                    : p == 2 ? "deq-bf16-amx"
                                    : p      ? "int8-amx"
                                    : okv_qmm_have_avx512vnni() ? "int8-avx512vnni" : "int8-plain";
-                printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
+                printf("%6dx%-5d %-16s %-19s %9.2f %9.1f\n", N, K, okv_qscheme_name(&q[qi].s, sname, sizeof sname),
                        path, sec * 1e3, flop / sec / 1e9);
             }
         double sec = median(tb[0], reps);
-        printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", best->name, sec * 1e3, flop / sec / 1e9);
+        printf("%6dx%-5d %-16s %-19s %9.2f %9.1f\n", N, K, "bf16", best->name, sec * 1e3, flop / sec / 1e9);
         if (pk) {
             sec = median(tb[1], reps);
-            printf("%6dx%-5d %-16s %-16s %9.2f %9.1f\n", N, K, "bf16", "f32-avx512pk", sec * 1e3, flop / sec / 1e9);
+            printf("%6dx%-5d %-16s %-19s %9.2f %9.1f\n", N, K, "bf16", "f32-avx512pk", sec * 1e3, flop / sec / 1e9);
         }
         free(wb);
     }
@@ -826,7 +831,7 @@ typedef struct pp_path {
 } pp_path;
 
 
-enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 7 };
+enum { PP_T = 512, PP_MAX_REPS = 15, PP_PATHS = 8 };
 
 /* Planned scratch for the Llama-3.2-1B prefill shapes at T = PP_T on up to
  * 2 threads, as the runtime gives its kernels (without it the packed paths
@@ -855,7 +860,8 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
                         {"avx512bf", okv_matmul_avx512_bf16, avx512 && c->avx512bf16},
                         {"amx-v1", okv_matmul_amx_v1, amx}, {"amx", okv_matmul_amx, amx},
                         {"avx512pk", okv_matmul_avx512_gemm, avx512},
-                        {"avx2pk", okv_matmul_avx2_gemm, c->avx2 && c->fma && c->f16c}};
+                        {"avx2pk", okv_matmul_avx2_gemm, c->avx2 && c->fma && c->f16c},
+                        {"avx512bfpk", okv_matmul_avx512_dpbf16, avx512 && c->avx512bf16}};
     if (getenv("PP_AMX_ONLY")) paths[0].ok = paths[1].ok = paths[2].ok = paths[6].ok = false;
     int reps = quick ? 3 : 7;
     printf("\npp512: Llama-3.2-1B prefill matmuls, T=%d, %d thread%s, %s, median of %d interleaved rounds (amx: %s)\n",
@@ -863,6 +869,7 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
            cpu_time ? "thread CPU time" : "wall clock", reps, amx_why);
     printf("  avx2 = dot-product tiles, avx2pk / avx512pk = packed broadcast kernels (f32 FMAs, exact products),\n"
            "  avx512 = f32 FMAs (exact products), avx512bf = vdpbf16ps for bf16 weights (x rounded to bf16),\n"
+           "  avx512bfpk = packed broadcast kernel on vdpbf16ps (bf16 weights, x rounded to bf16),\n"
            "  amx = tdpbf16ps tiles for bf16/f16 weights (x, f16 W rounded to bf16); f32 weights: amx/avx512bf = avx512\n");
     printf("%-6s %-11s %-5s", "matmul", "W (NxK)", "dtype");
     for (int p = 0; p < PP_PATHS; p++) printf(" %9s", paths[p].name);
@@ -873,9 +880,12 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
     void *ws = pp_workspace(&ws_bytes);
     okv_threadpool_set_workspace(tp, ws, ws_bytes);
     static const okv_dtype dts[3] = {OKV_BF16, OKV_F16, OKV_F32};
-    int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_path = amx ? 4 : avx512 ? 5 : 6;
+    int n_dt = getenv("PP_BF16_ONLY") ? 1 : 3, best_paths[3];
     double layer_best[3] = {0};
+    for (int d = 0; d < 3; d++) /* the path the kernel table dispatches for this weight dtype */
+        best_paths[d] = amx ? 4 : avx512 && c->avx512bf16 && dts[d] == OKV_BF16 ? 7 : avx512 ? 5 : 6;
     for (int d = 0; d < n_dt; d++) {
+        int best_path = best_paths[d];
         double layer_sec[PP_PATHS] = {0}, layer_flops = 0;
         for (int s = 0; s < DEC_SHAPES; s++) {
             int N = dec_shape[s][0], K = dec_shape[s][1];
@@ -925,7 +935,7 @@ static void bench_pp512(okv_threadpool *tp, okv_threadpool *tp2, int quick, bool
     double denom = pkv[best];
     for (int d = 0; d < n_dt; d++)
         printf("layer %-5s on %s: %.1f GFLOP/s = %.1f%% of the %s %s peak\n", okv_dtype_name(dts[d]),
-               paths[best_path].name, layer_best[d], denom > 0 ? 100 * layer_best[d] / denom : 0.0,
+               paths[best_paths[d]].name, layer_best[d], denom > 0 ? 100 * layer_best[d] / denom : 0.0,
                okv_threadpool_size(tp) > 1 ? "2-thread" : "one-core", peak_names[best]);
 }
 

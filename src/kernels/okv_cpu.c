@@ -52,6 +52,9 @@ static void detect(okv_cpu_caps *c) {
     __cpuid_count(7, 1, a1, b1, c1, d1);
     c->avxvnni = c->avx2 && (a1 & (1u << 4));
     c->avx512bf16 = os_avx512 && (a1 & (1u << 5));
+    unsigned vendor[4] = {0};
+    __cpuid(0, vendor[3], vendor[0], vendor[2], vendor[1]); /* "AuthenticAMD" in ebx, edx, ecx */
+    c->vdpbf16_full_rate = c->avx512bf16 && !memcmp(vendor, "AuthenticAMD", 12);
 }
 #else
 static void detect(okv_cpu_caps *c) { memset(c, 0, sizeof *c); }
@@ -86,6 +89,7 @@ static void init_caps(void) {
     add_feature("amx-tile", caps.amx_tile);
     add_feature("amx-bf16", caps.amx_bf16);
     add_feature("amx-int8", caps.amx_int8);
+    add_feature("(vdpbf16ps at full rate)", caps.vdpbf16_full_rate);
     if (!features[0]) strcpy(features, "none");
 }
 

@@ -57,6 +57,17 @@ static const okv_kernels kernels_avx512_bf16 = {
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
+/* AVX-512 BF16 where vdpbf16ps runs at the f32 FMA's instruction rate
+ * (Zen 4: twice its flops; okv_cpu_caps.vdpbf16_full_rate): bf16 prefill on
+ * vdpbf16ps and quantized prefill on the same packed kernel with W
+ * dequantized to bf16 (okv_kernels_avx512_dpbf16.c), small T of quantized
+ * W on VNNI; f16 W on the f32 packed GEMM (exact); decode as avx512-bf16. */
+static const okv_kernels kernels_avx512_vdpbf16 = {
+    .isa = OKV_ISA_AVX512, .name = "avx512-vdpbf16", .matmul = okv_matmul_avx512_vdp_gemm, OPS_AVX512,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_vdp_gemm,
+    .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
+};
+
 static const okv_kernels kernels_amx = {
     .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, OPS_AVX512,
     .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx,
@@ -102,7 +113,8 @@ const okv_kernels *okv_kernels_select(okv_isa isa) {
     if (isa == OKV_ISA_PLAIN || !cpu_has_avx2()) return &kernels_plain;
     if (isa == OKV_ISA_AVX2 || !cpu_has_avx512()) return &kernels_avx2;
     if (isa == OKV_ISA_AMX && okv_amx_usable(NULL)) return &kernels_amx;
-    return okv_cpu()->avx512bf16 ? &kernels_avx512_bf16 : &kernels_avx512;
+    if (!okv_cpu()->avx512bf16) return &kernels_avx512;
+    return okv_cpu()->vdpbf16_full_rate ? &kernels_avx512_vdpbf16 : &kernels_avx512_bf16;
 }
 
 const okv_kernels *okv_kernels_select_deterministic(okv_isa isa) {
@@ -112,11 +124,12 @@ const okv_kernels *okv_kernels_select_deterministic(okv_isa isa) {
 }
 
 /* One line per table, built once (the AMX answer does not change). */
-enum { N_TABLES = 8 };
+enum { N_TABLES = 9 };
 static char describe_buf[N_TABLES][192];
 static pthread_once_t describe_once = PTHREAD_ONCE_INIT;
 static const okv_kernels *const all_tables[N_TABLES] = {&kernels_plain, &kernels_avx2, &kernels_avx512,
-                                                         &kernels_avx512_bf16, &kernels_amx, &kernels_det,
+                                                         &kernels_avx512_bf16, &kernels_avx512_vdpbf16, &kernels_amx,
+                                                         &kernels_det,
                                                          &kernels_det_avx512, &kernels_det_plain};
 
 static void build_descriptions(void) {
@@ -142,6 +155,7 @@ size_t okv_matmul_scratch_bytes(int T, int K, int N, okv_dtype wdt, int n_thread
     size_t b = okv_matmul_plain_scratch(K, wdt, n_threads);
     b = max_size(b, okv_matmul_avx512_scratch(T, K));
     b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
+    b = max_size(b, okv_matmul_avx512_dpbf16_scratch(T, K, N, n_threads));
     b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
     return max_size(b, okv_matmul_amx_scratch(T, K, N, n_threads));
 }
@@ -154,5 +168,6 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
     b = max_size(b, okv_matmul_q_amx_scratch(T, K, N, s, n_threads));
     b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
     b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));
+    b = max_size(b, okv_matmul_avx512_dpbf16_scratch(T, K, N, n_threads));
     return max_size(b, sizeof(float) * ((size_t)K + groups)); /* okv_matmul_q_avx512_f32 */
 }

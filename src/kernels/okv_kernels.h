@@ -181,6 +181,10 @@ typedef struct okv_cpu_caps {
     bool sse42, avx, avx2, fma, f16c, avxvnni;
     bool avx512f, avx512dq, avx512bw, avx512vl, avx512vnni, avx512bf16, avx512fp16;
     bool amx_tile, amx_bf16, amx_int8;
+    /* vdpbf16ps issues at the f32 FMA's instruction rate, so it does twice
+     * the FMA's flops (AMD Zen 4/5: bench_kernels peak 235 vs 117 GFLOP/s a
+     * core); Intel's AVX-512 BF16 cores issue it at half that rate. */
+    bool vdpbf16_full_rate;
 } okv_cpu_caps;
 const okv_cpu_caps *okv_cpu(void);
 /* Human-readable CPU feature summary, e.g. "avx2 fma f16c avx512f" (a

@@ -397,8 +397,35 @@ void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *
 /* Rows [n0, n0 + count) of it, columns [k0, k0 + kc), into stage rows ld
  * floats apart (rows at or past N zero): the packed GEMMs' producers. */
 void okv_qmm_stage_rows(const okv_qview *q, int n0, int count, int N, int k0, int kc, float *stage, int ld);
-/* The avx512-bf16 table's matmul: okv_matmul_avx512_gemm where it packs,
- * else okv_matmul_avx512_bf16 (its bf16 GEMV at T = 1). */
+/* bf16 weights at T > 1 on vdpbf16ps with x (rounded to bf16) and W packed
+ * per call (okv_kernels_avx512_dpbf16.c). _try: false (nothing written) when
+ * it does not take the case (_takes: T > 1, bf16 W) or has no scratch; the
+ * plain entry then falls back to okv_matmul_avx512_bf16. Needs AVX512-BF16. */
+void okv_matmul_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              okv_dtype wdt, int N, const float *bias);
+bool okv_matmul_avx512_dpbf16_try(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  okv_dtype wdt, int N, const float *bias);
+bool okv_matmul_avx512_dpbf16_takes(int T, int K, int N, okv_dtype wdt);
+/* Quantized W on the same kernel: each task's rows dequantized to f32
+ * (okv_qmm_stage_rows) and rounded to bf16 pairs per call, x packed in the
+ * codes' column order; products of bf16 x and bf16-rounded W as the AMX
+ * table's okv_matmul_q_amx_bf16. Where it does not pack (T = 1, K not a
+ * multiple of 32): okv_matmul_q_best. */
+void okv_matmul_q_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                const okv_qscheme *s, int N, const float *bias);
+size_t okv_matmul_avx512_dpbf16_scratch(int T, int K, int N, int n_threads);
+/* The avx512-vdpbf16 table's matmuls (Zen 4): bf16 W at T > 1 on vdpbf16ps,
+ * f16 W on okv_matmul_avx512_gemm (exact products), T = 1 as
+ * okv_matmul_avx512_bf16; quantized W on okv_matmul_q_avx512_dpbf16 from
+ * the T where it beats the VNNI path (measured, in the file), else
+ * okv_matmul_q_best. */
+void okv_matmul_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                okv_dtype wdt, int N, const float *bias);
+void okv_matmul_q_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias);
+/* The avx512-bf16 table's matmul (AVX-512 BF16 at half the FMA rate):
+ * okv_matmul_avx512_gemm where it packs, else okv_matmul_avx512_bf16 (its
+ * bf16 GEMV at T = 1). */
 void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                                  okv_dtype wdt, int N, const float *bias);
 /* T = 1 with x rounded to bf16 first (then the AVX2 GEMV), so decode uses the

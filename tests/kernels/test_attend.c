@@ -623,7 +623,8 @@ static void test_decode_kernel(okv_threadpool *tp2) {
      * BF16 but no AMX gets): decode on the vdpbf16ps kernel, prefill and
      * f32 pools on the blocked AVX-512 one (q8 decode on vdpbf16ps too) */
     const okv_kernels *k512 = okv_kernels_select(OKV_ISA_AVX512);
-    CHECKF(!strcmp(k512->name, "avx512-bf16") && k512->attend == okv_attend_avx512_bf16 && k512->attend_bf16,
+    CHECKF((!strcmp(k512->name, "avx512-bf16") || !strcmp(k512->name, "avx512-vdpbf16")) &&
+               k512->attend == okv_attend_avx512_bf16 && k512->attend_bf16,
            "AVX-512 BF16 table: %s", k512->name);
     static const scenario via_table[] = {
         {"avx512-bf16 decode",          32, 8, 64, OKV_BF16, 1, 2100,  0,  0,  0, 1},

@@ -135,6 +135,24 @@ static void test_avx2_packed_blocks(bool available) {
     okv_threadpool_free(tp2);
 }
 
+/* The vdpbf16ps packed kernel's blocks (6-row x panels, 64-row W
+ * micro-panels, 64-pair = 128-k chunks, 256-row tasks) exactly full and one
+ * past each, and odd K (the last pair half zero in x and in W). */
+static void test_dpbf16_packed_blocks(bool available) {
+    if (!available) return;
+    path p = {"avx512-bf16 packed blocks", okv_matmul_avx512_dpbf16, true, {[OKV_BF16] = 0x1p-8f}};
+    okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
+    check_shape(&p, tp1, tp2, OKV_BF16, 6, 128, 64, true);
+    check_shape(&p, tp1, tp2, OKV_BF16, 7, 129, 65, false);
+    check_shape(&p, tp1, tp2, OKV_BF16, 12, 255, 256, true);
+    check_shape(&p, tp1, tp2, OKV_BF16, 13, 257, 257, false);
+    check_shape(&p, tp1, tp2, OKV_BF16, 2, 1, 3, true);
+    check_shape(&p, tp1, tp2, OKV_BF16, 5, 3, 600, false);
+    check_shape(&p, tp1, tp2, OKV_BF16, 30, 4097, 129, true);
+    okv_threadpool_free(tp1);
+    okv_threadpool_free(tp2);
+}
+
 /* The table okv_kernels_select hands out follows the CPU's features. */
 static void test_selection(void) {
     const okv_cpu_caps *c = okv_cpu();
@@ -167,14 +185,18 @@ int main(void) {
         {"avx512 (f32 FMA)", okv_matmul_avx512, avx512, {0}},
         {"avx512-bf16 (vdpbf16ps)", okv_matmul_avx512_bf16, avx512 && c->avx512bf16, {[OKV_BF16] = 0x1p-8f}},
         {"avx512 packed (f32 FMA, x and W packed)", okv_matmul_avx512_gemm, avx512, {0}},
+        {"avx512-bf16 packed (vdpbf16ps, x and W packed)", okv_matmul_avx512_dpbf16, avx512 && c->avx512bf16,
+         {[OKV_BF16] = 0x1p-8f}},
+        {"avx512-vdpbf16 table", okv_matmul_avx512_vdp_gemm, avx512 && c->avx512bf16, {[OKV_BF16] = 0x1p-8f}},
         {"amx-bf16 (tiles)", okv_matmul_amx, avx512 && okv_amx_usable(NULL),
          {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}},
     };
     for (size_t i = 0; i < sizeof paths / sizeof *paths; i++) test_path(&paths[i]);
     test_avx2_packed_blocks(c->avx2 && c->fma && c->f16c);
+    test_dpbf16_packed_blocks(avx512 && c->avx512bf16);
     /* the tables' stated rounding matches what their matmul does */
     const okv_kernels *kamx = okv_kernels_select(OKV_ISA_AMX);
     if (kamx->isa == OKV_ISA_AMX)
-        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[6].rounding[d]);
+        for (int d = 0; d < 3; d++) CHECK(kamx->matmul_rounding[d] == paths[8].rounding[d]);
     return okv_test_finish();
 }

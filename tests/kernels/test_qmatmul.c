@@ -24,7 +24,7 @@ typedef struct impl {
     int int_below; /* fewer rows than this: the integer path (int_act's bound, not its bits) */
 } impl;
 
-static impl impls[14];
+static impl impls[16];
 static int n_impls;
 
 /* A quantized W with its generating codes and f16-exact scales. */
@@ -172,6 +172,11 @@ static void test_shapes(void) {
     check_shape(tp1, tp2, 4, 32, true, 40, 800, 130, true);
     check_shape(tp1, tp2, 8, 32, false, 14, 544, 17, false);
     check_shape(tp1, tp2, 4, 64, false, 7, 1088, 257, false);
+    /* the avx512-vdpbf16 table's switch to bf16 dequantization (4-bit from T = 128, 8-bit from 256) */
+    check_shape(tp1, tp2, 4, 32, true, 130, 256, 67, true);
+    check_shape(tp1, tp2, 8, 32, false, 130, 256, 67, false);
+    check_shape(tp1, tp2, 8, 32, false, 260, 544, 70, true);
+    check_shape(tp1, tp2, 4, 32, false, 260, 544, 70, false);
     okv_threadpool_free(tp1);
     okv_threadpool_free(tp2);
 }
@@ -239,6 +244,11 @@ int main(void) {
     } else {
         fprintf(stderr, "no AVX-512 VNNI here: that path is not tested\n");
     }
+    if (okv_qmm_have_avx512vnni() && okv_cpu()->avx512bf16) { /* W dequantized to bf16 pairs for vdpbf16ps */
+        impls[n_impls++] = (impl){"avx512-bf16-dequant", okv_matmul_q_avx512_dpbf16, false, true, 2};
+        /* the avx512-vdpbf16 table's dispatch */
+        impls[n_impls++] = (impl){"avx512-vdp-table", okv_matmul_q_avx512_vdp_gemm, false, true, 256};
+    }
     if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2", okv_matmul_q_avx2, true, false, 0};
     /* the avx2 table's prompt path: W dequantized into packed f32 panels (T = 1: the integer GEMV) */
     if (okv_qmm_have_avx2()) impls[n_impls++] = (impl){"avx2-packed-f32", okv_matmul_q_avx2_packed, false, false, 2};
@@ -255,7 +265,8 @@ int main(void) {
     else fprintf(stderr, "no AMX-INT8 here (or no permission): that path is not tested\n");
     const okv_kernels *best = okv_kernels_select(OKV_ISA_AUTO);
     if (best->matmul_q != okv_matmul_q_best && best->matmul_q != okv_matmul_q_amx &&
-        best->matmul_q != okv_matmul_q_avx2_gemm && best->matmul_q != okv_matmul_q_avx512_gemm)
+        best->matmul_q != okv_matmul_q_avx2_gemm && best->matmul_q != okv_matmul_q_avx512_gemm &&
+        best->matmul_q != okv_matmul_q_avx512_vdp_gemm)
         impls[n_impls++] = (impl){best->name, best->matmul_q, best->matmul_q != okv_matmul_q_plain, false, 0};
     test_shapes();
     test_non_finite_x();
