@@ -10,8 +10,8 @@
  * exception to bit-equality: a windowed cell key had reused the cells its
  * sequence dropped, so its positions sit in the pool out of order, while
  * the load places them in position order; the attention sums the same K/V
- * bytes in another order there, so that case is held to 1e-5 and the same
- * argmax. A key with f32 storage refuses the file by its kv dtype. The
+ * bytes in another order there, so that case is held to 1e-5 (2e-2 on
+ * the vdpbf16ps decode kernel, which rounds P to bf16) and the same argmax. A key with f32 storage refuses the file by its kv dtype. The
  * same again with K in bf16 and V in q8 (--kv-v-dtype q8), whose file a
  * q8/q8 key refuses. */
 #include "e2e_util.h"
@@ -106,6 +106,13 @@ static void check_round_trip(okv_program *p, const char *name, bool cells, bool 
     int loaded = -2;
     CHECK_OK(okv_seq_load("q8-b", p, file, &loaded, NULL, NULL, &err), &err);
     int len = -1;
+    /* The vdpbf16ps decode kernel (the avx512-bf16 tables: AVX-512 BF16 without
+     * AMX) rounds P to bf16 against the running maximum of the keys seen so
+     * far, so key order changes those roundings too (2^-9 of each weight),
+     * not only the order of the sums: measured up to 5e-3 here on Zen 4. */
+    const char *kernels = r ? okv_runner_kernels(r) : "";
+    bool p_bf16 = strstr(kernels, "avx512-bf16") || strstr(kernels, "avx512-vdpbf16");
+    double order_tol = p_bf16 ? 2e-2 : 1e-5;
     if (cells) {
         CHECKF(loaded >= 0, "%s: the state becomes a sequence id (%d)", what, loaded);
         okv_seq_len("q8-b", loaded, &len, &err);
@@ -123,8 +130,9 @@ static void check_round_trip(okv_program *p, const char *name, bool cells, bool 
             CHECKF(!memcmp(w, g, sizeof(float) * V), "%s %s: step %d after the load differs from the uninterrupted "
                    "sequence (max %.3g)", what, cells ? "cells" : "single", k, d);
         else   /* same K/V bytes in other cells: the attention sums them in another order */
-            CHECKF(d <= 1e-5 && e2e_argmax(w, V) == e2e_argmax(g, V), "%s cells: step %d after the load: max diff %.3g, "
-                   "argmax %d vs %d", what, k, d, e2e_argmax(w, V), e2e_argmax(g, V));
+            CHECKF(d <= order_tol && e2e_argmax(w, V) == e2e_argmax(g, V), "%s cells (%s): step %d after the load: "
+                   "max diff %.3g (bound %.3g), argmax %d vs %d", what, kernels, k, d, order_tol, e2e_argmax(w, V),
+                   e2e_argmax(g, V));
     }
     okv_runner_free(r);
     okv_cache_remove("q8-b", &err);

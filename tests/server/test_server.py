@@ -427,11 +427,14 @@ def test_disconnect(s):
 
 
 def test_queue_full(program):
-    s = Server(OFFKV, program, "--parallel", "1", "--max-queue", "1", "--ctx-per-seq", "512", "--threads", "1")
+    # The two streams must outlast the 0.6 s this takes: the scheduler does not wait for a client that
+    # reads nothing, and 480 tokens of a 512-position program took under 0.6 s on a Zen 4 (2026-12-06),
+    # so the program here holds 2048 positions and the streams ask for 2000 tokens each.
+    s = Server(OFFKV, program, "--parallel", "1", "--max-queue", "1", "--ctx-per-seq", "2048", "--threads", "1")
     try:
         socks = []
         for _ in range(2):   # one running, one queued; both long
-            data = json.dumps(chat("Go on", max_tokens=480, stream=True)).encode()
+            data = json.dumps(chat("Go on", max_tokens=2000, stream=True)).encode()
             k = socket.create_connection(("127.0.0.1", s.port))
             k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(data)).encode() +
                       b"\r\n\r\n" + data)
@@ -570,8 +573,9 @@ def main():
         check(rc == 0, "SIGTERM exits 0 (got %s): %s" % (rc, "".join(s.log)[-800:]))
         test_deterministic(llama)
         test_prefix_dir(llama, qwen, tmp)
-        test_openai_ttft(make_program(tmp, "llama2k", "llama", 128256, 128000, 128009, "llama3_1", ctx=2048))
-        test_queue_full(llama)
+        llama2k = make_program(tmp, "llama2k", "llama", 128256, 128000, 128009, "llama3_1", ctx=2048)
+        test_openai_ttft(llama2k)
+        test_queue_full(llama2k)
         test_thinking_kwargs(qwen)
         test_reasoning_opened_by_template(thinker)
     finally:
