@@ -1318,11 +1318,14 @@ static void lines_task(void *ctx, int task, int thread) {
  * its own memory (0.9-2.5 GB a step), on 2 threads with the dispatched
  * table; each step alternates with a sum over the same bytes (the probe),
  * medians of wall time. bf16 also runs the AVX2 GEMV (the default before
- * 2026-12-02) and the deterministic table's AMX T = 1 form, interleaved. */
+ * 2026-12-02) and the deterministic table's AMX T = 1 form, interleaved;
+ * with AVX-512 BF16 + VNNI, bf16 and q8/q4 also run the GEMVs of 4 W rows
+ * per pass with software prefetch (what the avx512-vdpbf16 table does not
+ * use: on Zen 4 one row per pass reads faster). */
 static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int quick) {
     static const int shp[7][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
                                   {8192, 2048}, {8192, 2048}, {2048, 8192}};
-    enum { NL = 16, NM = NL * 7 + 1, MAXS = 32, NP = 3 };
+    enum { NL = 16, NM = NL * 7 + 1, MAXS = 32, NP = 4 };
     const int steps = quick ? 5 : 15;
     const okv_qscheme q8 = {8, 32, false, OKV_F16}, q4 = {4, 32, true, OKV_F16};
     float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 128256);
@@ -1354,8 +1357,12 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
             qarena one = {a.mem + off[i], off[i + 1] - off[i]};
             make_qset(&one, i < NM - 1 ? *lin : *head, N, K);
         }
-        const char *names[NP] = {best->name, "avx2 (previous)", "det amx T=1"};
-        int n_paths = prog == 0 ? NP : 1;
+        /* the last path: the GEMVs with 4 W row streams per pass and software prefetch (the
+         * avx512-bf16 and AMX tables'), beside the avx512-vdpbf16 table's one row per pass */
+        bool rows4 = okv_cpu()->avx512bf16 && okv_qmm_have_avx512vnni();
+        const char *names[NP] = {best->name, "avx2 (previous)", "det amx T=1", "4 rows + prefetch"};
+        const char *qnames[2] = {best->name, "4 rows + prefetch"};
+        int n_paths = prog == 0 ? (rows4 ? NP : NP - 1) : (rows4 ? 2 : 1);
         double t[NP][MAXS], tp_[MAXS];
         for (int r = 0; r <= steps; r++) {
             for (int p = 0; p < n_paths; p++) {
@@ -1363,10 +1370,12 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
                 for (int i = 0; i < NM; i++) {
                     int N = i < NM - 1 ? shp[i % 7][0] : 128256, K = i < NM - 1 ? shp[i % 7][1] : 2048;
                     const void *W = a.mem + off[i];
-                    if (prog) best->matmul_q(tp, y, x, 1, K, W, i < NM - 1 ? lin : head, N, NULL);
+                    if (prog && p == 0) best->matmul_q(tp, y, x, 1, K, W, i < NM - 1 ? lin : head, N, NULL);
+                    else if (prog) okv_matmul_q_avx512vnni(tp, y, x, 1, K, W, i < NM - 1 ? lin : head, N, NULL);
                     else if (p == 0) best->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
                     else if (p == 1) okv_matmul_avx2(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
-                    else okv_kernels_select_deterministic(OKV_ISA_AUTO)->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                    else if (p == 2) okv_kernels_select_deterministic(OKV_ISA_AUTO)->matmul(tp, y, x, 1, K, W, OKV_BF16, N, NULL);
+                    else okv_matmul_gemv_bf16x(tp, y, x, K, W, OKV_BF16, N, NULL);
                 }
                 if (r) t[p][r - 1] = now() - t0;
             }
@@ -1384,7 +1393,7 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
         for (int p = 0; p < n_paths; p++) {
             double sec = median(t[p], steps);
             printf("%-6s %-22s %9.1f %9.2f %9.2f %12.2f %7.0f%%\n", prog ? (prog == 1 ? "q8" : "q4") : "bf16",
-                   names[p], bytes / 1e6, sec * 1e3, bytes / sec / 1e9, 1 / sec, 100 * probe / sec * bytes / off[NM]);
+                   prog ? qnames[p] : names[p], bytes / 1e6, sec * 1e3, bytes / sec / 1e9, 1 / sec, 100 * probe / sec * bytes / off[NM]);
         }
         printf("%-6s %-22s %9.1f %9.2f %9.2f\n", "", "probe (same bytes)", off[NM] / 1e6, probe * 1e3, off[NM] / probe / 1e9);
         fflush(stdout);

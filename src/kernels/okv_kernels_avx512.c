@@ -245,6 +245,7 @@ static void task_bf16(void *ctx, int task, int thread) {
 enum { GEMV_RW = 4, GEMV_PF_BYTES = 2048, GEMV_CHUNK_BYTES = 128 * 1024, GEMV_MAX_RANGES = 64 };
 
 typedef struct gemv_bf16_job {
+    int rows_per_pass;  /* GEMV_RW (4 row streams, prefetched) or 1 (okv_matmul_gemv_bf16x_1row) */
     float *y;
     const uint16_t *W;  /* [N][K] */
     const uint16_t *xb; /* [Kp] */
@@ -295,7 +296,8 @@ INLINE_BF void gemv_bf16_pass(const gemv_bf16_job *j, int n0, int RW) {
 
 static TGT_BF void gemv_bf16_rows(const gemv_bf16_job *j, int n0, int n1) {
     int n = n0;
-    for (; n + GEMV_RW <= n1; n += GEMV_RW) gemv_bf16_pass(j, n, GEMV_RW);
+    if (j->rows_per_pass == GEMV_RW)
+        for (; n + GEMV_RW <= n1; n += GEMV_RW) gemv_bf16_pass(j, n, GEMV_RW);
     for (; n < n1; n++) gemv_bf16_pass(j, n, 1);
 }
 
@@ -320,8 +322,9 @@ static void gemv_bf16_task(void *ctx, int task, int thread) {
 static int round_up(int v, int a) { return (v + a - 1) / a * a; }
 
 static void gemv_bf16_run(okv_threadpool *tp, float *y, const uint16_t *xb, int K, const void *W, int N,
-                          const float *bias) {
+                          const float *bias, int rows_per_pass) {
     gemv_bf16_job g;
+    g.rows_per_pass = rows_per_pass;
     g.y = y;
     g.W = W;
     g.xb = xb;
@@ -348,8 +351,8 @@ static TGT_BF void round_to_bf16(float *dst, const float *x, size_t n) {
     for (; i < n; i++) dst[i] = okv_k_bf16(okv_f32_to_bf16(x[i]));
 }
 
-void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
-                           const float *bias) {
+static void gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
+                       const float *bias, int rows_per_pass) {
     if (K <= 0 || N <= 0) {
         okv_matmul_avx2(tp, y, x, 1, K, W, wdt, N, bias);
         return;
@@ -363,12 +366,22 @@ void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, 
     if (wdt == OKV_BF16) {
         bf16_job b = {{NULL, x, 1, K, N, W, wdt, bias, 0, NULL}, mem, (K + 31) / 32 * 32};
         pack_rows_bf16(&b, 0, 1);
-        gemv_bf16_run(tp, y, b.xb, K, W, N, bias);
+        gemv_bf16_run(tp, y, b.xb, K, W, N, bias, rows_per_pass);
     } else {
         round_to_bf16(mem, x, (size_t)K);
         okv_matmul_avx2(tp, y, mem, 1, K, W, wdt, N, bias);
     }
     okv_kscratch_release(&ks);
+}
+
+void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
+                           const float *bias) {
+    gemv_bf16x(tp, y, x, K, W, wdt, N, bias, GEMV_RW);
+}
+
+void okv_matmul_gemv_bf16x_1row(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt,
+                                int N, const float *bias) {
+    gemv_bf16x(tp, y, x, K, W, wdt, N, bias, 1);
 }
 
 size_t okv_matmul_avx512_scratch(int T, int K) {

@@ -361,6 +361,10 @@ enum { VDP_PACKED_FROM_T = 256,  /* bf16 W: the packed kernel from this T (else 
 
 void okv_matmul_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                                 okv_dtype wdt, int N, const float *bias) {
+    if (T == 1 && wdt == OKV_BF16) { /* f16 / f32 W: the exact AVX2 GEMV below */
+        okv_matmul_gemv_bf16x_1row(tp, y, x, K, W, wdt, N, bias);
+        return;
+    }
     if (wdt == OKV_BF16 && T >= VDP_PACKED_FROM_T && okv_matmul_avx512_dpbf16_try(tp, y, x, T, K, W, wdt, N, bias))
         return;
     if (okv_matmul_avx512_gemm_takes(T, K, N, wdt) && wdt == OKV_F16)
@@ -373,5 +377,6 @@ void okv_matmul_q_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, 
                                   const okv_qscheme *s, int N, const float *bias) {
     if (s && T >= (s->bits == 4 ? VDP_Q4_PACKED_FROM_T : VDP_Q8_PACKED_FROM_T))
         okv_matmul_q_avx512_dpbf16(tp, y, x, T, K, W, s, N, bias);
+    else if (T == 1 && okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni_1row(tp, y, x, T, K, W, s, N, bias);
     else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
 }

@@ -294,6 +294,10 @@ void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T,
 /* AVX-512 F/BW/VL + VNNI (okv_qmatmul_avx512.c): vpdpbusd on 512-bit vectors. */
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias);
+/* The same with the decode GEMV reading one W row per pass (one sequential
+ * stream per thread, no software prefetch): the avx512-vdpbf16 table's. */
+void okv_matmul_q_avx512vnni_1row(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_avx512vnni(void);
 /* The same CPU, dequantizing W to f32 in registers (f32 x, FMA per element):
  * the measured alternative to integer dots, not used by the tables. */
@@ -432,6 +436,10 @@ void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, i
  * operands the bf16 prefill paths use. Needs AVX512-BF16. */
 void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
                            const float *bias);
+/* The same one W row per pass, without software prefetch (the
+ * avx512-vdpbf16 table's decode GEMV; okv_kernels_avx512.c). */
+void okv_matmul_gemv_bf16x_1row(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt,
+                                int N, const float *bias);
 
 /* AMX-BF16 matmul (okv_kernels_amx.c): T > 1 with bf16/f16 weights on tiles
  * (x and f16 W rounded to bf16), f32 weights and T = 1 as

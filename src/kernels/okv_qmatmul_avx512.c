@@ -649,6 +649,22 @@ static TGT void gemv_q4a(const okv_qmm_job *j, int n0, int n1) {
 }
 static TGT void gemv_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, false); }
 static TGT void gemv_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv(j, n0, n1, 8, true); }
+/* The same GEMVs one W row per pass: one sequential stream per thread and
+ * no software prefetch (gemv_sb prefetches only for RW > 1), which is what
+ * Zen 4's prefetchers want (see okv_matmul_q_avx512vnni_1row). */
+INLINE_TGT void qgemv_1row(const okv_qmm_job *j, int n0, int n1, int bits, bool asym) {
+    for (int n = n0; n < n1; n++) gemv_rows(j, n, 1, bits, asym);
+}
+static TGT void gemv1_q4s(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.two) qgemm(j, n0, n1, 4, false);
+    else qgemv_1row(j, n0, n1, 4, false);
+}
+static TGT void gemv1_q4a(const okv_qmm_job *j, int n0, int n1) {
+    if (j->a.two) qgemm(j, n0, n1, 4, true);
+    else qgemv_1row(j, n0, n1, 4, true);
+}
+static TGT void gemv1_q8s(const okv_qmm_job *j, int n0, int n1) { qgemv_1row(j, n0, n1, 8, false); }
+static TGT void gemv1_q8a(const okv_qmm_job *j, int n0, int n1) { qgemv_1row(j, n0, n1, 8, true); }
 /* Prefill reads the row pairs when okv_qmm_run made them (T > 1, two
  * planes); without them (a one-row call) the row-plane tiles run. */
 #define GEMM_FN(name, span, bits, asym)                                  \
@@ -668,6 +684,13 @@ static const okv_qmm_ops ops_avx512[4] = {
     {quantize_avx512, gemv_q8a, gemm_q8a, true},
 };
 
+static const okv_qmm_ops ops_avx512_1row[4] = {
+    {quantize_avx512, gemv1_q4s, gemm_q4s, true},
+    {quantize_avx512, gemv1_q4a, gemm_q4a, true},
+    {quantize_avx512, gemv1_q8s, gemm_q8s, true},
+    {quantize_avx512, gemv1_q8a, gemm_q8a, true},
+};
+
 const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym) {
     return &ops_avx512[(bits == 8 ? 2 : 0) + (asym ? 1 : 0)];
 }
@@ -675,6 +698,12 @@ const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym) {
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias) {
     const okv_qmm_ops *ops = &ops_avx512[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
+    okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias, false);
+}
+
+void okv_matmul_q_avx512vnni_1row(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias) {
+    const okv_qmm_ops *ops = &ops_avx512_1row[(s->bits == 8 ? 2 : 0) + (s->asym ? 1 : 0)];
     okv_qmm_run(tp, ops, y, x, T, K, W, s, N, bias, false);
 }
 
