@@ -502,9 +502,11 @@ TGT static void dec_task(void *ctx, int split, int thread) {
                 }
                 interleave_v(vi, vrow, vdt, D);
                 if (kdt != OKV_BF16) stage_k_bf16(kst, krow, kdt, D); /* converted once, not once per vector */
+                __m512 sv[RMAX]; /* every vector's scores first: independent work for the core to overlap */
+                for (int r = 0; r < R; r++) sv[r] = block_scores_d(j->qb + ((size_t)h * R + r) * D, krow, D);
                 for (int r = 0; r < R; r++) {
                     float *st = base + j->part_floats * ((size_t)h * R + r), *m = st + D;
-                    __m512 s = block_scores_d(j->qb + ((size_t)h * R + r) * D, krow, D);
+                    __m512 s = sv[r];
                     __mmask16 live = in_block;
                     int t = r / G;
                     if (!full && a->vis) {
