@@ -47,6 +47,14 @@
  *   softmax: online, one lane per key, the sum l kept per lane until the end;
  *   P V: p rounded to bf16, pairs of keys broadcast as dwords against V
  *     rows interleaved in pairs (vpermt2w), vdpbf16ps into register tiles.
+ *   On Zen 4 (2026-12-06, attndecode, 16 layers, bf16 K/V, 2 threads) this
+ *   kernel was compute-bound at 41.3 ms for 16k positions (0.24x of a
+ *   read probe): GCC had kept the scores' 16 partial vectors in memory (D
+ *   was a run-time value); with D a constant per case and every vector's
+ *   scores computed before the softmax steps, 27.4 ms (0.57x), hot 2k one
+ *   thread 6.50 -> 3.70 ms (~840 cycles per block and kv head against
+ *   ~550 of issue for its vdpbf16ps, shuffles and exp). Still twice the
+ *   memory wall there, so decode at 16k stays 1.4-1.7x decode at 512.
  * AVX2 + FMA (avx2_task; f32/bf16/f16 pools, head_dim a multiple of 8; the
  * avx2 table's decode, e.g. Zen 3):
  *   blocks of 16 keys, one lane each in two vectors; per kv head the

@@ -38,6 +38,13 @@
  * 512 still differed by 2.2 in the logits (argmax equal), because tiny f32
  * differences flip bf16 roundings of later activations; the chunking test
  * (tests/gguf/test_gguf_gemma3_chunks.c) therefore runs on the AVX2 path.
+ * On Zen 4 the 4 row streams with prefetch are the slow choice: a decode
+ * step's bf16 GEMVs read at 64% of a probe over the same bytes against
+ * 104% one row per pass without software prefetch (bench_kernels
+ * decodestep, 2 threads, host in its fast bandwidth state, 2026-12-06), so
+ * the avx512-vdpbf16 table (AMD) calls okv_matmul_gemv_bf16x_1row; the
+ * quantized GEMVs of okv_qmatmul_avx512.c likewise (q8 51% -> 74%, q4
+ * 53% -> 84%).
  *
  * Measured (one thread, CPU time, T=512, bf16 weights, GFLOP/s; Xeon with
  * 512-bit FMAs at full rate): 8192x2048 avx2 50.9 / this f32 path 62.7 /
