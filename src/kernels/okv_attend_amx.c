@@ -132,6 +132,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd512.h"
 #include "okv_kvq8.h"
 
 enum { KB = 64,     /* keys per block */
@@ -279,34 +280,6 @@ INLINE __m512i pool32_bf16(const char *row, okv_dtype dt, int d) {
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, sc), _mm512_mul_ps(lo, sc));
 }
 
-/* r[i] (16 dwords each) := column i of the 16x16 dword matrix r. */
-INLINE void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    /* r[4a + b] now holds, in 128-bit lane L, element b of rows 4L'.. : finish
-     * with two rounds of 128-bit lane shuffles */
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
 
 /* ---- the job ------------------------------------------------------------------------ */
 
@@ -399,11 +372,11 @@ TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t 
                 r[kp] = _mm512_permutex2var_epi16(x, lo, y);
                 b->vtmp[kp] = _mm512_permutex2var_epi16(x, hi, y);
             }
-            transpose16(r);
+            okv_transpose16x16_epi32(r);
             uint16_t *t0 = b->vt + ((size_t)ks * ndt + d / 16) * 512;
             for (int x = 0; x < 16; x++) _mm512_storeu_si512(t0 + 32 * x, r[x]);
             for (int x = 0; x < 16; x++) s[x] = b->vtmp[x];
-            transpose16(s);
+            okv_transpose16x16_epi32(s);
             for (int x = 0; x < 16; x++) _mm512_storeu_si512(t0 + 512 + 32 * x, s[x]);
         }
 }

@@ -179,6 +179,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd512.h"
 
 /* ---- permission ------------------------------------------------------------------- */
 
@@ -274,34 +275,6 @@ static inline __attribute__((always_inline)) TGT __m512i row32_bf16(const void *
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* element i < 16 from lo */
 }
 
-/* r[16] (16 x 16 32-bit elements) transposed in place: unpacks build 4x4
- * blocks inside 128-bit lanes, then lanes move across registers. */
-static inline __attribute__((always_inline)) TGT void transpose16x16(__m512i r[16]) {
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) { /* r[i + e] lane L = column 4L + e of rows i..i+3 */
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) { /* out[4L + e] lane q = r[4q + e] lane L */
-        __m512i a0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), a1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
-        __m512i b0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44), b1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
-        t[e] = _mm512_shuffle_i32x4(a0, b0, 0x88);
-        t[4 + e] = _mm512_shuffle_i32x4(a0, b0, 0xdd);
-        t[8 + e] = _mm512_shuffle_i32x4(a1, b1, 0x88);
-        t[12 + e] = _mm512_shuffle_i32x4(a1, b1, 0xdd);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 /* x[perm[i]] for i < 32, rounded to bf16 (quantized W: tile columns in
  * the codes' order). perm runs in fours of consecutive k (a 4-code unit,
@@ -333,7 +306,7 @@ static TGT void pack_x_tiles(const amx_job *a, int tb) {
             else if (!a->perm) r[t] = row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K);
             else r[t] = x32_permuted(j->x + (size_t)row * j->K, a->perm + kb * 32); /* K % 32 == 0 */
         }
-        transpose16x16(r); /* row kp: pair kp of the 16 x rows */
+        okv_transpose16x16_epi32(r); /* row kp: pair kp of the 16 x rows */
         uint16_t *tile = base + (size_t)kb * TILE_ELEMS;
 #pragma GCC unroll 16
         for (int kp = 0; kp < 16; kp++) _mm512_storeu_si512(tile + kp * 32, r[kp]);
@@ -424,7 +397,7 @@ static TGT void write_out(const amx_job *a, const float *cb, int n0, int rows) {
             __m512i r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(c + i * 16);
-            transpose16x16(r);
+            okv_transpose16x16_epi32(r);
             int tv = j->T - 16 * tb < 16 ? j->T - 16 * tb : 16;
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
@@ -569,7 +542,7 @@ static TGT void write_out2(const matmul_job *j, const float *cb, int tbt, int n0
             __m512i r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(c + i * 16);
-            transpose16x16(r);
+            okv_transpose16x16_epi32(r);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
                 if (t < tv)

@@ -58,6 +58,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd512.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define INLINE_TGT \
@@ -126,33 +127,6 @@ static void pack_x_task(void *ctx, int task, int thread) {
     pack_x_panel(ctx, task);
 }
 
-/* r[16] (16 x 16 32-bit elements) transposed in place. */
-INLINE_TGT void transpose16(__m512i r[16]) {
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        __m512i a0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), a1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
-        __m512i b0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44), b1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
-        t[e] = _mm512_shuffle_i32x4(a0, b0, 0x88);
-        t[4 + e] = _mm512_shuffle_i32x4(a0, b0, 0xdd);
-        t[8 + e] = _mm512_shuffle_i32x4(a1, b1, 0x88);
-        t[12 + e] = _mm512_shuffle_i32x4(a1, b1, 0xdd);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 /* W rows [n0, n0 + rows) (rows a multiple of NR), pairs [q0, q0 + qc) into
  * micro-panels: wp[(jp KPC + q) NR + n] = pair q0 + q of row n0 + NR jp + n. */
@@ -170,7 +144,7 @@ static TGT void pack_w_chunk(const dp_job *g, uint32_t *wp, int n0, int rows, in
                 int n = n0 + i0 + i;
                 r[i] = n < j->N ? _mm512_maskz_loadu_epi16(m, W + (size_t)n * j->K + k) : _mm512_setzero_si512();
             }
-            transpose16(r); /* r[e]: pair q0 + q + e of the 16 rows */
+            okv_transpose16x16_epi32(r); /* r[e]: pair q0 + q + e of the 16 rows */
             int qv = qc - q < 16 ? qc - q : 16;
             for (int e = 0; e < qv; e++) _mm512_storeu_si512(panel + (size_t)(q + e) * NR, r[e]);
         }
@@ -204,7 +178,7 @@ static TGT void pack_w_chunk_quant(uint32_t *wp, const uint16_t *stage, int rows
             __m512i r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(blk + 32 * i);
-            transpose16(r);
+            okv_transpose16x16_epi32(r);
 #pragma GCC unroll 16
             for (int e = 0; e < 16; e++) _mm512_storeu_si512(panel + (size_t)(q + e) * NR, r[e]);
         }

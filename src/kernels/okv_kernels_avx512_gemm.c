@@ -61,6 +61,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_simd512.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 #define INLINE_TGT static inline __attribute__((always_inline, target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
@@ -94,33 +95,6 @@ static void pack_x_task(void *ctx, int task, int thread) {
     pack_x_panel(ctx, task);
 }
 
-/* r[16] (16 x 16 32-bit elements) transposed in place. */
-INLINE_TGT void transpose16(__m512i r[16]) {
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        __m512i a0 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x44), a1 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xee);
-        __m512i b0 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x44), b1 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xee);
-        t[e] = _mm512_shuffle_i32x4(a0, b0, 0x88);
-        t[4 + e] = _mm512_shuffle_i32x4(a0, b0, 0xdd);
-        t[8 + e] = _mm512_shuffle_i32x4(a1, b1, 0x88);
-        t[12 + e] = _mm512_shuffle_i32x4(a1, b1, 0xdd);
-    }
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 /* 16 elements of a bf16 / f16 row from element k as f32; lanes off m zero. */
 INLINE_TGT __m512i w16(const uint16_t *row, okv_dtype dt, int k, __mmask16 m) {
@@ -145,7 +119,7 @@ static TGT void pack_w_chunk(const gemm_job *g, float *wp, int n0, int rows, int
                 int n = n0 + i0 + i;
                 r[i] = n < j->N ? w16(W + (size_t)n * j->K, j->wdt, k0 + k, m) : _mm512_setzero_si512();
             }
-            transpose16(r); /* r[e]: element k + e of the 16 rows */
+            okv_transpose16x16_epi32(r); /* r[e]: element k + e of the 16 rows */
             for (int e = 0; e < kv; e++) _mm512_storeu_si512(panel + (size_t)(k + e) * NR, r[e]);
         }
     }
@@ -162,7 +136,7 @@ static TGT void pack_w_chunk_quant(const gemm_job *g, float *wp, float *stage, i
             __m512i r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(stage + (size_t)i * KC + k);
-            transpose16(r);
+            okv_transpose16x16_epi32(r);
 #pragma GCC unroll 16
             for (int e = 0; e < 16; e++) _mm512_storeu_si512(panel + (size_t)(k + e) * NR, r[e]);
         }
