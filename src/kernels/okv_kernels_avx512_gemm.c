@@ -173,23 +173,7 @@ INLINE_TGT void kernel_6x64(const matmul_job *j, const float *xp, const float *w
             for (int i = 0; i < 4; i++) acc[r][i] = _mm512_fmadd_ps(b, w[i], acc[r][i]);
         }
     }
-    __mmask16 m[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        int v = nv - 16 * i;
-        m[i] = v >= 16 ? (__mmask16)0xffff : v > 0 ? (__mmask16)((1u << v) - 1) : 0;
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        if (r >= rt) break;
-        float *out = j->y + (size_t)(t0 + r) * j->N + n0;
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            __m512 prev = first ? (j->bias ? _mm512_maskz_loadu_ps(m[i], j->bias + n0 + 16 * i) : _mm512_setzero_ps())
-                                : _mm512_maskz_loadu_ps(m[i], out + 16 * i);
-            _mm512_mask_storeu_ps(out + 16 * i, m[i], _mm512_add_ps(prev, acc[r][i]));
-        }
-    }
+    okv_tile6x64_store(j->y, j->N, j->bias, t0, rt, n0, nv, first, acc);
 }
 
 /* ---- the task ------------------------------------------------------------------------- */

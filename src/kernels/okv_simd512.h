@@ -9,6 +9,8 @@
 #define OKV_SIMD512_H
 
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 #define OKV_SIMD512_INLINE static inline __attribute__((always_inline, target("avx512f")))
 
@@ -40,6 +42,31 @@ OKV_SIMD512_INLINE void okv_transpose16x16_epi32(__m512i r[16]) {
     }
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* The store of a packed GEMM's 6 x 64 tile: y rows [t0, t0 + rt) (rt <= 6)
+ * of a [T, N] output, columns [n0, n0 + nv) (nv <= 64, the rest masked),
+ * += acc[r][0..4); on the first K chunk (first) y = acc + bias instead (bias
+ * may be NULL). */
+OKV_SIMD512_INLINE void okv_tile6x64_store(float *y, int N, const float *bias, int t0, int rt, int n0, int nv,
+                                           bool first, const __m512 acc[6][4]) {
+    __mmask16 m[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        int v = nv - 16 * i;
+        m[i] = v >= 16 ? (__mmask16)0xffff : v > 0 ? (__mmask16)((1u << v) - 1) : 0;
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; r++) {
+        if (r >= rt) break;
+        float *out = y + (size_t)(t0 + r) * N + n0;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            __m512 prev = first ? (bias ? _mm512_maskz_loadu_ps(m[i], bias + n0 + 16 * i) : _mm512_setzero_ps())
+                                : _mm512_maskz_loadu_ps(m[i], out + 16 * i);
+            _mm512_mask_storeu_ps(out + 16 * i, m[i], _mm512_add_ps(prev, acc[r][i]));
+        }
+    }
 }
 
 #endif
