@@ -106,7 +106,7 @@
  * as often per step (~165 times) in all three; okv_qmm_tile_perm is ~14 us
  * a call. So no 2-thread loss specific to the quantized path showed up:
  * the separate-process gap is not reproducible here. One real excess: the
- * permuted x pack (gathers) cost 2-3x bf16's pack; x32_permuted now loads
+ * permuted x pack (gathers) cost 2-3x bf16's pack; okv_x32_permuted (okv_simd512.h) now loads
  * runs of 4 floats (perf: pack_x 5.1% -> 3.6% of a q8 step's samples).
  * bf16 A tiles read in place (2026-12-03): a tile is 16 rows of 64 bytes
  * at any stride, so W's rows serve as A tiles without pack_w_chunk (the
@@ -254,44 +254,6 @@ typedef struct amx_job {
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,amx-tile,amx-bf16")))
 
-/* 32 elements of a row in dt from element k (k < K), rounded to bf16, lanes
- * at or past K zero. */
-static inline __attribute__((always_inline)) TGT __m512i row32_bf16(const void *row, okv_dtype dt, int k, int K) {
-    int left = K - k;
-    if (dt == OKV_BF16) {
-        __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
-        return _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
-    }
-    __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-    __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
-    __m512 lo, hi;
-    if (dt == OKV_F16) {
-        lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, (const uint16_t *)row + k));
-        hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, (const uint16_t *)row + k + 16));
-    } else {
-        lo = _mm512_maskz_loadu_ps(m0, (const float *)row + k);
-        hi = _mm512_maskz_loadu_ps(m1, (const float *)row + k + 16);
-    }
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* element i < 16 from lo */
-}
-
-
-/* x[perm[i]] for i < 32, rounded to bf16 (quantized W: tile columns in
- * the codes' order). perm runs in fours of consecutive k (a 4-code unit,
- * okv_qmm_tile_perm), so 8 loads of 4 floats replace a gather per element
- * (the gathers made this pack 2-3x bf16's). */
-static inline __attribute__((always_inline)) TGT __m512i x32_permuted(const float *row, const int32_t *perm) {
-    __m512 lo = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[0]));
-    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[4]), 1);
-    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[8]), 2);
-    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[12]), 3);
-    __m512 hi = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[16]));
-    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[20]), 1);
-    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[24]), 2);
-    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[28]), 3);
-    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
 /* x tile row tb: B tiles [kb] with element (kp, t, e) = x[16 tb + t][32 kb +
  * 2 kp + e] in bf16; rows past T are zero. */
 static TGT void pack_x_tiles(const amx_job *a, int tb) {
@@ -303,8 +265,8 @@ static TGT void pack_x_tiles(const amx_job *a, int tb) {
         for (int t = 0; t < 16; t++) {
             int row = tb * 16 + t;
             if (row >= j->T) r[t] = _mm512_setzero_si512();
-            else if (!a->perm) r[t] = row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K);
-            else r[t] = x32_permuted(j->x + (size_t)row * j->K, a->perm + kb * 32); /* K % 32 == 0 */
+            else if (!a->perm) r[t] = okv_row32_bf16(j->x + (size_t)row * j->K, OKV_F32, kb * 32, j->K);
+            else r[t] = okv_x32_permuted(j->x + (size_t)row * j->K, a->perm + kb * 32); /* K % 32 == 0 */
         }
         okv_transpose16x16_epi32(r); /* row kp: pair kp of the 16 x rows */
         uint16_t *tile = base + (size_t)kb * TILE_ELEMS;
@@ -332,7 +294,7 @@ static TGT void pack_w_tiles(const amx_job *a, uint16_t *wp, int n0, int rows) {
         uint16_t *dst = wp + ((size_t)(i / 16) * a->nkb * 16 + (size_t)(i % 16)) * 32;
         const char *src = (const char *)j->W + (size_t)n * j->K * esz;
         for (int kb = 0; kb < a->nkb; kb++) {
-            __m512i v = n < j->N ? row32_bf16(src, j->wdt, kb * 32, j->K) : _mm512_setzero_si512();
+            __m512i v = n < j->N ? okv_row32_bf16(src, j->wdt, kb * 32, j->K) : _mm512_setzero_si512();
             _mm512_storeu_si512(dst + (size_t)kb * TILE_ELEMS, v);
         }
     }
@@ -520,7 +482,7 @@ static TGT void pack_w_chunk(const amx2_job *a, uint16_t *wp, int n0, int rows, 
         uint16_t *dst = wp + ((size_t)(i / 16) * nk * 16 + (size_t)(i % 16)) * 32;
         const char *src = (const char *)j->W + (size_t)n * j->K * esz;
         for (int kb = 0; kb < nk; kb++) {
-            __m512i v = n < j->N ? row32_bf16(src, j->wdt, (kb0 + kb) * 32, j->K) : _mm512_setzero_si512();
+            __m512i v = n < j->N ? okv_row32_bf16(src, j->wdt, (kb0 + kb) * 32, j->K) : _mm512_setzero_si512();
             _mm512_storeu_si512(dst + (size_t)kb * TILE_ELEMS, v);
         }
     }

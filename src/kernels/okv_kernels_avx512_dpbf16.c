@@ -85,24 +85,6 @@ typedef struct dp_job {
 
 /* ---- packing -------------------------------------------------------------------------- */
 
-/* x row t's pairs [q0, q0 + 16) rounded to bf16 into out[16]; k past K zero. */
-INLINE_TGT void x_pairs16(const float *row, int K, int q0, uint32_t out[16]) {
-    int k0 = 2 * q0, kv = K - k0;
-    __mmask16 mlo = kv >= 16 ? (__mmask16)0xffff : kv > 0 ? (__mmask16)((1u << kv) - 1) : 0;
-    int kh = kv - 16;
-    __mmask16 mhi = kh >= 16 ? (__mmask16)0xffff : kh > 0 ? (__mmask16)((1u << kh) - 1) : 0;
-    __m512 lo = _mm512_maskz_loadu_ps(mlo, row + k0), hi = _mm512_maskz_loadu_ps(mhi, row + k0 + 16);
-    _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)); /* element i < 16 from lo */
-}
-
-/* The same through a column permutation (quantized W; K % 32 == 0):
- * element e of the packed row is row[perm[e]]. */
-INLINE_TGT void x_pairs16_perm(const float *row, const int32_t *perm, int q0, uint32_t out[16]) {
-    __m512 lo = _mm512_i32gather_ps(_mm512_loadu_si512(perm + 2 * q0), row, 4);
-    __m512 hi = _mm512_i32gather_ps(_mm512_loadu_si512(perm + 2 * q0 + 16), row, 4);
-    _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-}
-
 /* x panel p: xp[q][r] for every pair q < kp2, r < MR. */
 static TGT void pack_x_panel(const dp_job *g, int p) {
     const matmul_job *j = &g->mm;
@@ -110,11 +92,12 @@ static TGT void pack_x_panel(const dp_job *g, int p) {
     const float *row[MR];
     for (int r = 0; r < MR; r++) row[r] = MR * p + r < j->T ? j->x + (size_t)(MR * p + r) * j->K : NULL;
     for (int q0 = 0; q0 < g->kp2; q0 += 16) {
-        uint32_t tmp[MR][16];
+        uint32_t tmp[MR][16]; /* row r: its 16 pairs from pair q0, rounded to bf16 */
         for (int r = 0; r < MR; r++) {
-            if (row[r] && g->perm) x_pairs16_perm(row[r], g->perm, q0, tmp[r]);
-            else if (row[r]) x_pairs16(row[r], j->K, q0, tmp[r]);
-            else memset(tmp[r], 0, sizeof tmp[r]);
+            __m512i v = !row[r]   ? _mm512_setzero_si512()
+                        : g->perm ? okv_x32_permuted(row[r], g->perm + 2 * q0) /* K % 32 == 0 */
+                                  : okv_row32_bf16(row[r], OKV_F32, 2 * q0, j->K);
+            _mm512_storeu_si512(tmp[r], v);
         }
         int qv = g->kp2 - q0 < 16 ? g->kp2 - q0 : 16;
         for (int e = 0; e < qv; e++)
@@ -127,7 +110,6 @@ static void pack_x_task(void *ctx, int task, int thread) {
     pack_x_panel(ctx, task);
 }
 
-
 /* W rows [n0, n0 + rows) (rows a multiple of NR), pairs [q0, q0 + qc) into
  * micro-panels: wp[(jp KPC + q) NR + n] = pair q0 + q of row n0 + NR jp + n. */
 static TGT void pack_w_chunk(const dp_job *g, uint32_t *wp, int n0, int rows, int q0, int qc) {
@@ -136,13 +118,12 @@ static TGT void pack_w_chunk(const dp_job *g, uint32_t *wp, int n0, int rows, in
     for (int i0 = 0; i0 < rows; i0 += 16) {
         uint32_t *panel = wp + (size_t)(i0 / NR) * KPC * NR + i0 % NR;
         for (int q = 0; q < qc; q += 16) {
-            int k = 2 * (q0 + q), kv = j->K - k < 32 ? j->K - k : 32; /* bf16 elements of these 16 pairs */
-            __mmask32 m = kv >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << kv) - 1);
+            int k = 2 * (q0 + q); /* the first bf16 element of these 16 pairs */
             __m512i r[16];
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
                 int n = n0 + i0 + i;
-                r[i] = n < j->N ? _mm512_maskz_loadu_epi16(m, W + (size_t)n * j->K + k) : _mm512_setzero_si512();
+                r[i] = n < j->N ? okv_row32_bf16(W + (size_t)n * j->K, OKV_BF16, k, j->K) : _mm512_setzero_si512();
             }
             okv_transpose16x16_epi32(r); /* r[e]: pair q0 + q + e of the 16 rows */
             int qv = qc - q < 16 ? qc - q : 16;

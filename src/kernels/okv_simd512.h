@@ -1,6 +1,7 @@
 /* okv_simd512.h — 512-bit helpers shared by the AVX-512 and AMX kernels
  * (okv_kernels_avx512_gemm.c, okv_kernels_avx512_dpbf16.c,
- * okv_kernels_amx.c, okv_attend_amx.c).
+ * okv_kernels_amx.c, okv_attend_amx.c): a 16x16 transpose, rows read as
+ * bf16, the packed GEMMs' tile store.
  *
  * Header-only and always inlined with the AVX-512 F target, so each caller
  * (built for a superset of it per function) gets the instructions in place;
@@ -11,8 +12,13 @@
 #include <immintrin.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "okv_kernels_internal.h"
 
 #define OKV_SIMD512_INLINE static inline __attribute__((always_inline, target("avx512f")))
+#define OKV_SIMD512_BF16_INLINE \
+    static inline __attribute__((always_inline, target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
 
 /* r[16] (16 x 16 32-bit elements) transposed in place: afterwards r[i]
  * holds element i of every input row. Unpacks build 4x4 blocks inside
@@ -67,6 +73,43 @@ OKV_SIMD512_INLINE void okv_tile6x64_store(float *y, int N, const float *bias, i
             _mm512_mask_storeu_ps(out + 16 * i, m[i], _mm512_add_ps(prev, acc[r][i]));
         }
     }
+}
+
+/* 32 elements of a row in dt from element k (k < K), rounded to bf16, lanes
+ * at or past K zero. */
+OKV_SIMD512_BF16_INLINE __m512i okv_row32_bf16(const void *row, okv_dtype dt, int k, int K) {
+    int left = K - k;
+    if (dt == OKV_BF16) {
+        __mmask32 m = left >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1);
+        return _mm512_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+    }
+    __mmask16 m0 = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    __mmask16 m1 = left >= 32 ? (__mmask16)0xffff : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+    __m512 lo, hi;
+    if (dt == OKV_F16) {
+        lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, (const uint16_t *)row + k));
+        hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, (const uint16_t *)row + k + 16));
+    } else {
+        lo = _mm512_maskz_loadu_ps(m0, (const float *)row + k);
+        hi = _mm512_maskz_loadu_ps(m1, (const float *)row + k + 16);
+    }
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); /* element i < 16 from lo */
+}
+
+/* x[perm[i]] for i < 32, rounded to bf16 (quantized W: tile columns in
+ * the codes' order). perm runs in fours of consecutive k (a 4-code unit,
+ * okv_qmm_tile_perm), so 8 loads of 4 floats replace a gather per element
+ * (the gathers made this pack 2-3x bf16's). */
+OKV_SIMD512_BF16_INLINE __m512i okv_x32_permuted(const float *row, const int32_t *perm) {
+    __m512 lo = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[0]));
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[4]), 1);
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[8]), 2);
+    lo = _mm512_insertf32x4(lo, _mm_loadu_ps(row + perm[12]), 3);
+    __m512 hi = _mm512_castps128_ps512(_mm_loadu_ps(row + perm[16]));
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[20]), 1);
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[24]), 2);
+    hi = _mm512_insertf32x4(hi, _mm_loadu_ps(row + perm[28]), 3);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
 #endif
