@@ -117,22 +117,33 @@ static void test_path(const path *p) {
     okv_threadpool_free(tp2);
 }
 
+/* One block shape of a packed kernel: weight dtype, T, K, N, bias. */
+typedef struct block_shape {
+    okv_dtype dt;
+    int T, K, N;
+    bool bias;
+} block_shape;
+
+static void check_block_shapes(const path *p, const block_shape *shapes, size_t n) {
+    okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
+    for (size_t i = 0; i < n; i++)
+        check_shape(p, tp1, tp2, shapes[i].dt, shapes[i].T, shapes[i].K, shapes[i].N, shapes[i].bias);
+    okv_threadpool_free(tp1);
+    okv_threadpool_free(tp2);
+}
+
 /* The AVX2 packed kernel's blocks (4-row x panels, 24-row W micro-panels,
  * 256-k chunks, 120-row tasks, 24-panel x blocks) exactly full, and one
  * past each. */
 static void test_avx2_packed_blocks(bool available) {
     if (!available) return;
     path p = {"avx2 packed blocks", okv_matmul_avx2_packed, true, {0}};
-    okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
-    check_shape(&p, tp1, tp2, OKV_BF16, 12, 512, 256, true);
-    check_shape(&p, tp1, tp2, OKV_F16, 13, 513, 257, false);
-    check_shape(&p, tp1, tp2, OKV_BF16, 6, 256, 16, false);
-    check_shape(&p, tp1, tp2, OKV_BF16, 3, 9, 17, true);
-    check_shape(&p, tp1, tp2, OKV_BF16, 8, 256, 240, false);
-    check_shape(&p, tp1, tp2, OKV_F16, 97, 300, 24, true);
-    check_shape(&p, tp1, tp2, OKV_BF16, 4, 257, 25, false);
-    okv_threadpool_free(tp1);
-    okv_threadpool_free(tp2);
+    static const block_shape shapes[] = {
+        {OKV_BF16, 12, 512, 256, true}, {OKV_F16, 13, 513, 257, false}, {OKV_BF16, 6, 256, 16, false},
+        {OKV_BF16, 3, 9, 17, true},     {OKV_BF16, 8, 256, 240, false}, {OKV_F16, 97, 300, 24, true},
+        {OKV_BF16, 4, 257, 25, false},
+    };
+    check_block_shapes(&p, shapes, sizeof shapes / sizeof *shapes);
 }
 
 /* The vdpbf16ps packed kernel's blocks (6-row x panels, 64-row W
@@ -141,16 +152,12 @@ static void test_avx2_packed_blocks(bool available) {
 static void test_dpbf16_packed_blocks(bool available) {
     if (!available) return;
     path p = {"avx512-bf16 packed blocks", okv_matmul_avx512_dpbf16, true, {[OKV_BF16] = 0x1p-8f}};
-    okv_threadpool *tp1 = okv_threadpool_create(1), *tp2 = okv_threadpool_create(2);
-    check_shape(&p, tp1, tp2, OKV_BF16, 6, 128, 64, true);
-    check_shape(&p, tp1, tp2, OKV_BF16, 7, 129, 65, false);
-    check_shape(&p, tp1, tp2, OKV_BF16, 12, 255, 256, true);
-    check_shape(&p, tp1, tp2, OKV_BF16, 13, 257, 257, false);
-    check_shape(&p, tp1, tp2, OKV_BF16, 2, 1, 3, true);
-    check_shape(&p, tp1, tp2, OKV_BF16, 5, 3, 600, false);
-    check_shape(&p, tp1, tp2, OKV_BF16, 30, 4097, 129, true);
-    okv_threadpool_free(tp1);
-    okv_threadpool_free(tp2);
+    static const block_shape shapes[] = {
+        {OKV_BF16, 6, 128, 64, true},   {OKV_BF16, 7, 129, 65, false}, {OKV_BF16, 12, 255, 256, true},
+        {OKV_BF16, 13, 257, 257, false}, {OKV_BF16, 2, 1, 3, true},     {OKV_BF16, 5, 3, 600, false},
+        {OKV_BF16, 30, 4097, 129, true},
+    };
+    check_block_shapes(&p, shapes, sizeof shapes / sizeof *shapes);
 }
 
 /* The table okv_kernels_select hands out follows the CPU's features. */
