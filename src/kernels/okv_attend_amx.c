@@ -1,4 +1,5 @@
-/* okv_attend_amx.c — attention of prefill chunks on AMX-BF16 tiles, for
+/* okv_attend_amx.c — attention of prefill chunks on AMX-BF16 tiles or,
+ * on CPUs with AVX-512 BF16 but no AMX (Zen 4), on vdpbf16ps, for
  * bf16, f16 and q8 K/V pools, K and V each in its own dtype (f16, and q8's
  * code x scale, rounded to bf16 as each key block is staged: a block at a time, never a converted
  * copy of the cache; q8 at 16k positions measured 0.86x bf16's time, it
@@ -288,6 +289,7 @@ typedef struct amx_job {
     amx_shape s;
     int n_keys, n_splits, split_len;
     int kb;             /* keys per block: KB, or KB_MAX at long context */
+    bool tiles;         /* products on AMX tiles; false: vdpbf16ps (no AMX) */
     int32_t *qlo, *qhi;
     char *scratch;
     float *part;
@@ -303,7 +305,8 @@ typedef struct amx_qblock { /* one row block of a super-block */
 
 typedef struct amx_task {
     uint16_t *kst;   /* [KB_MAX][D] staged keys */
-    uint16_t *vt;    /* [KB_MAX/32][D/16] A tiles of V^T: row d = v[0..31][d] of 32 keys */
+    uint16_t *vt;    /* [KB_MAX/32][D/16] A tiles of V^T: row d = v[0..31][d] of 32 keys;
+                      * vdpbf16ps: [KB_MAX/2][D] key pairs (v[2kp][d], v[2kp+1][d]) */
     __m512i *vtmp;   /* [16] pairs of one tile before the transpose */
     float *st[2];    /* [KB_MAX][MV] scores, keys down (two: the next row block's are computed meanwhile) */
     __m512i *pw[2];  /* [2 vec tiles][KB_MAX/2] B tiles of P^T: row kp = (p[2kp][v], p[2kp+1][v]) for 16 v */
@@ -379,6 +382,24 @@ TGT static void build_vt(const amx_task *b, const char *V, okv_dtype dt, size_t 
             okv_transpose16x16_epi32(s);
             for (int x = 0; x < 16; x++) _mm512_storeu_si512(t0 + 512 + 32 * x, s[x]);
         }
+}
+
+/* The same keys of V as key pairs per channel, [32 nks / 2][D] dwords
+ * (v[2kp][d], v[2kp+1][d]): what vdpbf16ps broadcasts; no transpose. */
+TGT static void build_vpairs(const amx_task *b, const char *V, okv_dtype dt, size_t rowb, int nb, int nks, int D) {
+    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    for (int kp = 0; kp < 16 * nks; kp++) {
+        const char *v0 = V + (size_t)(2 * kp) * rowb, *v1 = v0 + rowb;
+        uint16_t *dst = b->vt + (size_t)kp * 2 * D;
+        for (int d = 0; d < D; d += 32) {
+            __m512i x = 2 * kp < nb ? pool32_bf16(v0, dt, d) : _mm512_setzero_si512();
+            __m512i y = 2 * kp + 1 < nb ? pool32_bf16(v1, dt, d) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + 2 * d, _mm512_permutex2var_epi16(x, lo, y));
+            _mm512_storeu_si512(dst + 2 * d + 32, _mm512_permutex2var_epi16(x, hi, y));
+        }
+    }
 }
 
 /* Keys [0, nb) into kst as bf16 rows of D, zero rows up to 32 * nks. */
@@ -501,26 +522,34 @@ INLINE __m512 column_max(const float *st, int n) {
  * makes it do; a column's first visible block always does, m starting at
  * M0) is m moved to the column's maximum, acc^T and l rescaled and the
  * column's pass redone. P^T rows go to pw as B tiles. */
+/* The end of one 16-column tile's online-softmax step, given the sums of
+ * its pass with the current offsets: columns whose sum passed 2^LAZY_TH
+ * move their offset to the block maximum (from st), rescale acc^T and l,
+ * and redo the pass; l += sum. */
+INLINE void softmax_finish(const float *st, __m512i *pwq, const amx_qblock *q, int n, int D, int qt, __m512 sum) {
+    __m512 m = _mm512_loadu_ps(q->m + 16 * qt);
+    __mmask16 moved = _mm512_cmp_ps_mask(sum, _mm512_set1_ps(1 << (int)LAZY_TH), _CMP_GT_OQ);
+    __m512 l = _mm512_loadu_ps(q->l + 16 * qt);
+    if (moved) {
+        __m512 m1 = _mm512_mask_max_ps(m, moved, m, column_max(st + 16 * qt, n)), c = exp2_floor(_mm512_sub_ps(m, m1));
+        for (int d = 0; d < D; d++) {
+            float *o = q->acc + (size_t)d * MV + 16 * qt;
+            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), c));
+        }
+        l = _mm512_mul_ps(l, c);
+        m = m1;
+        sum = softmax_pass(st + 16 * qt, pwq, n, m);
+        _mm512_storeu_ps(q->m + 16 * qt, m);
+    }
+    _mm512_storeu_ps(q->l + 16 * qt, _mm512_add_ps(l, sum));
+}
+
 TGT static void softmax_tiles(const float *st, __m512i *pw, const amx_qblock *q, int nks, int D) {
     const int n = 32 * nks;
     for (int qt = 0; qt < q->nqt; qt++) {
-        __m512 m = _mm512_loadu_ps(q->m + 16 * qt);
         __m512i *pwq = pw + (size_t)qt * (KB_MAX / 2);
-        __m512 sum = softmax_pass(st + 16 * qt, pwq, n, m);
-        __mmask16 moved = _mm512_cmp_ps_mask(sum, _mm512_set1_ps(1 << (int)LAZY_TH), _CMP_GT_OQ);
-        __m512 l = _mm512_loadu_ps(q->l + 16 * qt);
-        if (moved) {
-            __m512 m1 = _mm512_mask_max_ps(m, moved, m, column_max(st + 16 * qt, n)), c = exp2_floor(_mm512_sub_ps(m, m1));
-            for (int d = 0; d < D; d++) {
-                float *o = q->acc + (size_t)d * MV + 16 * qt;
-                _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), c));
-            }
-            l = _mm512_mul_ps(l, c);
-            m = m1;
-            sum = softmax_pass(st + 16 * qt, pwq, n, m);
-            _mm512_storeu_ps(q->m + 16 * qt, m);
-        }
-        _mm512_storeu_ps(q->l + 16 * qt, _mm512_add_ps(l, sum));
+        __m512 sum = softmax_pass(st + 16 * qt, pwq, n, _mm512_loadu_ps(q->m + 16 * qt));
+        softmax_finish(st, pwq, q, n, D, qt, sum);
     }
 }
 
@@ -558,6 +587,170 @@ TGT static void pv_tiles(const amx_task *b, __m512i *const pw, const amx_qblock 
             TS(3, c1 + 16, MV * 4);
         }
     }
+}
+
+/* ---- the same products on vdpbf16ps (CPUs with AVX-512 BF16, no AMX) ------------- */
+
+/* Everything but the two products is shared with the tiles: Q^T B-tile
+ * rows are 16 vectors' dim pairs, exactly a vdpbf16ps operand with lanes
+ * along the vectors, so the scores come out keys down, vectors across, as
+ * the tiles store them, and the softmax's P^T rows are the operand of the
+ * P V products the same way; V goes in as key pairs per channel
+ * (build_vpairs, no transpose), broadcast one dword per channel. Register
+ * tiles 8 keys (8 channels) x 2 vector tiles: 16 accumulators, 2 operand
+ * loads and 8 broadcasts per 16 products.
+ * Measured (Zen 4, 1 core / 2 threads vdpbf16ps peak 234.9 / 469.7
+ * GFLOP/s, bench_kernels attnamx, 32/8 heads x 64, bf16 KV, T = 512, the
+ * blocked f32-FMA kernel in the same run): 64-key blocks always (128 at
+ * long context, as the tiles take, ran at 89 GFLOP/s on one core: kst,
+ * the V pairs, scores and P^T of a 128-key block overflow Zen 4's 32 KiB
+ * L1); last 512 of 16k 178-186 ms per layer on two threads against the
+ * blocked kernel's 367-401 (0.46-0.49x), ~370 GFLOP/s = 79% of the peak;
+ * 4k 0.50x, ring (window 4096) 0.51x, pp512's own attention 0.69-0.74x.
+ * Super-block state within 256 / 512 KiB of L2 instead of 1 MiB: 1.02-
+ * 1.04x the time at 16k, so the same 1 MiB as the tiles. Fusing the
+ * softmax into the scores' registers for fully-seen blocks (no store and
+ * reload of the f32 scores before exp2), A/B interleaved in one run: 16k
+ * 173.8-174.9 ms vs 180.8-186.0 unfused (0.96x, 387-389 GFLOP/s = 83% of
+ * the peak); ring 46.5-49.4 vs 48.4-49.5. The products are ~85% of the
+ * kernel's time under perf, so little is left outside them. */
+
+/* A dword of bf16 pairs broadcast to 16 lanes (folds into vdpbf16ps's
+ * {1to16} operand). */
+INLINE __m512bh bcast_pair(const uint16_t *p) {
+    int32_t x;
+    memcpy(&x, p, 4);
+    return (__m512bh)_mm512_set1_epi32(x);
+}
+
+/* scores_tiles' result from the same operands: a Q^T B-tile row (dim pair
+ * dp, 16 vectors) is one vdpbf16ps operand, each key's (k[2dp], k[2dp+1])
+ * the broadcast one. Register tile NK keys x NQT vector tiles. */
+INLINE void scores_dp_n(float *st, const uint16_t *qb, const uint16_t *K, int nks, int D, const int NQT) {
+    enum { NK = 8 };
+    for (int k0 = 0; k0 < 32 * nks; k0 += NK) {
+        __m512 acc[NK][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < NK; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        for (int dp = 0; dp < D / 2; dp++) {
+            const uint16_t *qrow = qb + ((size_t)(dp / 16) * 2 * 16 + dp % 16) * 32; /* tile (dp/16, qt 0), row dp%16 */
+            __m512bh q0 = (__m512bh)_mm512_loadu_si512(qrow), q1 = q0;
+            if (NQT > 1) q1 = (__m512bh)_mm512_loadu_si512(qrow + 16 * 32);
+    #pragma GCC unroll 16
+        for (int i = 0; i < NK; i++) {
+                __m512bh k = bcast_pair(K + (size_t)(k0 + i) * D + 2 * dp);
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], k, q0);
+                if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], k, q1);
+            }
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < NK; i++) {
+            _mm512_storeu_ps(st + (size_t)(k0 + i) * MV, acc[i][0]);
+            if (NQT > 1) _mm512_storeu_ps(st + (size_t)(k0 + i) * MV + 16, acc[i][1]);
+        }
+    }
+}
+
+/* scores_dp_n and the softmax pass in one: each register tile of scores
+ * is stored (for masks' redo path) and turned into p = 2^(s - m) and P^T
+ * rows at once, so the softmax's vector work issues beside the next
+ * tile's products instead of in a pass of its own; only for blocks every
+ * vector fully sees (no masks). Returns the pass's sums per vector tile. */
+INLINE void scores_softmax_dp_n(float *st, __m512i *pw, const amx_qblock *q, const uint16_t *K, int nks, int D,
+                                __m512 *sums, const int NQT) {
+    enum { NK = 8 };
+    const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                        5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const uint16_t *qb = q->qb;
+    __m512 m[2], sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    m[0] = _mm512_loadu_ps(q->m);
+    m[1] = NQT > 1 ? _mm512_loadu_ps(q->m + 16) : m[0];
+    for (int k0 = 0; k0 < 32 * nks; k0 += NK) {
+        __m512 acc[NK][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < NK; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+        for (int dp = 0; dp < D / 2; dp++) {
+            const uint16_t *qrow = qb + ((size_t)(dp / 16) * 2 * 16 + dp % 16) * 32;
+            __m512bh q0 = (__m512bh)_mm512_loadu_si512(qrow), q1 = q0;
+            if (NQT > 1) q1 = (__m512bh)_mm512_loadu_si512(qrow + 16 * 32);
+#pragma GCC unroll 16
+            for (int i = 0; i < NK; i++) {
+                __m512bh k = bcast_pair(K + (size_t)(k0 + i) * D + 2 * dp);
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], k, q0);
+                if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], k, q1);
+            }
+        }
+#pragma GCC unroll 16
+        for (int qt = 0; qt < NQT; qt++)
+#pragma GCC unroll 16
+            for (int i = 0; i < NK; i += 2) {
+                _mm512_storeu_ps(st + (size_t)(k0 + i) * MV + 16 * qt, acc[i][qt]);
+                _mm512_storeu_ps(st + (size_t)(k0 + i + 1) * MV + 16 * qt, acc[i + 1][qt]);
+                __m512 p0 = exp2_floor(_mm512_sub_ps(acc[i][qt], m[qt]));
+                __m512 p1 = exp2_floor(_mm512_sub_ps(acc[i + 1][qt], m[qt]));
+                sum[qt] = _mm512_add_ps(sum[qt], _mm512_add_ps(p0, p1));
+                pw[(size_t)qt * (KB_MAX / 2) + (k0 + i) / 2] =
+                    _mm512_permutexvar_epi16(il, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+            }
+    }
+    sums[0] = sum[0];
+    sums[1] = sum[1];
+}
+
+/* Scores and the softmax step of a fully seen block (no masks). */
+TGT static void scores_softmax_dp(float *st, __m512i *pw, const amx_qblock *q, const uint16_t *K, int nks, int D) {
+    __m512 sums[2];
+    if (q->nqt > 1)
+        scores_softmax_dp_n(st, pw, q, K, nks, D, sums, 2);
+    else
+        scores_softmax_dp_n(st, pw, q, K, nks, D, sums, 1);
+    for (int qt = 0; qt < q->nqt; qt++)
+        softmax_finish(st, pw + (size_t)qt * (KB_MAX / 2), q, 32 * nks, D, qt, sums[qt]);
+}
+
+TGT static void scores_dp(float *st, const amx_qblock *q, const uint16_t *K, int nks, int nqt, int D) {
+    if (nqt > 1)
+        scores_dp_n(st, q->qb, K, nks, D, 2);
+    else
+        scores_dp_n(st, q->qb, K, nks, D, 1);
+}
+
+/* pv_tiles' result: acc^T row d (16 vectors a register) += (v[2kp][d],
+ * v[2kp+1][d]) broadcast . P^T row kp, NC channels x NQT vector tiles of
+ * acc^T held in registers over the block's key pairs. */
+INLINE void pv_dp_n(const amx_task *b, const __m512i *pw, const amx_qblock *q, int nks, int D, const int NQT) {
+    enum { NC = 8 };
+    for (int d0 = 0; d0 < D; d0 += NC) {
+        __m512 acc[NC][2];
+#pragma GCC unroll 16
+        for (int i = 0; i < NC; i++) {
+            acc[i][0] = _mm512_loadu_ps(q->acc + (size_t)(d0 + i) * MV);
+            acc[i][1] = NQT > 1 ? _mm512_loadu_ps(q->acc + (size_t)(d0 + i) * MV + 16) : acc[i][0];
+        }
+        for (int kp = 0; kp < 16 * nks; kp++) {
+            __m512bh p0 = (__m512bh)pw[kp], p1 = p0;
+            if (NQT > 1) p1 = (__m512bh)pw[KB_MAX / 2 + kp];
+            const uint16_t *v = b->vt + ((size_t)kp * D + d0) * 2;
+    #pragma GCC unroll 16
+        for (int i = 0; i < NC; i++) {
+                __m512bh vv = bcast_pair(v + 2 * i);
+                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], vv, p0);
+                if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], vv, p1);
+            }
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < NC; i++) {
+            _mm512_storeu_ps(q->acc + (size_t)(d0 + i) * MV, acc[i][0]);
+            if (NQT > 1) _mm512_storeu_ps(q->acc + (size_t)(d0 + i) * MV + 16, acc[i][1]);
+        }
+    }
+}
+
+TGT static void pv_dp(const amx_task *b, __m512i *const pw, const amx_qblock *q, int nks, int D) {
+    if (q->nqt > 1)
+        pv_dp_n(b, pw, q, nks, D, 2);
+    else
+        pv_dp_n(b, pw, q, nks, D, 1);
 }
 
 /* Forward-only cursor over the runs: pool slot of logical key idx. */
@@ -619,6 +812,27 @@ static void prefetch_block(const char *K, size_t k_rowb, size_t k_hb, const char
  * row block deep: the scores of the next row block are computed (tiles)
  * and the P V of the previous one issued around the softmax (vectors) of
  * this one, so no stage waits on a store it just made. */
+/* block_run for the vdpbf16ps products: no pipelining (one instruction
+ * stream; the out-of-order core overlaps the stages), scores and softmax
+ * fused where no mask applies. */
+TGT static void block_run_dp(const amx_job *j, const amx_task *b, amx_qblock *const *act, int na, int32_t kb, int nb,
+                             int nks, int32_t slot) {
+    const okv_attn_args *a = j->a;
+    const int D = j->s.D;
+    for (int n = 0; n < na; n++) {
+        amx_qblock *q = act[n];
+        bool full = !a->vis && q->maxlo <= kb && kb + nb <= q->minhi && q->L <= kb && kb + nb <= q->H;
+        if (full && nb == 32 * nks) {
+            scores_softmax_dp(b->st[0], b->pw[0], q, b->kst, nks, D);
+        } else {
+            scores_dp(b->st[0], q, b->kst, nks, q->nqt, D);
+            mask_scores(j, b->st[0], q, kb, nb, nks, slot, full);
+            softmax_tiles(b->st[0], b->pw[0], q, nks, D);
+        }
+        pv_dp(b, b->pw[0], q, nks, D);
+    }
+}
+
 TGT static void block_run(const amx_job *j, const amx_task *b, amx_qblock *const *act, int na, int32_t kb, int nb,
                           int nks, int32_t slot) {
     const okv_attn_args *a = j->a;
@@ -653,7 +867,7 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
         if (qbs[i].L < qbs[i].H && qbs[i].L < L) L = qbs[i].L;
         if (qbs[i].L < qbs[i].H && qbs[i].H > H) H = qbs[i].H;
     }
-    __asm__ volatile("ldtilecfg %0" ::"m"(attn_tilecfg));
+    if (j->tiles) __asm__ volatile("ldtilecfg %0" ::"m"(attn_tilecfg));
     const okv_dtype kdt = a->kv.k_dtype, vdt = a->kv.v_dtype;
     const size_t ld = (size_t)s->Hkv * D;
     const size_t k_rowb = okv_kv_row_bytes(kdt, ld), k_hb = okv_kv_row_bytes(kdt, (size_t)D);
@@ -682,13 +896,19 @@ TGT static void amx_task_run(void *ctx, int task, int thread) {
             act[na++] = q;
         }
         if (na > 0) {
-            build_vt(&b, V, vdt, v_rowb, nb, nks, D);
+            if (j->tiles)
+                build_vt(&b, V, vdt, v_rowb, nb, nks, D);
+            else
+                build_vpairs(&b, V, vdt, v_rowb, nb, nks, D);
             stage_k(&b, K, kdt, k_rowb, nb, nks, D);
-            block_run(j, &b, act, na, kb, nb, nks, slot);
+            if (j->tiles)
+                block_run(j, &b, act, na, kb, nb, nks, slot);
+            else
+                block_run_dp(j, &b, act, na, kb, nb, nks, slot);
         }
         kb += nb;
     }
-    __asm__ volatile("tilerelease" ::);
+    if (j->tiles) __asm__ volatile("tilerelease" ::);
     if (j->n_splits > 1) return;
     for (int i = 0; i < nq; i++) {
         const amx_qblock *q = &qbs[i];
@@ -735,14 +955,16 @@ static int count_keys(const okv_attn_args *a) {
     return n;
 }
 
-void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
+/* The prefill attention with its products on tiles or on vdpbf16ps. */
+static void attend_prefill16(okv_threadpool *tp, const okv_attn_args *a, bool tiles) {
     if (a->T <= 0) return;
     amx_job j = {0};
     j.a = a;
+    j.tiles = tiles;
     int n_threads = okv_threadpool_size(tp);
     j.s = amx_shape_of(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, n_threads);
     j.n_keys = count_keys(a);
-    j.kb = j.n_keys >= KB_LONG_KEYS ? KB_MAX : KB;
+    j.kb = tiles && j.n_keys >= KB_LONG_KEYS ? KB_MAX : KB; /* vdpbf16ps: 64 always (L1) */
     j.n_splits = amx_splits(&j.s, j.n_keys, n_threads);
     j.split_len = (j.n_keys + j.n_splits - 1) / j.n_splits;
     if (j.split_len == 0) j.split_len = 1;
@@ -763,6 +985,13 @@ void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) {
         for (int h = 0; h < j.s.Hkv; h++)
             for (int qb = 0; qb < j.s.n_qblocks; qb++) amx_merge(&j, h, qb);
     okv_kscratch_release(&ks);
+}
+
+void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a) { attend_prefill16(tp, a, true); }
+void okv_attend_prefill_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { attend_prefill16(tp, a, false); }
+
+bool okv_attend_prefill16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
+    return amx_attend_fits(T, n_heads, kv_heads, D, k_dt, v_dt);
 }
 
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a) {
