@@ -1407,11 +1407,15 @@ void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a) {
         okv_attend_avx2(tp, a);
 }
 
-/* The AVX-512 BF16 table's attention (CPUs without AMX, e.g. Zen 4): decode
- * calls on this kernel, the rest on the blocked AVX-512 one. */
+/* The AVX-512 BF16 tables' attention (CPUs without AMX, e.g. Zen 4): decode
+ * calls on this kernel, prefill chunks over 16-bit or q8 pools on the
+ * prefill kernel's vdpbf16ps products (okv_attend_amx.c), the rest (f32
+ * pools, odd head_dims) on the blocked AVX-512 one. */
 void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a) {
     if (okv_attend_decode_dpbf16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
         okv_attend_decode_dpbf16(tp, a);
+    else if (okv_attend_prefill16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
+        okv_attend_prefill_dpbf16(tp, a);
     else
         okv_attend_avx512(tp, a);
 }

@@ -118,6 +118,10 @@ bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
 void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_amx_tiles(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
+/* The same kernel with its products on vdpbf16ps (any AVX-512 BF16 CPU;
+ * same layouts, same scratch); _fits: the calls either kernel takes. */
+void okv_attend_prefill_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
+bool okv_attend_prefill16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 /* Decode-sized calls (T x heads per kv head <= 15) with head_dim % 32 == 0
  * (<= 256) on one of the two kernels below (okv_attend_decode.c); _fits
  * says whether a call with these K and V pool dtypes qualifies. */
@@ -137,8 +141,8 @@ void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
 bool okv_attend_decode_avx2_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a);
-/* The AVX-512 BF16 table's attend: decode calls on okv_attend_decode_dpbf16,
- * the rest okv_attend_avx512. */
+/* The AVX-512 BF16 tables' attend: decode calls on okv_attend_decode_dpbf16,
+ * prefill chunks that fit on okv_attend_prefill_dpbf16, the rest okv_attend_avx512. */
 void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 /* The inner loops per ISA: plain C (the model the others are tested

@@ -620,8 +620,10 @@ static void test_decode_kernel(okv_threadpool *tp2) {
           !okv_attend_decode_fits(1, 4, 2, 288, OKV_F16, OKV_F16) && !okv_attend_decode_fits(1, 4, 2, 64, OKV_F32, OKV_F32) &&
           !okv_attend_decode_fits(4, 16, 4, 64, OKV_Q8, OKV_Q8) && !okv_attend_decode_amx_fits(1, 65, 65, 64, OKV_BF16, OKV_BF16));
     /* the AVX-512 BF16 table (forced: this is the table a CPU with AVX-512
-     * BF16 but no AMX gets): decode on the vdpbf16ps kernel, prefill and
-     * f32 pools on the blocked AVX-512 one (q8 decode on vdpbf16ps too) */
+     * BF16 but no AMX gets): decode on the vdpbf16ps kernel (q8 too),
+     * prefill chunks on the prefill kernel's vdpbf16ps products (every
+     * "amx" scenario above runs through it as well: attention_tables
+     * takes this table), f32 pools on the blocked AVX-512 one */
     const okv_kernels *k512 = okv_kernels_select(OKV_ISA_AVX512);
     CHECKF((!strcmp(k512->name, "avx512-bf16") || !strcmp(k512->name, "avx512-vdpbf16")) &&
                k512->attend == okv_attend_avx512_bf16 && k512->attend_bf16,
@@ -630,6 +632,8 @@ static void test_decode_kernel(okv_threadpool *tp2) {
         {"avx512-bf16 decode",          32, 8, 64, OKV_BF16, 1, 2100,  0,  0,  0, 1},
         {"avx512-bf16 decode f16 ring",  8, 2, 128, OKV_F16, 2, 900,  850, 60, 70, 1},
         {"avx512-bf16 prefill",          8, 2, 64, OKV_BF16, 40, 300,  0,  0,  0, 1},
+        {"avx512-bf16 prefill q8",      16, 4, 64, OKV_Q8,   21, 9000, 0,  0,  0, 1},
+        {"avx512-bf16 prefill f32",      8, 2, 64, OKV_F32,  24, 100,  0,  0,  0, 1},
         {"avx512-bf16 q8 decode",        8, 2, 64, OKV_Q8,   1, 700,   0,  0,  0, 1},
     };
     for (size_t i = 0; i < sizeof via_table / sizeof *via_table; i++) run_scenario(&via_table[i], &k512, 1, tp2, false);
