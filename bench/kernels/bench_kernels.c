@@ -1639,23 +1639,26 @@ static void bench_onednn(okv_threadpool **tps, int quick) {
 }
 #endif
 
-/* ---- 15. AMX prefill attention vs the blocked AVX-512 kernel ------------------------- */
+/* ---- 15. 16-bit prefill attention (AMX tiles or vdpbf16ps) vs the blocked AVX-512 kernel ---- */
 
 static void bench_attn_amx(okv_threadpool **tps, int quick) {
-    if (!okv_amx_usable(NULL)) {
-        printf("\nattnamx: AMX not usable here\n");
+    bool amx = okv_amx_usable(NULL);
+    if (!amx && !okv_cpu()->avx512bf16) {
+        printf("\nattnamx: neither AMX nor AVX-512 BF16 usable here\n");
         return;
     }
-    printf("\nAMX prefill attention, 32/8 heads x 64, kv bf16, T = 512, medians; blocked = okv_attend_avx512, amx = "
-           "okv_attend_amx_tiles\n");
-    printf("%-3s %-5s %6s %10s %10s %8s %9s %9s\n", "thr", "cache", "pos", "blocked ms", "amx ms", "amx/blk", "amx GF/s",
+    const char *name = amx ? "amx" : "vdp";
+    attend_fn fast = amx ? okv_attend_amx_tiles : okv_attend_prefill_dpbf16;
+    printf("\n16-bit prefill attention, 32/8 heads x 64, kv bf16, T = 512, medians; blocked = okv_attend_avx512, %s = "
+           "%s\n", name, amx ? "okv_attend_amx_tiles" : "okv_attend_prefill_dpbf16");
+    printf("%-3s %-5s %6s %10s %7s ms %6s/blk %6s GF/s %9s\n", "thr", "cache", "pos", "blocked ms", name, name, name,
            "max|diff|");
     static const int npos[] = {512, 4096, 16384, 16384};
     for (int th = 0; th < 2; th++)
         for (int i = 0; i < 4; i++) {
             int ringc = i == 3, T = 512, reps = quick ? 3 : (npos[i] > 4096 ? 5 : 11);
             int32_t ring = ringc ? 4096 + 512 - 1 : 0, window = ringc ? 4096 : 0;
-            attend_fn fns[2] = {okv_attend_avx512, okv_attend_amx_tiles};
+            attend_fn fns[2] = {okv_attend_avx512, fast};
             double sec[2];
             double md = attn_long_case(tps[th], fns, 2, th ? now : cpu_now, OKV_BF16, npos[i], T, ring, window, reps, sec);
             double pairs = 0;
@@ -1663,7 +1666,7 @@ static void bench_attn_amx(okv_threadpool **tps, int quick) {
                 double p = npos[i] - T + t + 1;
                 pairs += window && p > window ? window : p;
             }
-            printf("%-3d %-5s %6d %10.3f %10.3f %8.3f %9.1f %9.2g\n", th + 1, ringc ? "ring" : "flat", npos[i],
+            printf("%-3d %-5s %6d %10.3f %10.3f %10.3f %11.1f %9.2g\n", th + 1, ringc ? "ring" : "flat", npos[i],
                    sec[0] * 1e3, sec[1] * 1e3, sec[1] / sec[0], pairs * 32 * 64 * 4 / sec[1] / 1e9, md);
             fflush(stdout);
         }

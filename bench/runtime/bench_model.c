@@ -194,7 +194,7 @@ static int bench_longctx(okv_program *p, const okv_runner_options *ro, const okv
            strstr(okv_runner_kernels(longr), "amx-bf16 (amx: granted)") && (co->k_storage_dtype != OKV_F32 || co->v_storage_dtype != OKV_F32)
                ? "AMX-BF16 tiles for prefill chunks (bf16/f16/q8 KV), AMX score tiles + "
                  "f32 FMA P V for decode (bf16/f16/q8 KV)"
-               : "blocked kernel of the table (f32 KV, or no AMX: no tiles; avx512-bf16: vdpbf16ps decode)");
+               : "blocked kernel of the table for f32 KV; avx512-bf16 (bf16/f16/q8 KV): vdpbf16ps prefill chunks and decode");
     printf("longctx: kv storage K %s / V %s; fill of %d tokens in %.1f s; %d rounds of: pp512, last 512 of %d, "
            "%d decode steps at 512 and at %d\n", okv_dtype_name(co->k_storage_dtype), okv_dtype_name(co->v_storage_dtype),
            n_ctx, fill1 - fill0, LC_ROUNDS, n_ctx, n_dec, n_ctx);
