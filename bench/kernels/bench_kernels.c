@@ -51,7 +51,8 @@
  *      alternating with a sum over the same bytes; bf16 also on the previous
  *      AVX2 GEMV and the deterministic table's AMX T = 1 form
  *
- *  15. attnamx: the AMX prefill attention (okv_attend_amx_tiles) against the
+ *  15. attnamx: the AMX prefill attention (okv_attend_amx_tiles; its vdpbf16ps
+ *      form where AMX is absent or OKV_KERNELS caps it off) against the
  *      blocked AVX-512 kernel (okv_attend_avx512), interleaved rep by rep on
  *      the same data, medians: the T = 512 calls of pp512 (512 positions
  *      from 0) and of the last 512 at 4k/16k (flat) and 16k (ring, window
@@ -1642,7 +1643,7 @@ static void bench_onednn(okv_threadpool **tps, int quick) {
 /* ---- 15. 16-bit prefill attention (AMX tiles or vdpbf16ps) vs the blocked AVX-512 kernel ---- */
 
 static void bench_attn_amx(okv_threadpool **tps, int quick) {
-    bool amx = okv_amx_usable(NULL);
+    bool amx = okv_amx_usable(NULL) && okv_kernels_select(OKV_ISA_AUTO)->isa == OKV_ISA_AMX; /* OKV_KERNELS caps it */
     if (!amx && !okv_cpu()->avx512bf16) {
         printf("\nattnamx: neither AMX nor AVX-512 BF16 usable here\n");
         return;
