@@ -623,26 +623,34 @@ INLINE __m512bh bcast_pair(const uint16_t *p) {
     return (__m512bh)_mm512_set1_epi32(x);
 }
 
-/* scores_tiles' result from the same operands: a Q^T B-tile row (dim pair
- * dp, 16 vectors) is one vdpbf16ps operand, each key's (k[2dp], k[2dp+1])
- * the broadcast one. Register tile NK keys x NQT vector tiles. */
+enum { DP_NK = 8 }; /* keys per register tile of scores */
+
+/* One register tile of scores from scores_tiles' operands: a Q^T B-tile
+ * row (dim pair dp, 16 vectors) is one vdpbf16ps operand, each key's
+ * (k[2dp], k[2dp+1]) the broadcast one. acc[i][qt] = scores of key k0 + i
+ * for vector tile qt (DP_NK keys x NQT vector tiles). */
+INLINE void score_tile_dp(__m512 acc[DP_NK][2], const uint16_t *qb, const uint16_t *K, int k0, int D, const int NQT) {
+#pragma GCC unroll 16
+    for (int i = 0; i < DP_NK; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int dp = 0; dp < D / 2; dp++) {
+        const uint16_t *qrow = qb + ((size_t)(dp / 16) * 2 * 16 + dp % 16) * 32; /* tile (dp/16, qt 0), row dp%16 */
+        __m512bh q0 = (__m512bh)_mm512_loadu_si512(qrow), q1 = q0;
+        if (NQT > 1) q1 = (__m512bh)_mm512_loadu_si512(qrow + 16 * 32);
+#pragma GCC unroll 16
+        for (int i = 0; i < DP_NK; i++) {
+            __m512bh k = bcast_pair(K + (size_t)(k0 + i) * D + 2 * dp);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], k, q0);
+            if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], k, q1);
+        }
+    }
+}
+
+/* scores_tiles' result, a register tile at a time, stored keys down. */
 INLINE void scores_dp_n(float *st, const uint16_t *qb, const uint16_t *K, int nks, int D, const int NQT) {
-    enum { NK = 8 };
+    enum { NK = DP_NK };
     for (int k0 = 0; k0 < 32 * nks; k0 += NK) {
         __m512 acc[NK][2];
-#pragma GCC unroll 16
-        for (int i = 0; i < NK; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-        for (int dp = 0; dp < D / 2; dp++) {
-            const uint16_t *qrow = qb + ((size_t)(dp / 16) * 2 * 16 + dp % 16) * 32; /* tile (dp/16, qt 0), row dp%16 */
-            __m512bh q0 = (__m512bh)_mm512_loadu_si512(qrow), q1 = q0;
-            if (NQT > 1) q1 = (__m512bh)_mm512_loadu_si512(qrow + 16 * 32);
-    #pragma GCC unroll 16
-        for (int i = 0; i < NK; i++) {
-                __m512bh k = bcast_pair(K + (size_t)(k0 + i) * D + 2 * dp);
-                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], k, q0);
-                if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], k, q1);
-            }
-        }
+        score_tile_dp(acc, qb, K, k0, D, NQT);
 #pragma GCC unroll 16
         for (int i = 0; i < NK; i++) {
             _mm512_storeu_ps(st + (size_t)(k0 + i) * MV, acc[i][0]);
@@ -658,28 +666,15 @@ INLINE void scores_dp_n(float *st, const uint16_t *qb, const uint16_t *K, int nk
  * vector fully sees (no masks). Returns the pass's sums per vector tile. */
 INLINE void scores_softmax_dp_n(float *st, __m512i *pw, const amx_qblock *q, const uint16_t *K, int nks, int D,
                                 __m512 *sums, const int NQT) {
-    enum { NK = 8 };
+    enum { NK = DP_NK };
     const __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const uint16_t *qb = q->qb;
     __m512 m[2], sum[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     m[0] = _mm512_loadu_ps(q->m);
     m[1] = NQT > 1 ? _mm512_loadu_ps(q->m + 16) : m[0];
     for (int k0 = 0; k0 < 32 * nks; k0 += NK) {
         __m512 acc[NK][2];
-#pragma GCC unroll 16
-        for (int i = 0; i < NK; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-        for (int dp = 0; dp < D / 2; dp++) {
-            const uint16_t *qrow = qb + ((size_t)(dp / 16) * 2 * 16 + dp % 16) * 32;
-            __m512bh q0 = (__m512bh)_mm512_loadu_si512(qrow), q1 = q0;
-            if (NQT > 1) q1 = (__m512bh)_mm512_loadu_si512(qrow + 16 * 32);
-#pragma GCC unroll 16
-            for (int i = 0; i < NK; i++) {
-                __m512bh k = bcast_pair(K + (size_t)(k0 + i) * D + 2 * dp);
-                acc[i][0] = _mm512_dpbf16_ps(acc[i][0], k, q0);
-                if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], k, q1);
-            }
-        }
+        score_tile_dp(acc, q->qb, K, k0, D, NQT);
 #pragma GCC unroll 16
         for (int qt = 0; qt < NQT; qt++)
 #pragma GCC unroll 16
