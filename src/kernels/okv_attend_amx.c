@@ -726,8 +726,8 @@ INLINE void pv_dp_n(const amx_task *b, const __m512i *pw, const amx_qblock *q, i
             __m512bh p0 = (__m512bh)pw[kp], p1 = p0;
             if (NQT > 1) p1 = (__m512bh)pw[KB_MAX / 2 + kp];
             const uint16_t *v = b->vt + ((size_t)kp * D + d0) * 2;
-    #pragma GCC unroll 16
-        for (int i = 0; i < NC; i++) {
+#pragma GCC unroll 16
+            for (int i = 0; i < NC; i++) {
                 __m512bh vv = bcast_pair(v + 2 * i);
                 acc[i][0] = _mm512_dpbf16_ps(acc[i][0], vv, p0);
                 if (NQT > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], vv, p1);
