@@ -221,10 +221,11 @@
  * evening (all 512 MiB of the bench's pools in 2 MiB pages, smaps): 16k,
  * 2 threads, 29.5-29.9 ms with huge pages against 28.8-29.8 without
  * (three pairs of runs; a fourth, in a slow host state, 32.7 vs 32.9),
- * probe 18.3-19.5 ms: TLB misses are not what
- * keeps this kernel from the probe. What does: one core's read bandwidth
- * is bounded by the misses it keeps in flight (the probe reads 13.6 GB/s
- * on one thread, 25.7 on two), and this kernel reaches ~9.4 GB/s a core. */
+ * probe 18.3-19.5 ms, so TLB misses are not what keeps this kernel from
+ * the probe. The likelier limit (no counters here to confirm it): one
+ * core's read bandwidth is bounded by the misses it keeps in flight (the
+ * probe reads 13.6 GB/s on one thread, 25.7 on two), and this kernel
+ * streams ~9.4 GB/s a core while it computes. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
