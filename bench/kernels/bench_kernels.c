@@ -420,7 +420,7 @@ static int q_paths(qpath *p) {
 
 static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) {
     static const int shapes[5][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
-    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}, {4, 32, false, OKV_F16}};
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}, {4, 32, false, OKV_F16, OKV_QB_NONE}};
     qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
     a.mem = aligned_alloc(64, a.size);
     qarena_fill_random(&a);
@@ -483,7 +483,7 @@ static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) 
  * row, one stream), medians side by side with the probe. */
 static void bench_qlayout(okv_threadpool *tp, int quick) {
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
-    static const okv_qscheme schemes[2] = {{4, 32, true, OKV_F16}, {8, 32, false, OKV_F16}};
+    static const okv_qscheme schemes[2] = {{4, 32, true, OKV_F16, OKV_QB_NONE}, {8, 32, false, OKV_F16, OKV_QB_NONE}};
     if (!okv_qmm_have_avx512vnni()) return;
     qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
     a.mem = aligned_alloc(64, a.size);
@@ -553,7 +553,7 @@ static double cpu_now(void) {
  * weights; decode reaches the memory wall on 2 cores iff this is above half
  * the machine's read bandwidth. */
 static void bench_qroof(const okv_kernels *best, int quick) {
-    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}, {4, 32, false, OKV_F16}};
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}, {4, 32, false, OKV_F16, OKV_QB_NONE}};
     const int N = 512, K = 2048, reps = quick ? 101 : 301;
     qarena a = {NULL, (size_t)4 << 20};
     a.mem = aligned_alloc(64, a.size);
@@ -610,7 +610,7 @@ static void bench_qroof(const okv_kernels *best, int quick) {
 static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, bool cpu_time) {
     double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
-    static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16}, {4, 32, true, OKV_F16}};
+    static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}};
     const int T = 512, reps = quick ? 3 : 5;
     bool amx8 = okv_qmm_have_amx_int8(), pk = okv_qmm_have_avx512vnni(); /* pk: the AVX-512 packed f32 GEMM */
     bool bfpk = pk && okv_cpu()->avx512bf16; /* the packed vdpbf16ps GEMM */
@@ -1328,7 +1328,7 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
                                   {8192, 2048}, {8192, 2048}, {2048, 8192}};
     enum { NL = 16, NM = NL * 7 + 1, MAXS = 32, NP = 4 };
     const int steps = quick ? 5 : 15;
-    const okv_qscheme q8 = {8, 32, false, OKV_F16}, q4 = {4, 32, true, OKV_F16};
+    const okv_qscheme q8 = {8, 32, false, OKV_F16, OKV_QB_NONE}, q4 = {4, 32, true, OKV_F16, OKV_QB_NONE};
     float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 128256);
     for (int i = 0; i < 8192; i++) x[i] = frand();
     size_t ws_bytes = (size_t)4 << 20; /* planned scratch, as the runtime gives its kernels */

@@ -282,7 +282,7 @@ static int tensor_uses(const okv_graph *g, int t) {
 /* 4w: asymmetric (an offset per group keeps skewed groups' 16 levels in
  * range); 8w: symmetric (256 levels leave no room for an offset to help). */
 static okv_qscheme scheme_for(int bits, int group) {
-    return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16};
+    return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16, OKV_QB_NONE};
 }
 
 /* Marks the tensors --qlinear / --qembedding quantize. The LM head follows

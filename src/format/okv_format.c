@@ -160,6 +160,10 @@ cJSON *okv_tensors_to_json(const okv_program_file *pf, const uint64_t *offsets) 
             cJSON_AddNumberToObject(q, "group", ts->quant.group);
             cJSON_AddBoolToObject(q, "asym", ts->quant.asym);
             cJSON_AddStringToObject(q, "scale_dtype", okv_dtype_name(ts->quant.scale_dtype));
+            if (ts->quant.block != OKV_QB_NONE) {
+                const okv_qblock_info *b = okv_qblock_get(ts->quant.block);
+                cJSON_AddStringToObject(q, "block", b ? b->name : "?");
+            }
         }
         cJSON_AddItemToArray(arr, o);
     }
@@ -205,7 +209,8 @@ static okv_status write_body(FILE *f, const okv_program_file *pf, const char *pa
     for (int t = 0; t < pf->n_tensors; t++) {
         offsets[t] = data_size;
         data_size = align_up(data_size + pf->tensors[t].nbytes);
-        if (pf->tensors[t].dtype == OKV_T_Q) version = 2;
+        if (pf->tensors[t].dtype == OKV_T_Q && version < 2) version = 2;
+        if (pf->tensors[t].dtype == OKV_T_Q && pf->tensors[t].quant.block != OKV_QB_NONE) version = 3;
     }
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "offkv");
@@ -398,7 +403,7 @@ static okv_status parse_graph(const cJSON *j, okv_graph *g, okv_error *err) {
 
 /* The "quant" object of a quantized tensor: a scheme this build implements,
  * for a 2-D [N, K] whose K the group divides. */
-static okv_status parse_quant(const cJSON *o, okv_tensor *t, okv_error *err) {
+static okv_status parse_quant(const cJSON *o, okv_tensor *t, uint32_t version, okv_error *err) {
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "quant");
     if (!cJSON_IsObject(q)) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': dtype q without a 'quant' object", t->name);
     if (t->n_dims != 2) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': a quantized tensor must be 2-D, not %d-D", t->name, t->n_dims);
@@ -416,6 +421,18 @@ static okv_status parse_quant(const cJSON *o, okv_tensor *t, okv_error *err) {
     t->quant.bits = bits;
     t->quant.group = group;
     t->quant.asym = cJSON_IsTrue(asym);
+    t->quant.block = OKV_QB_NONE;
+    const cJSON *blk = cJSON_GetObjectItemCaseSensitive(q, "block");
+    if (blk) {
+        const okv_qblock_info *b = cJSON_IsString(blk) ? okv_qblock_parse(blk->valuestring) : NULL;
+        if (!b)
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: 'block' %s%.40s%s is not a block type this build runs", what,
+                            cJSON_IsString(blk) ? "'" : "", cJSON_IsString(blk) ? blk->valuestring : "(not a string)",
+                            cJSON_IsString(blk) ? "'" : "");
+        if (version < 3)
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: block types need format version 3, the file says %u", what, version);
+        t->quant.block = b->type;
+    }
     char name[300];
     snprintf(name, sizeof name, "tensor '%s'", t->name);
     okv_error qerr = {0};
@@ -452,7 +469,7 @@ static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t 
     okv_status st;
     if (t->dtype == OKV_T_Q) {
         if (version < 2) return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': quantized tensors need format version 2, the file says %u", name, version);
-        st = parse_quant(o, t, err);
+        st = parse_quant(o, t, version, err);
         if (st) return st;
         uint64_t want = okv_quant_bytes(&t->quant, t->shape[0], t->shape[1]);
         if (t->nbytes != want) {

@@ -29,9 +29,10 @@
 #include "okv_quant.h"
 
 /* Version 2 added quantized tensors (dtype "q" + a "quant" scheme object);
- * a file without them is written as version 1, so older builds still read
- * float programs. Both versions load. */
-#define OKV_FORMAT_VERSION 2
+ * version 3 GGUF block types carried as they are ("quant": {"block":
+ * "q4_K", ...}). A file is written at the oldest version that holds its
+ * tensors, so older builds still read what they can run. All load. */
+#define OKV_FORMAT_VERSION 3
 #define OKV_FORMAT_VERSION_MIN 1
 #define OKV_ALIGN 64
 

@@ -27,7 +27,7 @@
 
 static const okv_kernels kernels_plain = {
     .isa = OKV_ISA_PLAIN, .name = "plain", .matmul = okv_matmul_plain, OPS_PLAIN,
-    .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain,
+    .attend = okv_attend_plain, .matmul_q = okv_matmul_q_plain, .matmul_qb = okv_matmul_q_plain,
 };
 
 /* AVX2 + FMA (Zen 2/3, Haswell...): prompt matmuls (T > 1) of bf16 / f16
@@ -37,13 +37,13 @@ static const okv_kernels kernels_plain = {
  * key-split kernel (okv_attend_decode.c), the rest on the blocked one. */
 static const okv_kernels kernels_avx2 = {
     .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2_gemm, OPS_AVX2,
-    .attend = okv_attend_avx2_dec, .matmul_q = okv_matmul_q_avx2_gemm,
+    .attend = okv_attend_avx2_dec, .matmul_q = okv_matmul_q_avx2_gemm, .matmul_qb = okv_matmul_qb_avx2,
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_avx512_gemm,
+    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512,
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids without AMX): prefill of
@@ -53,7 +53,7 @@ static const okv_kernels kernels_avx512 = {
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_gemm,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
@@ -64,28 +64,28 @@ static const okv_kernels kernels_avx512_bf16 = {
  * W on VNNI; f16 W on the f32 packed GEMM (exact); decode as avx512-bf16. */
 static const okv_kernels kernels_avx512_vdpbf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-vdpbf16", .matmul = okv_matmul_avx512_vdp_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_vdp_gemm,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_vdp_gemm, .matmul_qb = okv_matmul_qb_avx512_vdp,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
 static const okv_kernels kernels_amx = {
     .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, OPS_AVX512,
-    .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx,
+    .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx, .matmul_qb = okv_matmul_qb_avx512,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}, .attend_bf16 = true,
 };
 
 /* Batch-invariant (okv_kernels_det.c): one matmul per weight dtype for every T. */
 static const okv_kernels kernels_det = {
     .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", .matmul = okv_matmul_det, OPS_AVX2,
-    .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det,
+    .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best,
 };
 static const okv_kernels kernels_det_plain = {
     .isa = OKV_ISA_PLAIN, .name = "deterministic-plain", .matmul = okv_matmul_plain, OPS_PLAIN,
-    .attend = okv_attend_det_plain, .matmul_q = okv_matmul_q_plain,
+    .attend = okv_attend_det_plain, .matmul_q = okv_matmul_q_plain, .matmul_qb = okv_matmul_q_plain,
 };
 static const okv_kernels kernels_det_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "deterministic-avx512", .matmul = okv_matmul_det_avx512, OPS_AVX512,
-    .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det,
+    .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best,
 };
 
 static bool cpu_has_avx2(void) {
@@ -165,6 +165,7 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
     if (n_threads < 1) n_threads = 1;
     int groups = K / s->group;
     size_t b = max_size(okv_matmul_q_plain_scratch(K, n_threads), okv_qmm_scratch(T, K, groups));
+    b = max_size(b, okv_qbmm_scratch(T, K));
     b = max_size(b, okv_matmul_q_amx_scratch(T, K, N, s, n_threads));
     b = max_size(b, okv_matmul_avx2_gemm_scratch(T, K, N, n_threads));
     b = max_size(b, okv_matmul_avx512_gemm_scratch(T, K, N, n_threads));

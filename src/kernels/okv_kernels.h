@@ -145,6 +145,12 @@ typedef struct okv_kernels {
      * cannot be allocated the output is filled with NaN. */
     void (*matmul_q)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                      const okv_qscheme *s, int N, const float *bias);
+    /* The same for W stored as GGUF blocks (s->block set; matmul_q takes
+     * only offkv's own planes): decode on integer dots with x quantized
+     * per block as llama.cpp does, prompts on the packed GEMM with W
+     * dequantized exactly per call (okv_qbmm.c). */
+    void (*matmul_qb)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
     /* How far matmul's products may be from exact f32 products, relative,
      * per weight dtype (index okv_dtype): 0 = x and W are used exactly (f32
      * FMAs); 2^-8 = x is rounded to bf16 (AMX: every T; avx512-bf16: the

@@ -177,6 +177,13 @@ static inline void prefetch_w_row(const dp_job *g, int n, int q0, int qc) {
     if (n >= j->N) return;
     if (g->q) {
         const okv_qview *q = g->q;
+        if (q->block != OKV_QB_NONE) { /* GGUF blocks: the bytes of columns [2 q0, 2 (q0 + qc)) */
+            size_t b0 = (size_t)2 * q0 / (size_t)q->group, b1 = ((size_t)2 * (q0 + qc) + q->group - 1) / q->group;
+            size_t per = q->row_bytes / (size_t)q->groups;
+            const char *c = (const char *)q->blocks + (size_t)n * q->row_bytes + b0 * per;
+            for (size_t o = 0; o < (b1 - b0) * per; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
+            return;
+        }
         const char *c = (const char *)q->codes + (size_t)n * q->code_stride + (size_t)2 * q0 * q->bits / 8;
         for (int o = 0; o < 2 * qc * q->bits / 8; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
         _mm_prefetch((const char *)(q->d + (size_t)n * q->scale_stride + 2 * q0 / q->group), _MM_HINT_T1);

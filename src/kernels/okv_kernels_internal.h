@@ -337,6 +337,55 @@ void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint1
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);
 
+/* ---- W as GGUF blocks (okv_qbmm*.c; okv_qblock.h) --------------------------------------- */
+
+/* Activation blocks: x quantized per 32 (for the 32-element block types)
+ * or per 256 (K-quants), d = max|x| / 127, q = round(x / d). */
+typedef struct okv_qb_x32 {
+    float d;
+    int32_t qsum;     /* sum of q */
+    int8_t q[32];
+} okv_qb_x32;
+typedef struct okv_qb_x256 {
+    float d;
+    int16_t bsums[16]; /* sums of q[16 g .. 16 g + 15] */
+    int8_t q[256];
+} okv_qb_x256;
+/* x[K] -> K / 32 okv_qb_x32 or K / 256 okv_qb_x256 at xq (every ISA's
+ * quantizer writes the same bytes as the plain one) */
+typedef void (*okv_qb_quant_fn)(const float *x, int K, void *xq);
+/* One W row of nb blocks (w) . one activation row (xq) */
+typedef float (*okv_qb_dot_fn)(const uint8_t *w, const void *xq, int nb);
+/* One ISA's quantizers and dots (a NULL dot: the plain one runs). */
+typedef struct okv_qb_isa {
+    const char *name;
+    okv_qb_quant_fn quant32, quant256;
+    okv_qb_dot_fn dot[OKV_QB_Q8_K];
+} okv_qb_isa;
+extern const okv_qb_isa okv_qb_isa_plain;
+/* NULL when this CPU lacks the ISA (AVX2+FMA+F16C; AVX-512 F/BW/VL + VNNI). */
+const okv_qb_isa *okv_qb_isa_avx2(void);
+const okv_qb_isa *okv_qb_isa_avx512(void);
+const okv_qb_isa *okv_qb_isa_best(void);
+/* The integer driver (okv_qbmm.c) on an ISA's quantizers and dots; scratch
+ * okv_qbmm_scratch(T, K) bytes. */
+void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const float *x, int T, int K, const void *W,
+                  const okv_qscheme *s, int N, const float *bias);
+size_t okv_qbmm_scratch(int T, int K);
+void okv_matmul_qb_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                             const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_qb_int_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            const okv_qscheme *s, int N, const float *bias);
+/* The tables' block matmuls (okv_kernels.c's matmul_qb): prompts from
+ * QB_PACK_MIN_T rows on the ISA's packed GEMM with W dequantized exactly
+ * per call, fewer rows (decode) on the integer driver. */
+void okv_matmul_qb_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                        const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_qb_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                          const okv_qscheme *s, int N, const float *bias);
+void okv_matmul_qb_avx512_vdp(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              const okv_qscheme *s, int N, const float *bias);
+
 /* AVX-512 F/BW/VL (+FMA, F16C) matmul (okv_kernels_avx512.c): T > 1 with
  * 512-bit FMAs on f32 activations for every weight dtype, T = 1 the AVX2
  * GEMV. The _bf16 variant (needs AVX512-BF16) rounds x to bf16 once per call

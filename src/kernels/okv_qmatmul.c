@@ -412,7 +412,8 @@ void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T,
 /* The best integer kernel this CPU runs (the tables point here). */
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias) {
-    if (okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni(tp, y, x, T, K, W, s, N, bias);
+    if (s->block != OKV_QB_NONE) okv_matmul_qb_int_best(tp, y, x, T, K, W, s, N, bias); /* GGUF blocks */
+    else if (okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni(tp, y, x, T, K, W, s, N, bias);
     else if (okv_qmm_have_avx2()) okv_matmul_q_avx2(tp, y, x, T, K, W, s, N, bias);
     else okv_matmul_q_plain(tp, y, x, T, K, W, s, N, bias);
 }

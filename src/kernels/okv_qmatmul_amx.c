@@ -442,6 +442,10 @@ static inline int q_tile_col(const okv_qview *q, int L, int el, int *l) {
 
 void okv_qmm_tile_perm(const okv_qview *q, int32_t *perm) {
     const int G = q->groups, gs = q->group;
+    if (q->block != OKV_QB_NONE) { /* GGUF blocks: columns in natural order */
+        for (int e = 0; e < G * gs; e++) perm[e] = e;
+        return;
+    }
     for (int g0 = 0; g0 < G; g0 += OKV_QSB_GROUPS) {
         int L = G - g0 < OKV_QSB_GROUPS ? G - g0 : OKV_QSB_GROUPS, base = g0 * gs;
         for (int el = 0; el < L * gs; el++) {
@@ -538,9 +542,28 @@ static TGT_BF16 void dequant_sb_fast(const uint8_t *sb, int L, int bits, __m512 
  * = d (c - 2^(bits-1)) or d c + m in f32 (as okv_dequant_row), then
  * rounded to bf16; superblocks with L % 4 != 0 (a tail) element by
  * element. */
+/* GGUF block rows: dequantized exactly (okv_qblock_dequant_range) 256
+ * columns at a time, then rounded to bf16 into the tile layout. */
+static TGT_BF16 void dequant_block_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst) {
+    float f[256];
+    const uint8_t *row = q->blocks + (size_t)n * q->row_bytes;
+    for (int c0 = e0; c0 < e1; c0 += 256) {
+        int c1 = e1 - c0 < 256 ? e1 : c0 + 256;
+        okv_qblock_dequant_range(q->block, row, c0, c1, f);
+        for (int e = c0; e < c1; e += 32) {
+            __m512 lo = _mm512_loadu_ps(f + (e - c0)), hi = _mm512_loadu_ps(f + (e - c0) + 16);
+            _mm512_storeu_si512(dst + (size_t)((e - e0) / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+}
+
 TGT_BF16 void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst) {
     if (n < 0) {
         for (int e = e0; e < e1; e += 32) memset(dst + (size_t)((e - e0) / 32) * 512, 0, 64);
+        return;
+    }
+    if (q->block != OKV_QB_NONE) {
+        dequant_block_cols_tiles(q, n, e0, e1, dst);
         return;
     }
     const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);

@@ -74,8 +74,37 @@
 
 enum { SB_GROUPS = OKV_QSB_GROUPS };
 
+okv_qscheme okv_qscheme_block(int type) {
+    const okv_qblock_info *b = okv_qblock_get(type);
+    okv_qscheme s = {0, 0, false, OKV_F16, type};
+    if (b) {
+        s.bits = b->bits;
+        s.group = b->elems;
+        s.asym = b->asym;
+    }
+    return s;
+}
+
+static okv_status block_scheme_check(const okv_qscheme *s, int64_t N, int64_t K, const char *what, okv_error *err) {
+    const okv_qblock_info *b = okv_qblock_get(s->block);
+    if (!b || !b->carried) return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: unknown block type %d", what, s->block);
+    if (s->bits != b->bits || s->group != b->elems || s->asym != b->asym || s->scale_dtype != OKV_F16)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: bits/group/asym disagree with block type %s", what, b->name);
+    if (N < 0 || K <= 0 || N > INT32_MAX || K > INT32_MAX)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: quantized shape [%lld, %lld] out of range", what, (long long)N,
+                        (long long)K);
+    if (K % b->elems)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: input dimension %lld is not a multiple of %s's block of %d", what,
+                        (long long)K, b->name, b->elems);
+    if (okv_quant_bytes(s, N, K) == UINT64_MAX)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: quantized size of [%lld, %lld] overflows", what, (long long)N,
+                        (long long)K);
+    return OKV_OK;
+}
+
 okv_status okv_qscheme_check(const okv_qscheme *s, int64_t N, int64_t K, const char *what, okv_error *err) {
     if (!what) what = "tensor";
+    if (s->block != OKV_QB_NONE) return block_scheme_check(s, N, K, what, err);
     if (s->bits != 4 && s->bits != 8)
         return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantization bits %d (want 4 or 8)", what, s->bits);
     if (s->group != 32 && s->group != 64 && s->group != 128 && s->group != 256)
@@ -97,12 +126,26 @@ okv_status okv_qscheme_check(const okv_qscheme *s, int64_t N, int64_t K, const c
 }
 
 const char *okv_qscheme_name(const okv_qscheme *s, char *buf, size_t n) {
+    if (s->block != OKV_QB_NONE) {
+        const okv_qblock_info *b = okv_qblock_get(s->block);
+        snprintf(buf, n, "%s", b ? b->name : "q?");
+        return buf;
+    }
     snprintf(buf, n, "q%d g%d %s %s", s->bits, s->group, s->asym ? "asym" : "sym", okv_dtype_name(s->scale_dtype));
     return buf;
 }
 
 /* UINT64_MAX when the size does not fit (or the scheme is not one we know). */
 uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K) {
+    if (s->block != OKV_QB_NONE) {
+        const okv_qblock_info *b = okv_qblock_get(s->block);
+        uint64_t blocks, total;
+        if (!b || N < 0 || K < 0 || K % b->elems ||
+            __builtin_mul_overflow((uint64_t)N, (uint64_t)(K / b->elems), &blocks) ||
+            __builtin_mul_overflow(blocks, (uint64_t)b->bytes, &total))
+            return UINT64_MAX;
+        return total;
+    }
     if (N < 0 || K < 0 || (s->bits != 4 && s->bits != 8) || s->group <= 0 || K % s->group) return UINT64_MAX;
     uint64_t codes, scales, planes = s->asym ? 2 : 1, total;
     if (__builtin_mul_overflow((uint64_t)N, (uint64_t)K, &codes)) return UINT64_MAX;
@@ -115,6 +158,18 @@ uint64_t okv_quant_bytes(const okv_qscheme *s, int64_t N, int64_t K) {
 
 okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K) {
     okv_qview v;
+    memset(&v, 0, sizeof v);
+    if (s->block != OKV_QB_NONE) {
+        const okv_qblock_info *b = okv_qblock_get(s->block);
+        v.bits = s->bits;
+        v.group = s->group;
+        v.groups = (int)(K / s->group);
+        v.asym = s->asym;
+        v.block = s->block;
+        v.blocks = W;
+        v.row_bytes = (size_t)(K / b->elems) * (size_t)b->bytes;
+        return v;
+    }
     v.bits = s->bits;
     v.group = s->group;
     v.groups = (int)(K / s->group);
@@ -308,6 +363,11 @@ okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t
 
 okv_status okv_quantize_check(const okv_qscheme *s, int64_t N, int64_t K, const float *imp, const char *what,
                               okv_error *err) {
+    if (s->block != OKV_QB_NONE) {
+        const okv_qblock_info *b = okv_qblock_get(s->block);
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantizing into block type %s is not implemented", what ? what : "tensor",
+                        b ? b->name : "?");
+    }
     if (!what) what = "tensor";
     okv_status st = okv_qscheme_check(s, N, K, what, err);
     if (st) return st;
@@ -365,6 +425,10 @@ void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *c
 
 void okv_dequant_row(const okv_qscheme *s, const void *W, int64_t N, int64_t K, int64_t r, float *dst) {
     okv_qview v = okv_quant_view(s, W, N, K);
+    if (v.block != OKV_QB_NONE) {
+        okv_qblock_dequant(v.block, v.blocks + (size_t)r * v.row_bytes, dst, (uint64_t)K);
+        return;
+    }
     const uint8_t *crow = v.codes + (size_t)r * v.code_stride;
     const uint16_t *drow = v.d + (size_t)r * v.scale_stride, *mrow = v.m ? v.m + (size_t)r * v.scale_stride : NULL;
     int off = s->asym ? 0 : 1 << (s->bits - 1);

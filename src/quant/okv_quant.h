@@ -13,7 +13,11 @@
  *
  * How codes and scales are laid out in memory is this layer's choice, made
  * for the kernels' sake (see okv_quant.c's head comment for the layout and
- * its measurement); everybody else goes through the functions below. */
+ * its measurement); everybody else goes through the functions below.
+ *
+ * A scheme may instead name a GGUF block type (`block`, okv_qblock.h): W
+ * is then the file's blocks as they are, row by row, and bits / group /
+ * asym only describe them (okv_qscheme_block fills them in). */
 #ifndef OKV_QUANT_H
 #define OKV_QUANT_H
 
@@ -22,13 +26,18 @@
 #include <stdint.h>
 
 #include "offkv_base.h"
+#include "okv_qblock.h"
 
 typedef struct okv_qscheme {
     int bits;               /* 4 or 8 */
     int group;              /* 32, 64, 128 or 256 elements along K */
     bool asym;              /* offset m per group (else symmetric around 0) */
     okv_dtype scale_dtype;  /* dtype of d and m in memory (f16) */
+    int block;              /* okv_qblock_type: a GGUF block format carried as is; OKV_QB_NONE: the planes above */
 } okv_qscheme;
+
+/* The scheme of W stored as GGUF blocks of `type` (a carried okv_qblock type). */
+okv_qscheme okv_qscheme_block(int type);
 
 /* Checks bits/group/scale dtype are a scheme we implement, and that K is a
  * multiple of the group (what = tensor name for the message). */
@@ -81,6 +90,9 @@ typedef struct okv_qview {
     size_t code_stride, scale_stride;
     int bits, group, groups;
     bool asym;
+    int block;               /* okv_qblock_type, or OKV_QB_NONE (then the planes above) */
+    const uint8_t *blocks;   /* block W: row r at blocks + r * row_bytes */
+    size_t row_bytes;
 } okv_qview;
 enum { OKV_QSB_GROUPS = 16 }; /* groups per superblock (one 32-bit lane each) */
 okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K);

@@ -645,7 +645,9 @@ static void run_matmul(step_ctx *s, const okv_node *nd, float *out, const float 
     const okv_tensor *t = tensor(s, nd->w[0]);
     int K = width(s, nd->in[0]);
     if (s->r->matmul_input) s->r->matmul_input(s->r->matmul_input_ctx, t->name, a, rows, K);
-    if (t->dtype == OKV_T_Q) k->matmul_q(s->r->tp, out, a, rows, K, t->data, &t->quant, N, tensor_f32(s, nd->w[1]));
+    if (t->dtype == OKV_T_Q)
+        (t->quant.block != OKV_QB_NONE ? k->matmul_qb : k->matmul_q)(s->r->tp, out, a, rows, K, t->data, &t->quant, N,
+                                                                      tensor_f32(s, nd->w[1]));
     else k->matmul(s->r->tp, out, a, rows, K, t->data, (okv_dtype)t->dtype, N, tensor_f32(s, nd->w[1]));
 }
 

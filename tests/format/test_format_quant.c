@@ -5,7 +5,11 @@
  * record is a one-line load error naming the tensor: unknown bits, group or
  * scale dtype, a group that does not divide K, a scale plane of the wrong
  * size (nbytes), a missing scheme, a quantized tensor where the op has no
- * quantized kernel, a quantized tensor in a version-1 file. */
+ * quantized kernel, a quantized tensor in a version-1 file. A GGUF block
+ * type (here Q8_0 blocks as the matmul weight) round-trips as format
+ * version 3, and a block record that is unknown, in a version-2 file,
+ * disagrees with its bits/group, or with the tensor's byte size, is refused
+ * naming the tensor. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,7 +25,7 @@
 
 static float embed[V * H], qw[H * H], kvw[4 * H], inv_freq[2], norm_w[H];
 static uint8_t *q_embed, *q_qw;
-static const okv_qscheme S4 = {4, 32, true, OKV_F16}, S8 = {8, 32, false, OKV_F16};
+static const okv_qscheme S4 = {4, 32, true, OKV_F16, OKV_QB_NONE}, S8 = {8, 32, false, OKV_F16, OKV_QB_NONE};
 
 /* embed(q8) -> q(q4), k, v -> attn -> select -> norm -> matmul(embed^T, q8) */
 static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values) {
@@ -194,7 +198,7 @@ static void test_header_edits(void) {
         {"\"group\":32", "\"group\":-1", 2, "group"},
         {"\"group\":32", "\"group\":16", 2, "group size 16"},
         {"\"bits\":4", "\"bits\":4", 1, "need format version 2"},
-        {"\"bits\":4", "\"bits\":4", 3, "unsupported format version 3"},
+        {"\"bits\":4", "\"bits\":4", 4, "unsupported format version 4"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         okv_program_file pf;
@@ -209,6 +213,57 @@ static void test_header_edits(void) {
         CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle) && !strchr(err.message, '\n'),
                "edit %zu: status %d: %s", c, st, err.message);
         printf("edit %zu: %s\n", c, err.message);
+    }
+}
+
+/* The 4-bit "q" weight replaced by Q8_0 blocks. */
+static uint8_t q80[H * H / 32 * 34];
+static void build_block(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values) {
+    build(pf, t, nodes, values);
+    okv_tensor *q = &t[1];
+    q->quant = okv_qscheme_block(OKV_QB_Q8_0);
+    q->nbytes = okv_quant_bytes(&q->quant, H, H);
+    q->data = q80;
+}
+
+static void test_block(void) {
+    for (size_t i = 0; i < sizeof q80; i++) q80[i] = (uint8_t)(i * 7 + 3);
+    for (size_t b = 0; b < sizeof q80; b += 34) q80[b + 1] = 0x20; /* finite f16 scales */
+    okv_program_file pf, *got = NULL;
+    okv_tensor t[5];
+    okv_node nodes[8];
+    okv_value values[8];
+    build_block(&pf, t, nodes, values);
+    okv_error err = {0};
+    CHECK(pf.tensors[1].nbytes == sizeof q80);
+    CHECK_OK(write_and_open(&pf, &got, &err), &err);
+    CHECK(file_version() == 3);
+    if (got) {
+        const okv_tensor *q = &got->tensors[okv_format_find_tensor(got, "q")];
+        CHECK(q->dtype == OKV_T_Q && q->quant.block == OKV_QB_Q8_0 && q->quant.bits == 8 && q->quant.group == 32);
+        CHECK(q->nbytes == sizeof q80 && !memcmp(q->data, q80, sizeof q80));
+    }
+    okv_format_close(got);
+    okv_layout_free(&pf.layout);
+    static const struct { const char *from, *to; uint32_t version; const char *needle; } cases[] = {
+        {"\"block\":\"q8_0\"", "\"block\":\"q9_0\"", 3, "'block' 'q9_0' is not a block type"},
+        {"\"block\":\"q8_0\"", "\"block\":\"q8_K\"", 3, "'block' 'q8_K' is not a block type"},
+        {"\"block\":\"q8_0\"", "\"block\":123456", 3, "(not a string)"},
+        {"\"block\":\"q8_0\"", "\"block\":\"q8_0\"", 2, "need format version 3"},
+        {"\"block\":\"q8_0\"", "\"block\":\"q4_0\"", 3, "disagree with block type q4_0"},
+        {"\"bits\":8,\"group\":32,\"asym\":false,\"scale_dtype\":\"f16\",\"block\":\"q8_0\"",
+         "\"bits\":4,\"group\":32,\"asym\":false,\"scale_dtype\":\"f16\",\"block\":\"q4_0\"", 3,
+         "does not match [64, 64] in q4_0"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        build_block(&pf, t, nodes, values);
+        CHECK_OK(okv_format_write(path, &pf, &err), &err);
+        okv_layout_free(&pf.layout);
+        okv_status st = open_edited(cases[c].from, cases[c].to, cases[c].version, &err);
+        CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, cases[c].needle) && strstr(err.message, "tensor 'q'") &&
+                   !strchr(err.message, '\n'),
+               "block edit %zu: status %d: %s", c, st, err.message);
+        printf("block edit %zu: %s\n", c, err.message);
     }
 }
 
@@ -227,6 +282,7 @@ int main(void) {
     test_roundtrip();
     test_rejects();
     test_header_edits();
+    test_block();
     free(q_embed);
     free(q_qw);
     unlink(path);

@@ -1,0 +1,45 @@
+/* okv_qblock.h — GGUF block formats carried into programs as they are
+ * (okv_qblock.c has the layouts): their facts and their exact
+ * dequantization. Type ids are ggml's (ggml.h), so a GGUF tensor's type is
+ * its block type with no table in between. */
+#ifndef OKV_QBLOCK_H
+#define OKV_QBLOCK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum okv_qblock_type {
+    OKV_QB_NONE = 0, /* not a block format: offkv's own planes (okv_quant.c) */
+    OKV_QB_Q4_0 = 2,
+    OKV_QB_Q4_1 = 3,
+    OKV_QB_Q5_0 = 6,
+    OKV_QB_Q5_1 = 7,
+    OKV_QB_Q8_0 = 8,
+    OKV_QB_Q2_K = 10,
+    OKV_QB_Q3_K = 11,
+    OKV_QB_Q4_K = 12,
+    OKV_QB_Q5_K = 13,
+    OKV_QB_Q6_K = 14,
+    OKV_QB_Q8_K = 15, /* dequantized only (an activation format, not carried) */
+} okv_qblock_type;
+
+typedef struct okv_qblock_info {
+    int type;
+    const char *name; /* "q4_K": the program file's spelling */
+    int elems;        /* elements per block (32 or 256) */
+    int bytes;        /* bytes per block */
+    int bits;         /* nominal code bits */
+    bool asym;        /* a min / offset per block or sub-block */
+    bool carried;     /* may be a program tensor's block type */
+} okv_qblock_info;
+
+/* Facts of a block type; NULL when `type` is not one. */
+const okv_qblock_info *okv_qblock_get(int type);
+/* The carried block type spelled `name` ("q6_K"); NULL if none. */
+const okv_qblock_info *okv_qblock_parse(const char *name);
+/* n elements (whole blocks of `type`, a type okv_qblock_get knows) at src -> dst. */
+void okv_qblock_dequant(int type, const void *src, float *dst, uint64_t n);
+/* Elements [e0, e1) of a row of blocks (any range inside the row) -> dst[e1 - e0]. */
+void okv_qblock_dequant_range(int type, const void *row, int64_t e0, int64_t e1, float *dst);
+
+#endif
