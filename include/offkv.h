@@ -48,6 +48,13 @@ typedef struct okv_export_options {
      * input dimension the group does not divide is an export error. */
     int qlinear, qlinear_group;
     int qembedding, qembedding_group;
+    /* GGUF input: a matrix stored in a block type offkv runs (Q4_0, Q4_1,
+     * Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) keeps its blocks as
+     * they are unless qlinear / qembedding cover it (then it is quantized
+     * into that scheme, as before) or this is set (then it is dequantized
+     * to dtype: the float path that matches the oracle exactly). Other
+     * types (F16, BF16, F32) follow dtype. */
+    bool gguf_dequantize;
     /* Activation-aware quantization: before quantizing, the float program
      * runs over a calibration text (tokenized with the checkpoint's
      * tokenizer.json) or token stream, and each linear's squared error is

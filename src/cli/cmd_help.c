@@ -50,13 +50,17 @@ static const help_page PAGES[] = {
      "  --qlinear-group-size G            32, 64, 128 or 256 (default 32)\n"
      "  --qembedding 4w|8w                quantize the embedding table and LM head\n"
      "  --qembedding-group-size G         32, 64, 128 or 256\n"
+     "  --keep-quant                      GGUF input (the default): every matrix in Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K\n"
+     "                                    keeps the file's own blocks, run by native kernels (--qlinear/--qembedding\n"
+     "                                    re-quantize the tensors they cover instead)\n"
+     "  --dequantize                      GGUF input: dequantize its blocks to --dtype (the oracle-exact float path)\n"
      "  --calibration TEXT                activation-aware quantization: run the float model over TEXT first and\n"
      "                                    weight each input channel's error by its mean square (not the eval text)\n"
      "  --calibration-ctx N               tokens per calibration window (default 512)\n"
      "  --threads N                       threads for quantization and calibration (default: every CPU;\n"
      "                                    the program written is the same for any N)\n"
      "\n"
-     "example: offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv --dtype fp32\n"},
+     "example: offkv export SmolLM2-135M-Instruct.Q4_1.gguf -o smol.okv\n"},
     {"inspect",
      "usage: offkv inspect PROGRAM.okv|MODEL.gguf [--json]\n"
      "       offkv inspect --config DIR|config.json [--json]\n"

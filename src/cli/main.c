@@ -4,7 +4,7 @@
  *
  *   offkv export DIR -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N]
  *                [--qlinear 4w|8w] [--qlinear-group-size G] [--qembedding 4w|8w] [--qembedding-group-size G]
- *                [--calibration TEXT] [--calibration-ctx N] [--threads N]
+ *                [--calibration TEXT] [--calibration-ctx N] [--threads N] [--keep-quant | --dequantize]
  *   offkv inspect OUT.okv|MODEL.gguf [--json] |  offkv inspect --config DIR|config.json [--json]
  *   offkv logits OUT.okv --tokens FILE|"ids" --out logits.f32 [--chunk N] [cache/runner options]
  *   offkv generate OUT.okv --tokens FILE|"ids" [--max-new-tokens N] [cache/runner options]
@@ -241,7 +241,7 @@ static bool parse_qgroup(const char *v, int *group) {
 
 #define EXPORT_USAGE "HF_DIR|MODEL.gguf -o OUT.okv [--dtype fp32|fp16|bf16] [--max-ctx-len N] [--prefill-chunk-size N] " \
                      "[--qlinear 4w|8w] [--qlinear-group-size 32|64|128|256] [--qembedding 4w|8w] [--qembedding-group-size G] " \
-                     "[--calibration TEXT] [--calibration-ctx N] [--threads N]"
+                     "[--calibration TEXT] [--calibration-ctx N] [--threads N] [--keep-quant | --dequantize]"
 
 /* The export progress line: redrawn in place (at most 5 times a second)
  * when stderr is a terminal; a summary line at the end either way. */
@@ -308,6 +308,10 @@ static int cmd_export(int argc, char **argv) {
             if (!parse_qgroup(v, a[3] == 'l' ? &o.qlinear_group : &o.qembedding_group))
                 return okv_cli_usage_error("group size '%s' is not 32, 64, 128 or 256", v);
             i++;
+        } else if (!strcmp(a, "--keep-quant")) {
+            o.gguf_dequantize = false;
+        } else if (!strcmp(a, "--dequantize")) {
+            o.gguf_dequantize = true;
         } else if (!strcmp(a, "--calibration") && v) {
             o.calibration_file = v;
             i++;

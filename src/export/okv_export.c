@@ -24,6 +24,7 @@
 #include "okv_describe.h"
 #include "okv_format.h"
 #include "okv_hf.h"
+#include "okv_qblock.h"
 #include "okv_quant.h"
 #include "okv_safetensors.h"
 #include "okv_gguf.h"
@@ -290,14 +291,32 @@ static okv_qscheme scheme_for(int bits, int group) {
  * untied one (the same kind of matrix: vocab rows, quantized alike); with
  * only --qlinear it keeps --dtype. Every quantized K must be a multiple of
  * its group: there is no padding. */
+/* The block type a GGUF-sourced matrix keeps (OKV_QB_NONE: it does not):
+ * a carried type, read as is (no offset added), K whole blocks. */
+static int gguf_kept_block(const export_job *j, int t) {
+    const export_src *s = j->src[t];
+    const okv_tensor *ts = &j->hg.tensors[t];
+    if (j->opt->gguf_dequantize || !s || !s->gg || ts->n_dims != 2) return OKV_QB_NONE;
+    const okv_qblock_info *b = okv_qblock_get(s->gg->type);
+    if (!b || !b->carried || j->hg.srcs[t].add != 0.0f || s->ggh.add != 0.0f || ts->shape[1] % b->elems)
+        return OKV_QB_NONE;
+    return b->type;
+}
+
 static okv_status plan_quant(export_job *j, okv_error *err) {
     const okv_export_options *o = j->opt;
-    if (!o->qlinear && !o->qembedding) return OKV_OK;
     for (int t = 0; t < j->hg.n_tensors; t++) {
         okv_tensor *ts = &j->hg.tensors[t];
         int uses = tensor_uses(&j->hg.graph, t);
         bool emb = uses & (USE_EMBED | USE_HEAD);
         int bits = emb ? o->qembedding : (uses & USE_LINEAR) ? o->qlinear : 0;
+        int block = uses && !bits && j->hg.srcs[t].ckpt_name ? gguf_kept_block(j, t) : OKV_QB_NONE;
+        if (block != OKV_QB_NONE) { /* the GGUF's own blocks, as they are */
+            ts->dtype = OKV_T_Q;
+            ts->quant = okv_qscheme_block(block);
+            ts->nbytes = okv_quant_bytes(&ts->quant, ts->shape[0], ts->shape[1]);
+            continue;
+        }
         if (!bits || ts->n_dims != 2 || !j->hg.srcs[t].ckpt_name) continue;
         okv_qscheme q = scheme_for(bits, emb ? o->qembedding_group : o->qlinear_group);
         if (ts->shape[1] % q.group)
@@ -392,9 +411,28 @@ static okv_status carry_gguf_blocks(const export_src *s, const okv_tensor *want,
     return OKV_OK;
 }
 
+/* Copies a GGUF tensor's blocks row by row (llama.cpp's q/k row order
+ * undone; rows are whole blocks) into a block-typed program tensor. */
+static okv_status carry_gguf_raw(const export_src *s, const okv_tensor *want, void *dst, okv_error *err) {
+    const int64_t N = want->shape[0];
+    const size_t row = (size_t)okv_quant_bytes(&want->quant, 1, want->shape[1]);
+    if (s->gg->nbytes != (uint64_t)N * row)
+        return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': %llu bytes where [%lld, %lld] in %s needs %llu", s->shown,
+                        (unsigned long long)s->gg->nbytes, (long long)N, (long long)want->shape[1],
+                        okv_qblock_get(want->quant.block)->name, (unsigned long long)((uint64_t)N * row));
+    int heads = s->ggh.unpermute_heads;
+    if (heads > 0 && (N % heads || (N / heads) % 2))
+        return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s': %lld rows do not split into %d heads of even size", s->shown,
+                        (long long)N, heads);
+    for (int64_t r = 0; r < N; r++)
+        memcpy((uint8_t *)dst + (size_t)r * row, s->gg->data + (size_t)gguf_row_of(&s->ggh, N, r) * row, row);
+    return OKV_OK;
+}
+
 static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
     const okv_tensor *want = &j->hg.tensors[t];
     const export_src *s = j->src[t];
+    if (want->quant.block != OKV_QB_NONE) return carry_gguf_raw(s, want, dst, err);
     if (s && s->gg && j->hg.srcs[t].add == 0.0f && s->ggh.add == 0.0f && gguf_blocks_fit(s->gg->type, &want->quant))
         return carry_gguf_blocks(s, want, dst, err);
     err->status = OKV_OK;
@@ -636,15 +674,20 @@ static okv_status gguf_text_files(export_job *j, okv_error *err) {
 
 /* Says how many quantized tensors keep the GGUF's own blocks. */
 static void report_carried(const export_job *j) {
-    int carried = 0, requant = 0;
+    int carried = 0, requant = 0, dequant = 0;
     for (int t = 0; t < j->hg.n_tensors; t++) {
-        if (j->hg.tensors[t].dtype != OKV_T_Q || !j->src[t] || !j->src[t]->gg) continue;
-        if (gguf_blocks_fit(j->src[t]->gg->type, &j->hg.tensors[t].quant)) carried++;
+        const export_src *s = j->src[t];
+        if (!s || !s->gg || !okv_qblock_get(s->gg->type)) continue;
+        const okv_tensor *ts = &j->hg.tensors[t];
+        if (ts->dtype != OKV_T_Q) dequant++;
+        else if (ts->quant.block != OKV_QB_NONE || gguf_blocks_fit(s->gg->type, &ts->quant)) carried++;
         else requant++;
     }
-    if (carried || requant)
-        notice(j, "%d quantized tensors keep the GGUF's own blocks exactly, %d are dequantized and quantized again",
-               carried, requant);
+    if (carried || requant || dequant)
+        notice(j,
+               "%d quantized tensors keep the GGUF's own blocks exactly, %d are dequantized and quantized again, %d are "
+               "dequantized to %s",
+               carried, requant, dequant, okv_dtype_name(j->opt->dtype));
 }
 
 /* GGUF: metadata -> the config.json HF would have -> the same model

@@ -43,6 +43,7 @@ static inline char *e2e_export(const char *dir, const char *name, okv_dtype dtyp
     okv_export_options_default(&o);
     o.dtype = dtype;
     o.prefill_chunk_size = chunk;
+    o.gguf_dequantize = true; /* a GGUF's blocks become `dtype` floats: the oracle-exact path these tests check */
     okv_error err = {0};
     char *out = e2e_path(name);
     okv_status st = okv_export(dir, out, &o, &err);
@@ -257,6 +258,7 @@ static inline char *e2e_export_noted(const char *dir, const char *name, char *no
     okv_export_options o;
     okv_export_options_default(&o);
     o.dtype = OKV_F32;
+    o.gguf_dequantize = true;
     o.notice = e2e_collect_notice;
     o.notice_ctx = notes;
     char *out = e2e_path(name);

@@ -52,7 +52,7 @@ def main():
     fails = []
     with tempfile.TemporaryDirectory(prefix="okv-serve-real-") as tmp:
         prog = os.path.join(tmp, "smol.okv")
-        subprocess.run([OFFKV, "export", GGUF, "-o", prog, "--dtype", "bf16", "--max-ctx-len", "1024"], check=True,
+        subprocess.run([OFFKV, "export", GGUF, "-o", prog, "--dtype", "bf16", "--dequantize", "--max-ctx-len", "1024"], check=True,
                        stderr=subprocess.DEVNULL)
         s = Server(OFFKV, prog, "--parallel", "2", "--ctx-per-seq", "1024")
         try:
