@@ -14,6 +14,7 @@
 # kernels died with SIGILL on this VM's Sapphire Rapids (first run,
 # 2026-12-01), so that row would have no peer.
 #   bench/peer/llamacpp.sh [WORKDIR] [ROUNDS]     (default build/bench-llama1b, 3)
+# Env: VARIANTS (default "bf16 q8 q4 gguf-Q8_0 gguf-Q4_0 gguf-Q4_K_M").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-build/bench-llama1b}
@@ -44,7 +45,7 @@ build_llamacpp() {
   cmake -S "$peer/llama.cpp" -B "$peer/llama.cpp/build-$isa" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $isa_flags \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF >&2
-  cmake --build "$peer/llama.cpp/build-$isa" -j"$(nproc)" --target llama-bench llama-quantize >&2
+  cmake --build "$peer/llama.cpp/build-$isa" -j"$(nproc)" --target llama-bench llama-quantize llama-perplexity >&2
 }
 
 build_llamacpp
@@ -55,23 +56,28 @@ bench/llama1b.sh "$work" checkpoint >/dev/null   # builds offkv and writes the c
 
 # llama.cpp side: the same weights as GGUF, then its own quantizations.
 [ -f "$work/llama1b-bf16.gguf" ] || python3 bench/peer/hf_to_gguf.py "$work/ckpt" "$work/llama1b-bf16.gguf"
-for q in Q8_0 Q4_0; do
+for q in Q8_0 Q4_0 Q4_K_M; do
   [ -f "$work/llama1b-$q.gguf" ] || "$bin/llama-quantize" "$work/llama1b-bf16.gguf" "$work/llama1b-$q.gguf" "$q" >/dev/null 2>&1
 done
 # offkv side: the programs bench/llama1b.sh exports.
 declare -A okv_flags=([bf16]="--dtype bf16" [q8]="--dtype bf16 --qlinear 8w --qembedding 8w"
                       [q4]="--dtype bf16 --qlinear 4w --qembedding 8w")
-declare -A gguf_of=([bf16]=bf16 [q8]=Q8_0 [q4]=Q4_0)
-for v in bf16 q8 q4; do
-  # shellcheck disable=SC2086
-  [ -f "$work/llama1b-$v.okv" ] || ./build/src/cli/offkv export "$work/ckpt" -o "$work/llama1b-$v.okv" \
-    ${okv_flags[$v]} --max-ctx-len 4096 2>/dev/null
+declare -A gguf_of=([bf16]=bf16 [q8]=Q8_0 [q4]=Q4_0 [gguf-Q8_0]=Q8_0 [gguf-Q4_0]=Q4_0 [gguf-Q4_K_M]=Q4_K_M)
+variants=${VARIANTS:-bf16 q8 q4 gguf-Q8_0 gguf-Q4_0 gguf-Q4_K_M}
+for v in $variants; do
+  [ -f "$work/llama1b-$v.okv" ] && continue
+  if [ "${v#gguf-}" != "$v" ]; then # the GGUF llama.cpp runs, its blocks kept
+    ./build/src/cli/offkv export "$work/llama1b-${v#gguf-}.gguf" -o "$work/llama1b-$v.okv" --max-ctx-len 4096 2>/dev/null
+  else
+    # shellcheck disable=SC2086
+    ./build/src/cli/offkv export "$work/ckpt" -o "$work/llama1b-$v.okv" ${okv_flags[$v]} --max-ctx-len 4096 2>/dev/null
+  fi
 done
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 echo "llama.cpp $version ($isa build) vs offkv, 2 threads, $rounds rounds, medians"
-printf '%-5s %-28s %10s %10s | %-10s %10s %10s | %7s %7s\n' "" "offkv path" "pp512" "tg128" "llama.cpp" "pp512" "tg128" "pp x" "tg x"
-for v in bf16 q8 q4; do
+printf '%-11s %-28s %10s %10s | %-10s %10s %10s | %7s %7s\n' "" "offkv path" "pp512" "tg128" "llama.cpp" "pp512" "tg128" "pp x" "tg x"
+for v in $variants; do
   : >"$work/peer-$v.okv.txt"; : >"$work/peer-$v.lcpp.txt"
   for _ in $(seq "$rounds"); do
     ./build/bench/runtime/bench_model "$work/llama1b-$v.okv" --prompt 512 --decode 128 --threads 2 >>"$work/peer-$v.okv.txt"
@@ -88,6 +94,6 @@ for v in bf16 q8 q4; do
   lpp=$(tr -d '"' <"$work/peer-$v.lcpp.txt" | awk -F, -v p="$cp" -v t="$ct" '$p == 512 {print $t}' | median)
   ltg=$(tr -d '"' <"$work/peer-$v.lcpp.txt" | awk -F, -v g="$cg" -v t="$ct" '$g == 128 {print $t}' | median)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
-  printf '%-5s %-28s %10.1f %10.1f | %-10s %10.1f %10.1f | %7s %7s\n' "$v" "$path" "$opp" "$otg" \
+  printf '%-11s %-28s %10.1f %10.1f | %-10s %10.1f %10.1f | %7s %7s\n' "$v" "$path" "$opp" "$otg" \
     "${gguf_of[$v]}" "${lpp:-0}" "${ltg:-0}" "$(ratio "$opp" "${lpp:-0}")" "$(ratio "$otg" "${ltg:-0}")"
 done
