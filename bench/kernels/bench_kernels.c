@@ -70,6 +70,11 @@
  *      oneMKL's cblas_gemm_bf16bf16f32 on the Llama-3.2-1B prefill shapes,
  *      call by call with the tdpbf16ps probe, 1 and 2 threads
  *
+ *  19. qbgemv: the GGUF block-weight decode GEMV (okv_qbmm_run, T = 1) for
+ *      each block type on 2048x2048, 8192x2048 and 2048x8192, on 2 threads,
+ *      each okv_qb_isa this CPU has (plain, avx2, avx512) rep by rep on
+ *      rotating copies, medians next to the read-bandwidth probe
+ *
  *   9. pp512: the prefill matmuls of Llama-3.2-1B at T=512 (q k v o gate up
  *      down) per weight dtype and per path (avx2, avx512 f32 FMA, avx512
  *      vdpbf16ps, amx tiles), interleaved round by round, median GFLOP/s of
@@ -79,8 +84,8 @@
  *
  * Usage: bench_kernels [--quick] [bw] [gemv] [prefill] [attn] [pool] [peak]
  * [decode] [qgemv] [qgemm] [qgemmcpu] [qlayout] [qroof] [pp512] [pp512cpu] [attnlong] [attnlongcpu] [--kv f32|f16|bf16] [attnkv] [ops] [decodestep] [attnamx]
- * [attndecode [q8|vq8] [1t] [16k|hot]] [amxceiling] [amxmix] [onednn]
- * (default: all sections but attnlong, attndecode, ops, attnamx, amxmix and pp512cpu, which is pp512 on one thread timed by its CPU time,
+ * [attndecode [q8|vq8] [1t] [16k|hot]] [amxceiling] [amxmix] [onednn] [qbgemv]
+ * (default: all sections but attnlong, attndecode, ops, attnamx, amxmix, qbgemv and pp512cpu, which is pp512 on one thread timed by its CPU time,
  * for an overloaded machine). Best of N repetitions everywhere; weights
  * rotate through enough copies that no GEMV is served from the 32 MiB L3. */
 #include <immintrin.h>
@@ -535,6 +540,81 @@ static void bench_qlayout(okv_threadpool *tp, int quick) {
             printf("%6dx%-5d %-16s %-12s %9.1f %9.1f %7.0f%%\n", N, K, sname, "row-interl.", a2 * 1e6, bytes / a2 / 1e9,
                    100 * bytes / a2 / 1e9 / bw);
         }
+    free(x);
+    free(y);
+    free(pbuf);
+    free(a.mem);
+}
+
+/* 19. qbgemv: the GGUF block-weight decode GEMV (okv_qbmm_run, T = 1) per
+ * block type and shape on each okv_qb_isa this CPU has (plain, avx2,
+ * avx512), rep by rep on copies rotating through an arena far larger than
+ * the L3, next to the read-bandwidth probe; medians, GB/s of W bytes. */
+static void bench_qbgemv(okv_threadpool *tp, int quick) {
+    static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    static const int types[] = {OKV_QB_Q4_0, OKV_QB_Q4_1, OKV_QB_Q5_0, OKV_QB_Q5_1, OKV_QB_Q8_0,
+                                OKV_QB_Q2_K, OKV_QB_Q3_K, OKV_QB_Q4_K, OKV_QB_Q5_K, OKV_QB_Q6_K};
+    enum { MAX_ISAS = 3 };
+    const okv_qb_isa *isas[MAX_ISAS];
+    int n_isas = 0;
+    isas[n_isas++] = &okv_qb_isa_plain;
+    if (okv_qb_isa_avx2()) isas[n_isas++] = okv_qb_isa_avx2();
+    if (okv_qb_isa_avx512()) isas[n_isas++] = okv_qb_isa_avx512();
+    qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
+    a.mem = aligned_alloc(64, a.size);
+    for (size_t i = 0; i < a.size; i++) a.mem[i] = (uint8_t)(((i * 2654435761u) ^ (i >> 7)) >> 13);
+    size_t pn = (256u << 20) / 4;
+    float *pbuf = aligned_alloc(64, pn * 4);
+    for (size_t i = 0; i < pn; i++) pbuf[i] = 1.0f;
+    float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 8192);
+    for (int i = 0; i < 8192; i++) x[i] = frand();
+    int reps = quick ? 9 : 25;
+    printf("\nGGUF block decode GEMV (okv_qbmm_run, T = 1), %d threads, medians of %d (probe = 256 MiB sum, same loop)\n",
+           okv_threadpool_size(tp), reps);
+    printf("%-12s %-6s %-7s %9s %9s %9s %8s\n", "W (NxK)", "type", "isa", "us", "MB read", "GB/s", "of bw");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const okv_qblock_info *b = okv_qblock_get(types[ti]);
+        okv_qscheme s = okv_qscheme_block(types[ti]);
+        /* the arena as one run of blocks with finite, normal f16 scales
+         * (every shape's copy is a whole number of blocks, 64-byte aligned) */
+        int sf[2] = {0, -1};
+        switch (types[ti]) {
+        case OKV_QB_Q4_1: case OKV_QB_Q5_1: case OKV_QB_Q4_K: case OKV_QB_Q5_K: sf[1] = 2; break;
+        case OKV_QB_Q2_K: sf[0] = 80; sf[1] = 82; break;
+        case OKV_QB_Q3_K: sf[0] = 108; break;
+        case OKV_QB_Q6_K: sf[0] = 208; break;
+        default: break;
+        }
+        for (size_t blk = 0; blk < a.size / (size_t)b->bytes; blk++)
+            for (int f = 0; f < 2; f++)
+                if (sf[f] >= 0) {
+                    uint16_t h = okv_f32_to_f16(0.001f + (float)(blk % 7) * 1e-4f);
+                    memcpy(a.mem + blk * (size_t)b->bytes + sf[f], &h, 2);
+                }
+        for (int si = 0; si < 3; si++) {
+            int N = shapes[si][0], K = shapes[si][1];
+            size_t bytes = (size_t)N * (size_t)(K / b->elems) * (size_t)b->bytes;
+            int n_copies = (int)(a.size / bytes);
+            double t[MAX_ISAS][64], tpr[64];
+            okv_qbmm_run(tp, isas[n_isas - 1], y, x, 1, K, a.mem, &s, N, NULL); /* warm-up */
+            for (int r = 0; r < reps; r++) {
+                tpr[r] = probe_once(tp, pbuf, pn);
+                for (int i = 0; i < n_isas; i++) {
+                    const void *W = a.mem + (size_t)((r * n_isas + i) % n_copies) * bytes;
+                    double t0 = now();
+                    okv_qbmm_run(tp, isas[i], y, x, 1, K, W, &s, N, NULL);
+                    t[i][r] = now() - t0;
+                }
+            }
+            double bw = (double)pn * 4 / median(tpr, reps) / 1e9;
+            for (int i = 0; i < n_isas; i++) {
+                double sec = median(t[i], reps);
+                printf("%6dx%-5d %-6s %-7s %9.1f %9.2f %9.1f %7.0f%%\n", N, K, b->name, isas[i]->name, sec * 1e6,
+                       (double)bytes / 1e6, (double)bytes / sec / 1e9, 100 * (double)bytes / sec / 1e9 / bw);
+            }
+            printf("%6dx%-5d %-6s %-7s %9s %9s %9.1f\n", N, K, "", "probe", "", "", bw);
+        }
+    }
     free(x);
     free(y);
     free(pbuf);
@@ -1849,6 +1929,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "qgemmcpu")) bench_qgemm(tps[0], tabs[n_tabs - 1], quick, true);
     if (SECTION("qlayout")) bench_qlayout(tps[1], quick);
     if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
+    if (want(argc, argv, "qbgemv")) bench_qbgemv(tps[1], quick); /* 19 */
 
     /* 9 */
     if (SECTION("pp512")) bench_pp512(tps[1], tps[1], quick, false);

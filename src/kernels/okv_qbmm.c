@@ -333,7 +333,9 @@ void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const flo
     j.w_row = (size_t)j.nb * (size_t)b->bytes;
     j.x_row = act_row_bytes(s->block, K);
     j.quant = b->elems == 256 ? isa->quant256 : isa->quant32;
-    j.dot = isa->dot[s->block] ? isa->dot[s->block] : okv_qb_isa_plain.dot[s->block];
+    j.dot = isa->dot[s->block];
+    if (!j.dot && isa != &okv_qb_isa_plain && okv_qb_isa_avx2()) j.dot = okv_qb_isa_avx2()->dot[s->block]; /* the next ISA down */
+    if (!j.dot) j.dot = okv_qb_isa_plain.dot[s->block];
     if (!j.quant) j.quant = b->elems == 256 ? okv_qb_isa_plain.quant256 : okv_qb_isa_plain.quant32;
     okv_kscratch ks;
     j.xq = okv_kscratch_get(&ks, tp, okv_qbmm_scratch(T, K));
