@@ -48,6 +48,15 @@ typedef struct okv_export_options {
      * input dimension the group does not divide is an export error. */
     int qlinear, qlinear_group;
     int qembedding, qembedding_group;
+    /* Quantize into a GGUF block type instead (NULL = the scheme above):
+     * "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K" or "q6_K"
+     * (an error-minimising search per block, weighted by the calibration
+     * when there is one); qlinear / qembedding must then be nonzero (the
+     * CLI sets the type's code bits) and their group sizes are unused. A
+     * matrix whose input dimension the K-quants' 256 does not divide takes
+     * the 32-element type of at most the same bits per weight instead (q4_K
+     * -> q4_0, q5_K -> q5_0, q6_K -> q5_1), with a notice. */
+    const char *qlinear_block, *qembedding_block;
     /* GGUF input: a matrix stored in a block type offkv runs (Q4_0, Q4_1,
      * Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) keeps its blocks as
      * they are unless qlinear / qembedding cover it (then it is quantized

@@ -229,9 +229,14 @@ int okv_cli_read_tokens(const char *arg, int32_t **ids, int *n) {
 
 /* ---- export / inspect ------------------------------------------------------------ */
 
-/* "4w" / "8w" -> 4 / 8 bits. */
-static bool parse_qbits(const char *v, int *bits) {
-    if (!strcmp(v, "4w") || !strcmp(v, "8w")) { *bits = v[0] - '0'; return true; }
+/* "4w" / "8w" -> 4 / 8 bits (offkv's own planes); a GGUF block type name
+ * ("q4_K") -> that type (the library checks it again) and its code bits. */
+static bool parse_qbits(const char *v, int *bits, const char **block) {
+    static const struct { const char *name; int bits; } blocks[] = {
+        {"q4_0", 4}, {"q4_1", 4}, {"q5_0", 5}, {"q5_1", 5}, {"q8_0", 8}, {"q4_K", 4}, {"q5_K", 5}, {"q6_K", 6}};
+    if (!strcmp(v, "4w") || !strcmp(v, "8w")) { *bits = v[0] - '0'; *block = NULL; return true; }
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        if (!strcmp(v, blocks[i].name)) { *bits = blocks[i].bits; *block = blocks[i].name; return true; }
     return false;
 }
 
@@ -301,8 +306,10 @@ static int cmd_export(int argc, char **argv) {
                 return okv_cli_usage_error("--prefill-chunk-size: '%s' must be an integer >= 1", v);
             i++;
         } else if ((!strcmp(a, "--qlinear") || !strcmp(a, "--qembedding")) && v) {
-            if (!parse_qbits(v, a[3] == 'l' ? &o.qlinear : &o.qembedding))
-                return okv_cli_usage_error(a[3] == 'l' ? "--qlinear: '%s' is not 4w or 8w" : "--qembedding: '%s' is not 4w or 8w", v);
+            bool lin = a[3] == 'l';
+            if (!parse_qbits(v, lin ? &o.qlinear : &o.qembedding, lin ? &o.qlinear_block : &o.qembedding_block))
+                return okv_cli_usage_error(lin ? "--qlinear: '%s' is not 4w, 8w or a block type (q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K)"
+                                               : "--qembedding: '%s' is not 4w, 8w or a block type (q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K)", v);
             i++;
         } else if ((!strcmp(a, "--qlinear-group-size") || !strcmp(a, "--qembedding-group-size")) && v) {
             if (!parse_qgroup(v, a[3] == 'l' ? &o.qlinear_group : &o.qembedding_group))

@@ -281,8 +281,14 @@ static int tensor_uses(const okv_graph *g, int t) {
 }
 
 /* 4w: asymmetric (an offset per group keeps skewed groups' 16 levels in
- * range); 8w: symmetric (256 levels leave no room for an offset to help). */
-static okv_qscheme scheme_for(int bits, int group) {
+ * range); 8w: symmetric (256 levels leave no room for an offset to help).
+ * A block type name (qlinear_block / qembedding_block, checked by
+ * check_quant_options) instead: that GGUF block type. */
+static okv_qscheme scheme_for(const okv_export_options *o, bool emb) {
+    const char *block = emb ? o->qembedding_block : o->qlinear_block;
+    const okv_qblock_info *b = block ? okv_qblock_parse(block) : NULL;
+    if (b) return okv_qscheme_block(b->type);
+    int bits = emb ? o->qembedding : o->qlinear, group = emb ? o->qembedding_group : o->qlinear_group;
     return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16, OKV_QB_NONE};
 }
 
@@ -305,6 +311,10 @@ static int gguf_kept_block(const export_job *j, int t) {
 
 static okv_status plan_quant(export_job *j, okv_error *err) {
     const okv_export_options *o = j->opt;
+    /* block-type fallbacks, per kind (0 linear, 1 embedding / head): count, first K, types */
+    int fb_count[2] = {0, 0}, fb_total[2] = {0, 0};
+    int64_t fb_k[2] = {0, 0};
+    okv_qscheme fb_from[2], fb_to[2];
     for (int t = 0; t < j->hg.n_tensors; t++) {
         okv_tensor *ts = &j->hg.tensors[t];
         int uses = tensor_uses(&j->hg.graph, t);
@@ -318,7 +328,19 @@ static okv_status plan_quant(export_job *j, okv_error *err) {
             continue;
         }
         if (!bits || ts->n_dims != 2 || !j->hg.srcs[t].ckpt_name) continue;
-        okv_qscheme q = scheme_for(bits, emb ? o->qembedding_group : o->qlinear_group);
+        okv_qscheme q = scheme_for(o, emb);
+        if (q.block != OKV_QB_NONE) {
+            fb_total[emb]++;
+            if (ts->shape[1] % q.group) { /* a K-quant's 256 does not divide K */
+                okv_qscheme f = okv_qscheme_block(okv_qblock_fallback(q.block));
+                if (!fb_count[emb]++) fb_k[emb] = ts->shape[1], fb_from[emb] = q, fb_to[emb] = f;
+                q = f;
+            }
+            if (ts->shape[1] % q.group)
+                return okv_fail(err, OKV_ERR_INVALID,
+                                "tensor '%s': input dimension %lld is not a multiple of %s's block of %d", ts->name,
+                                (long long)ts->shape[1], okv_qblock_get(q.block)->name, q.group);
+        }
         if (ts->shape[1] % q.group)
             return okv_fail(err, OKV_ERR_INVALID,
                             "tensor '%s': input dimension %lld is not a multiple of the %s group size %d", ts->name,
@@ -330,13 +352,33 @@ static okv_status plan_quant(export_job *j, okv_error *err) {
         ts->quant = q;
         ts->nbytes = okv_quant_bytes(&q, ts->shape[0], ts->shape[1]);
     }
+    for (int k = 0; k < 2; k++)
+        if (fb_count[k]) {
+            const okv_qblock_info *a = okv_qblock_get(fb_from[k].block), *b = okv_qblock_get(fb_to[k].block);
+            notice(j, "%s: %d of %d %s matrices have an input dimension %s's %d does not divide (e.g. %lld): quantized as %s "
+                      "(%.4g bits/weight, %s %.4g)", k ? "--qembedding" : "--qlinear", fb_count[k], fb_total[k],
+                   k ? "embedding / LM head" : "linear", a->name, a->elems, (long long)fb_k[k], b->name,
+                   8.0 * b->bytes / b->elems, a->name, 8.0 * a->bytes / a->elems);
+        }
     return OKV_OK;
 }
 
 static okv_status check_quant_options(const okv_export_options *o, okv_error *err) {
-    const struct { const char *what; int bits; int group; } q[2] = {
-        {"linear-weight", o->qlinear, o->qlinear_group}, {"embedding", o->qembedding, o->qembedding_group}};
+    const struct { const char *what; int bits; int group; const char *block; } q[2] = {
+        {"linear-weight", o->qlinear, o->qlinear_group, o->qlinear_block},
+        {"embedding", o->qembedding, o->qembedding_group, o->qembedding_block}};
     for (int i = 0; i < 2; i++) {
+        if (q[i].block) {
+            const okv_qblock_info *b = okv_qblock_parse(q[i].block);
+            if (!b || !okv_qblock_quantizable(b->type))
+                return okv_fail(err, OKV_ERR_INVALID,
+                                "%s quantization: block type '%s' is not one offkv quantizes into (q4_0, q4_1, q5_0, "
+                                "q5_1, q8_0, q4_K, q5_K, q6_K)", q[i].what, q[i].block);
+            if (!q[i].bits)
+                return okv_fail(err, OKV_ERR_INVALID, "%s quantization: block type %s needs the bits set too (%d)",
+                                q[i].what, b->name, b->bits);
+            continue;
+        }
         if (q[i].bits != 0 && q[i].bits != 4 && q[i].bits != 8)
             return okv_fail(err, OKV_ERR_INVALID, "%s quantization: %d bits is not supported (4 or 8)", q[i].what, q[i].bits);
         if (q[i].group != 0 && q[i].group != 32 && q[i].group != 64 && q[i].group != 128 && q[i].group != 256)
@@ -432,7 +474,9 @@ static okv_status carry_gguf_raw(const export_src *s, const okv_tensor *want, vo
 static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
     const okv_tensor *want = &j->hg.tensors[t];
     const export_src *s = j->src[t];
-    if (want->quant.block != OKV_QB_NONE) return carry_gguf_raw(s, want, dst, err);
+    if (want->quant.block != OKV_QB_NONE && s && s->gg && s->gg->type == want->quant.block && j->hg.srcs[t].add == 0.0f &&
+        s->ggh.add == 0.0f) /* kept, or already in the block type asked for */
+        return carry_gguf_raw(s, want, dst, err);
     if (s && s->gg && j->hg.srcs[t].add == 0.0f && s->ggh.add == 0.0f && gguf_blocks_fit(s->gg->type, &want->quant))
         return carry_gguf_blocks(s, want, dst, err);
     err->status = OKV_OK;
@@ -538,7 +582,7 @@ static char *meta_extra(const export_job *j) {
     cJSON_AddNumberToObject(x, "final_logit_softcapping", m->final_softcap);
     cJSON_AddNumberToObject(x, "kv_shared_layers", m->kv_shared_layers);
     char q[64];
-    okv_qscheme ql = scheme_for(j->opt->qlinear, j->opt->qlinear_group), qe = scheme_for(j->opt->qembedding, j->opt->qembedding_group);
+    okv_qscheme ql = scheme_for(j->opt, false), qe = scheme_for(j->opt, true);
     cJSON_AddStringToObject(x, "qlinear", j->opt->qlinear ? okv_qscheme_name(&ql, q, sizeof q) : "none");
     cJSON_AddStringToObject(x, "qembedding", j->opt->qembedding ? okv_qscheme_name(&qe, q, sizeof q) : "none");
     char *s = cJSON_PrintUnformatted(x);

@@ -42,4 +42,21 @@ void okv_qblock_dequant(int type, const void *src, float *dst, uint64_t n);
 /* Elements [e0, e1) of a row of blocks (any range inside the row) -> dst[e1 - e0]. */
 void okv_qblock_dequant_range(int type, const void *row, int64_t e0, int64_t e1, float *dst);
 
+
+/* ---- quantizing into block types (okv_qblock_quant.c) ---- */
+/* Whether okv_qblock_quantize_row writes `type` (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0, Q4_K, Q5_K, Q6_K). */
+bool okv_qblock_quantizable(int type);
+/* Quantizes x[n] (finite; n whole blocks of a quantizable type) into
+ * n / elems blocks at dst, each block by an error-minimising search of
+ * sum imp[i] (x[i] - y[i])^2 (imp NULL = all 1), never worse on it than
+ * round to nearest (okv_qblock_quant.c). Returns -1, or the index of the
+ * first block whose scale is beyond f16 (the blocks from it on are not
+ * written). */
+int64_t okv_qblock_quantize_row(int type, const float *x, const float *imp, int64_t n, void *dst);
+/* The 32-element type of at most `type`'s bits per weight, for an input
+ * dimension the 256 of a K-quant does not divide (q4_K -> q4_0, q5_K ->
+ * q5_0, q6_K -> q5_1); `type` itself when it is not a K-quant. */
+int okv_qblock_fallback(int type);
+
 #endif

@@ -363,12 +363,12 @@ okv_status okv_quantize(const okv_qscheme *s, const float *W, int64_t N, int64_t
 
 okv_status okv_quantize_check(const okv_qscheme *s, int64_t N, int64_t K, const float *imp, const char *what,
                               okv_error *err) {
-    if (s->block != OKV_QB_NONE) {
+    if (!what) what = "tensor";
+    if (s->block != OKV_QB_NONE && !okv_qblock_quantizable(s->block)) {
         const okv_qblock_info *b = okv_qblock_get(s->block);
-        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantizing into block type %s is not implemented", what ? what : "tensor",
+        return okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: quantizing into block type %s is not implemented", what,
                         b ? b->name : "?");
     }
-    if (!what) what = "tensor";
     okv_status st = okv_qscheme_check(s, N, K, what, err);
     if (st) return st;
     for (int64_t k = 0; imp && k < K; k++)
@@ -382,6 +382,22 @@ okv_status okv_quantize_rows(const okv_qscheme *s, const float *W, int64_t N, in
                              int64_t row0, int64_t row1, const char *what, okv_error *err) {
     if (!what) what = "tensor";
     okv_qview v = okv_quant_view(s, dst, N, K);
+    if (v.block != OKV_QB_NONE) { /* GGUF block types: okv_qblock_quant.c */
+        const okv_qblock_info *b = okv_qblock_get(v.block);
+        for (int64_t r = row0; r < row1; r++) {
+            const float *w = W + (size_t)r * K;
+            for (int64_t k = 0; k < K; k++)
+                if (!isfinite(w[k]))
+                    return okv_fail(err, OKV_ERR_INVALID, "%s: element [%lld, %lld] is %s; cannot quantize", what,
+                                    (long long)r, (long long)k, isnan(w[k]) ? "NaN" : "infinite");
+            int64_t bad = okv_qblock_quantize_row(v.block, w, imp, K, (uint8_t *)v.blocks + (size_t)r * v.row_bytes);
+            if (bad >= 0)
+                return okv_fail(err, OKV_ERR_UNSUPPORTED,
+                                "%s: row %lld %s block at column %lld: its scale is beyond the f16 range", what,
+                                (long long)r, b->name, (long long)(bad * b->elems));
+        }
+        return OKV_OK;
+    }
     uint8_t codes[256];
     for (int64_t r = row0; r < row1; r++) {
         uint8_t *crow = (uint8_t *)v.codes + (size_t)r * v.code_stride;
