@@ -130,6 +130,10 @@ def make_program_and_safetensors(tok_seed, tcfg_seed):
                     os.path.join(dp, f"{m}-q{q}.program"), "--dtype", "f32", "--max-ctx-len", "16",
                     "--prefill-chunk-size", "4", "--qlinear", q, "--qlinear-group-size", "32",
                     "--qembedding", q, "--qembedding-group-size", "32", cwd=build)
+                if m == "llama32-tiny":   # GGUF block types (format version 3): q4_0 linears, q8_0 embedding
+                    run(os.path.join(build, "src", "cli", "offkv"), "export", os.path.join("fuzz-seeds", m + "-q"),
+                        "-o", os.path.join(dp, f"{m}-qblocks.program"), "--dtype", "f32", "--max-ctx-len", "16",
+                        "--prefill-chunk-size", "4", "--qlinear", "q4_0", "--qembedding", "q8_0", cwd=build)
     finally:
         shutil.rmtree(tmp)
     for name, tensors, meta in hand_made_safetensors():

@@ -474,7 +474,7 @@ static okv_status carry_gguf_raw(const export_src *s, const okv_tensor *want, vo
 static okv_status produce_quantized(const export_job *j, int t, void *dst, okv_error *err) {
     const okv_tensor *want = &j->hg.tensors[t];
     const export_src *s = j->src[t];
-    if (want->quant.block != OKV_QB_NONE && s && s->gg && s->gg->type == want->quant.block && j->hg.srcs[t].add == 0.0f &&
+    if (want->quant.block != OKV_QB_NONE && s && s->gg && (int)s->gg->type == want->quant.block && j->hg.srcs[t].add == 0.0f &&
         s->ggh.add == 0.0f) /* kept, or already in the block type asked for */
         return carry_gguf_raw(s, want, dst, err);
     if (s && s->gg && j->hg.srcs[t].add == 0.0f && s->ggh.add == 0.0f && gguf_blocks_fit(s->gg->type, &want->quant))
