@@ -699,8 +699,12 @@ static void eos_from_generation_config(export_job *j, const char *text) {
  * vocabulary exports without a tokenizer, with a notice. */
 static okv_status gguf_text_files(export_job *j, okv_error *err) {
     const okv_gguf *g = j->gguf;
-    if (!okv_gguf_find(g, "tokenizer.ggml.model")) {
-        notice(j, "%s has no tokenizer.ggml.model: the program is exported without a tokenizer; text commands will "
+    okv_gguf_str model;
+    okv_error e = {0};
+    bool none = okv_gguf_get_str(g, "tokenizer.ggml.model", &model, &e) == OKV_OK && model.len == 4 &&
+                !memcmp(model.ptr, "none", 4); /* llama.cpp's "no vocabulary" (benchmark files) */
+    if (!okv_gguf_find(g, "tokenizer.ggml.model") || none) {
+        notice(j, "%s has no tokenizer (tokenizer.ggml.model missing or \"none\"): the program is exported without a tokenizer; text commands will "
                "need a tokenizer.json given separately", okv_gguf_path(g));
         return OKV_OK;
     }
