@@ -755,7 +755,6 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
     if (!st) st = bind_sources(&j, err);
     if (!st) st = apply_rope_freqs(&j, err);
     if (!st) st = plan_quant(&j, err);
-    if (!st) report_carried(&j);
     if (!st) report_unused(&j);
     if (!st && j.model.notes[0]) notice(&j, "%s", j.model.notes);
     if (!st) st = gguf_text_files(&j, err);
@@ -764,6 +763,7 @@ static okv_status export_gguf(const char *path, const char *out_path, const okv_
             st = okv_fail(err, OKV_ERR_FORMAT, "%s: eos token id %d is outside the vocabulary (%d)", path,
                           j.model.eos_ids[i], j.model.vocab);
     if (!st) st = write_program(&j, path, out_path, err);
+    if (!st) report_carried(&j); /* after the write: a failed export says one line */
     free(config);
     job_free(&j);
     return st;
