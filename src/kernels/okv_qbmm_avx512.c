@@ -309,10 +309,9 @@ INLINE_TGT float dot_q45k(bool five, const uint8_t *w, const void *xq, int nb) {
             __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * c)));
             __m512i q = _mm512_and_si512(_mm512_srlv_epi16(v, sh), m4);
             if (five) {
-                const __m512i bit = _mm512_setr_epi64(
-                    0x0101010101010101ll << (2 * c), 0x0101010101010101ll << (2 * c), 0x0101010101010101ll << (2 * c),
-                    0x0101010101010101ll << (2 * c), 0x0202020202020202ll << (2 * c), 0x0202020202020202ll << (2 * c),
-                    0x0202020202020202ll << (2 * c), 0x0202020202020202ll << (2 * c));
+                const long long b1 = (long long)(0x0101010101010101ull << (2 * c)),
+                                b2 = (long long)(0x0202020202020202ull << (2 * c)); /* unsigned: no signed overflow */
+                const __m512i bit = _mm512_setr_epi64(b1, b1, b1, b1, b2, b2, b2, b2);
                 q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(H, bit), q, b5);
             }
             __m512i p = dpbusd512(_mm512_setzero_si512(), q, _mm512_loadu_si512(xq8 + 64 * c));

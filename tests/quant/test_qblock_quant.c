@@ -196,6 +196,7 @@ static void test_weighted(void) {
         CHECK_OK(quantize(TYPES[t], W, N, K, ones, &q1, Yu, &err), &err);
         okv_qscheme s = okv_qscheme_block(TYPES[t]);
         CHECKF(!memcmp(qu, q1, okv_quant_bytes(&s, N, K)), "%s: all-ones importance differs from none", b->name);
+        free(q1);
         CHECK_OK(quantize(TYPES[t], W, N, K, NULL, &q1, Yu, &err), &err); /* Yu = unweighted again */
         int worse = 0;
         double tu = 0, tw = 0;
