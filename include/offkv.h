@@ -51,8 +51,8 @@ typedef struct okv_export_options {
     /* Quantize into a GGUF block type instead (NULL = the scheme above):
      * "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K" or "q6_K"
      * (an error-minimising search per block, weighted by the calibration
-     * when there is one); qlinear / qembedding must then be nonzero (the
-     * CLI sets the type's code bits) and their group sizes are unused. A
+     * when there is one) when qlinear / qembedding is nonzero (0 is still
+     * off; the CLI sets the type's code bits); their group sizes unused. A
      * matrix whose input dimension the K-quants' 256 does not divide takes
      * the 32-element type of at most the same bits per weight instead (q4_K
      * -> q4_0, q5_K -> q5_0, q6_K -> q5_1), with a notice. */

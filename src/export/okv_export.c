@@ -368,15 +368,12 @@ static okv_status check_quant_options(const okv_export_options *o, okv_error *er
         {"linear-weight", o->qlinear, o->qlinear_group, o->qlinear_block},
         {"embedding", o->qembedding, o->qembedding_group, o->qembedding_block}};
     for (int i = 0; i < 2; i++) {
-        if (q[i].block) {
+        if (q[i].block && q[i].bits) { /* bits 0 = off, whatever the block type (the calibration pass) */
             const okv_qblock_info *b = okv_qblock_parse(q[i].block);
             if (!b || !okv_qblock_quantizable(b->type))
                 return okv_fail(err, OKV_ERR_INVALID,
                                 "%s quantization: block type '%s' is not one offkv quantizes into (q4_0, q4_1, q5_0, "
                                 "q5_1, q8_0, q4_K, q5_K, q6_K)", q[i].what, q[i].block);
-            if (!q[i].bits)
-                return okv_fail(err, OKV_ERR_INVALID, "%s quantization: block type %s needs the bits set too (%d)",
-                                q[i].what, b->name, b->bits);
             continue;
         }
         if (q[i].bits != 0 && q[i].bits != 4 && q[i].bits != 8)

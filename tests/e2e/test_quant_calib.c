@@ -101,7 +101,8 @@ static void test_stats_match(void) {
     free(prog);
 }
 
-static okv_status export_cal(const char *out, bool calibrated, okv_error *err) {
+/* block NULL: offkv's own 4w / 8w planes; else --qlinear block --qembedding q8_0 */
+static okv_status export_cal(const char *out, bool calibrated, const char *block, okv_error *err) {
     static int32_t ids[200];
     for (int i = 0; i < 200; i++) ids[i] = (int32_t)((i * 101 + 7) % 250);
     okv_export_options o;
@@ -109,16 +110,18 @@ static okv_status export_cal(const char *out, bool calibrated, okv_error *err) {
     o.dtype = OKV_F32;
     o.qlinear = 4;
     o.qembedding = 8;
+    o.qlinear_block = block;
+    o.qembedding_block = block ? "q8_0" : NULL;
     if (calibrated) { o.calibration_ids = ids; o.n_calibration_ids = 200; o.calibration_ctx = 64; }
     return okv_export(LLAMA, out, &o, err);
 }
 
-static void test_calibrated_export(void) {
+static void test_calibrated_export(const char *block) {
     char *a = e2e_path("cal-a.okv"), *b = e2e_path("cal-b.okv"), *u = e2e_path("cal-u.okv");
     okv_error err = {0};
-    CHECK_OK(export_cal(a, true, &err), &err);
-    CHECK_OK(export_cal(b, true, &err), &err);
-    CHECK_OK(export_cal(u, false, &err), &err);
+    CHECK_OK(export_cal(a, true, block, &err), &err);
+    CHECK_OK(export_cal(b, true, block, &err), &err);
+    CHECK_OK(export_cal(u, false, block, &err), &err);
     char *da = NULL, *db = NULL;
     size_t la = 0, lb = 0;
     CHECK_OK(okv_read_file(a, &da, &la, &err), &err);
@@ -137,7 +140,8 @@ static void test_calibrated_export(void) {
         if (strstr(x->name, "embed")) emb_same += same;
         else { linears++; changed += !same; }
     }
-    printf("calibrated vs unweighted: %d/%d linears changed, embedding %s\n", changed, linears, emb_same ? "same" : "changed");
+    printf("%s, calibrated vs unweighted: %d/%d linears changed, embedding %s\n", block ? block : "4w", changed, linears,
+           emb_same ? "same" : "changed");
     CHECKF(linears == 28 && changed == linears && emb_same == 1, "%d/%d linears changed, embedding same %d", changed,
            linears, emb_same);
     okv_format_close(pa);
@@ -192,7 +196,8 @@ static void test_bad_input(void) {
 
 int main(void) {
     test_stats_match();
-    test_calibrated_export();
+    test_calibrated_export(NULL);
+    test_calibrated_export("q4_0"); /* block types through the same calibration pass */
     test_bad_input();
     e2e_cleanup();
     return okv_test_finish();
