@@ -41,8 +41,10 @@
 
 /* ---- activation quantizers ------------------------------------------------------------ */
 
-/* 127 / max|x| and max|x| / 127 of n floats; NaN scales for a non-finite block. */
-static void x_scales(const float *x, int n, float *id, float *d) {
+/* 127 / max|x| and max|x| / 127 of n floats; false (d = NaN) for a
+ * non-finite block, whose codes the callers write as 0 (x * 0 is NaN for a
+ * NaN or inf x, and converting NaN to int is undefined). */
+static bool x_scales(const float *x, int n, float *id, float *d) {
     float amax = 0.0f;
     bool finite = true;
     for (int i = 0; i < n; i++) {
@@ -53,17 +55,22 @@ static void x_scales(const float *x, int n, float *id, float *d) {
     if (!finite) {
         *id = 0.0f;
         *d = NAN;
-        return;
+        return false;
     }
     *d = amax / 127.0f;
     *id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    return true;
 }
 
 static void quant32_plain(const float *x, int K, void *xq) {
     okv_qb_x32 *b = xq;
     for (int blk = 0; blk < K / 32; blk++, x += 32) {
         float id;
-        x_scales(x, 32, &id, &b[blk].d);
+        if (!x_scales(x, 32, &id, &b[blk].d)) {
+            memset(b[blk].q, 0, sizeof b[blk].q);
+            b[blk].qsum = 0;
+            continue;
+        }
         int32_t sum = 0;
         for (int i = 0; i < 32; i++) {
             int q = (int)nearbyintf(x[i] * id);
@@ -78,7 +85,11 @@ static void quant256_plain(const float *x, int K, void *xq) {
     okv_qb_x256 *b = xq;
     for (int blk = 0; blk < K / 256; blk++, x += 256) {
         float id;
-        x_scales(x, 256, &id, &b[blk].d);
+        if (!x_scales(x, 256, &id, &b[blk].d)) {
+            memset(b[blk].q, 0, sizeof b[blk].q);
+            memset(b[blk].bsums, 0, sizeof b[blk].bsums);
+            continue;
+        }
         for (int g = 0; g < 16; g++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) {

@@ -116,8 +116,10 @@ static void check_table(const table_case *tc, okv_threadpool *tp, int type, int 
     free(bias);
 }
 
-/* An ISA's quantizers and dots against the plain ones. */
-static void check_isa(const okv_qb_isa *isa, int type, int K) {
+/* An ISA's quantizers and dots against the plain ones; `poison`: one block
+ * of x holds a NaN and another an inf (the quantizers must still agree:
+ * d = NaN, codes and sums 0). */
+static void check_isa(const okv_qb_isa *isa, int type, int K, bool poison) {
     const okv_qblock_info *b = okv_qblock_get(type);
     int nb = K / b->elems;
     size_t xb = b->elems == 256 ? (size_t)nb * sizeof(okv_qb_x256) : (size_t)nb * sizeof(okv_qb_x32);
@@ -125,6 +127,10 @@ static void check_isa(const okv_qb_isa *isa, int type, int K) {
     float *x = malloc(sizeof(float) * K), *wf = malloc(sizeof(float) * K);
     fill(x, K, 2.0f);
     x[K / 3] = 0.0f;
+    if (poison) {
+        x[1] = NAN;
+        x[K - 2] = INFINITY;
+    }
     okv_qblock_dequant(type, W, wf, (uint64_t)K);
     okv_qb_quant_fn qp = b->elems == 256 ? okv_qb_isa_plain.quant256 : okv_qb_isa_plain.quant32;
     okv_qb_quant_fn qi = b->elems == 256 ? isa->quant256 : isa->quant32;
@@ -133,7 +139,13 @@ static void check_isa(const okv_qb_isa *isa, int type, int K) {
         qi(x, K, xi);
         CHECKF(!memcmp(xp, xi, xb), "%s quantizer for %s blocks differs from the plain one (K=%d)", isa->name, b->name, K);
     }
-    if (isa->dot[type]) {
+    if (poison) {
+        const okv_qb_x32 *b32 = (const okv_qb_x32 *)xp;
+        const okv_qb_x256 *b256 = (const okv_qb_x256 *)xp;
+        bool zero = b->elems == 256 ? isnan(b256[0].d) && !b256[0].q[1] && !b256[0].bsums[0]
+                                    : isnan(b32[0].d) && !b32[0].q[1] && !b32[0].qsum;
+        CHECKF(zero, "plain quantizer: a non-finite %s activation block is not d = NaN with zero codes", b->name);
+    } else if (isa->dot[type]) {
         double abs_s = 0;
         for (int k = 0; k < K; k++) abs_s += fabs((double)wf[k] * x[k]);
         float a = okv_qb_isa_plain.dot[type](W, xp, nb), c = isa->dot[type](W, xp, nb);
@@ -170,7 +182,15 @@ int main(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (int i = 0; i < 2; i++)
             if (isas[i])
-                for (int K = 256; K <= 2304; K += 1024) check_isa(isas[i], types[ti], K);
+                for (int K = 256; K <= 2304; K += 1024) check_isa(isas[i], types[ti], K, false);
+    /* block counts that are not a multiple of 8 (the SIMD dots take 8 blocks a pass), and non-finite x */
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int i = 0; i < 2; i++)
+            if (isas[i]) {
+                int K = okv_qblock_get(types[ti])->elems == 256 ? 17 * 256 : 13 * 32;
+                check_isa(isas[i], types[ti], K, false);
+                check_isa(isas[i], types[ti], K, true);
+            }
 
     table_case tables[8];
     int n_tables = 0;
