@@ -121,6 +121,8 @@ typedef struct okv_program_info {
     const int *eos_ids;
     int n_eos;
     okv_weights_memory weights_memory; /* MAPPED or HUGE_PAGES: where the bytes ended up */
+    int n_x8;                  /* GGUF block matrices whose rows were interleaved by 8 in memory for
+                                * the decode dots (HUGE_PAGES only; OKV_QB_X8=0 turns it off) */
 } okv_program_info;
 
 void okv_program_get_info(const okv_program *p, okv_program_info *info);

@@ -425,7 +425,7 @@ static int q_paths(qpath *p) {
 
 static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) {
     static const int shapes[5][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
-    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}, {4, 32, false, OKV_F16, OKV_QB_NONE}};
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE, false}, {4, 32, true, OKV_F16, OKV_QB_NONE, false}, {4, 32, false, OKV_F16, OKV_QB_NONE, false}};
     qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
     a.mem = aligned_alloc(64, a.size);
     qarena_fill_random(&a);
@@ -488,7 +488,7 @@ static void bench_qgemv(okv_threadpool *tp, const okv_kernels *best, int quick) 
  * row, one stream), medians side by side with the probe. */
 static void bench_qlayout(okv_threadpool *tp, int quick) {
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
-    static const okv_qscheme schemes[2] = {{4, 32, true, OKV_F16, OKV_QB_NONE}, {8, 32, false, OKV_F16, OKV_QB_NONE}};
+    static const okv_qscheme schemes[2] = {{4, 32, true, OKV_F16, OKV_QB_NONE, false}, {8, 32, false, OKV_F16, OKV_QB_NONE, false}};
     if (!okv_qmm_have_avx512vnni()) return;
     qarena a = {NULL, (size_t)(quick ? 640 : 1280) << 20};
     a.mem = aligned_alloc(64, a.size);
@@ -550,7 +550,7 @@ static void bench_qlayout(okv_threadpool *tp, int quick) {
  * block type and shape on each okv_qb_isa this CPU has (plain, avx2,
  * avx512), rep by rep on copies rotating through an arena far larger than
  * the L3, next to the read-bandwidth probe; medians, GB/s of W bytes. */
-static void bench_qbgemv(okv_threadpool *tp, int quick) {
+static void bench_qbgemv(okv_threadpool *tp, int quick, bool hot) {
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     static const int types[] = {OKV_QB_Q4_0, OKV_QB_Q4_1, OKV_QB_Q5_0, OKV_QB_Q5_1, OKV_QB_Q8_0,
                                 OKV_QB_Q2_K, OKV_QB_Q3_K, OKV_QB_Q4_K, OKV_QB_Q5_K, OKV_QB_Q6_K};
@@ -594,7 +594,7 @@ static void bench_qbgemv(okv_threadpool *tp, int quick) {
         for (int si = 0; si < 3; si++) {
             int N = shapes[si][0], K = shapes[si][1];
             size_t bytes = (size_t)N * (size_t)(K / b->elems) * (size_t)b->bytes;
-            int n_copies = (int)(a.size / bytes);
+            int n_copies = hot ? 1 : (int)(a.size / bytes);
             double t[MAX_ISAS][64], tpr[64];
             okv_qbmm_run(tp, isas[n_isas - 1], y, x, 1, K, a.mem, &s, N, NULL); /* warm-up */
             for (int r = 0; r < reps; r++) {
@@ -633,7 +633,7 @@ static double cpu_now(void) {
  * weights; decode reaches the memory wall on 2 cores iff this is above half
  * the machine's read bandwidth. */
 static void bench_qroof(const okv_kernels *best, int quick) {
-    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}, {4, 32, false, OKV_F16, OKV_QB_NONE}};
+    static const okv_qscheme schemes[3] = {{8, 32, false, OKV_F16, OKV_QB_NONE, false}, {4, 32, true, OKV_F16, OKV_QB_NONE, false}, {4, 32, false, OKV_F16, OKV_QB_NONE, false}};
     const int N = 512, K = 2048, reps = quick ? 101 : 301;
     qarena a = {NULL, (size_t)4 << 20};
     a.mem = aligned_alloc(64, a.size);
@@ -685,12 +685,59 @@ static void bench_qroof(const okv_kernels *best, int quick) {
     free(a.mem);
 }
 
+/* The block dots' compute roof (as bench_qroof: 1 thread, W 512 x 2048 in
+ * L2, CPU time) per type and ISA, W in file order and in the x8 layout;
+ * with tp (qbroof dram): W 65536 x 2048 streamed from DRAM on its
+ * threads, wall time. */
+static void bench_qbroof(int quick, okv_threadpool *tp) {
+    const int N = tp ? 65536 : 512, K = 2048, reps = tp ? 9 : quick ? 101 : 301;
+    static const int types[] = {OKV_QB_Q4_0, OKV_QB_Q8_0, OKV_QB_Q4_K, OKV_QB_Q5_K, OKV_QB_Q6_K};
+    const okv_qb_isa *isas[3] = {okv_qb_isa_avx2(), okv_qb_isa_avx512(), NULL};
+    float *x = malloc(sizeof(float) * K), *y = malloc(sizeof(float) * N);
+    for (int i = 0; i < K; i++) x[i] = frand();
+    if (tp) printf("\nblock dots, %d threads, W %dx%d from DRAM, wall time, medians of %d\n", okv_threadpool_size(tp), N, K, reps);
+    else printf("\nblock dot compute roof, 1 thread, W %dx%d in L2, CPU time, medians of %d\n", N, K, reps);
+    printf("%-6s %-11s %-5s %9s %9s\n", "type", "isa", "rows", "us", "GB/s");
+    double t[301];
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const okv_qblock_info *b = okv_qblock_get(types[ti]);
+        size_t bytes = (size_t)N * (size_t)(K / b->elems) * (size_t)b->bytes;
+        uint8_t *w = aligned_alloc(64, (bytes + 63) / 64 * 64), *w8 = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)(rand() >> 7);
+        for (size_t i = 0; i + 2 <= bytes; i += 2) { /* every f16 field finite: bytes below 0x70 in odd places */
+            if (w[i + 1] >= 0x70) w[i + 1] = (uint8_t)(w[i + 1] % 0x30 + 0x10);
+        }
+        memcpy(w8, w, bytes);
+        okv_qblock_x8_pack(types[ti], w8, N, K);
+        for (int i = 0; i < 2; i++) {
+            if (!isas[i]) continue;
+            for (int lay = 0; lay < 2; lay++) {
+                if (lay && !isas[i]->dot8[types[ti]]) continue;
+                okv_qscheme s = okv_qscheme_block(types[ti]);
+                s.x8 = lay == 1;
+                for (int r = 0; r < reps; r++) {
+                    double t0 = tp ? now() : cpu_now();
+                    okv_qbmm_run(tp, isas[i], y, x, 1, K, lay ? w8 : w, &s, N, NULL);
+                    t[r] = (tp ? now() : cpu_now()) - t0;
+                }
+                double sec = median(t, reps);
+                printf("%-6s %-11s %-5s %9.1f %9.1f\n", b->name, isas[i]->name, lay ? "x8" : "file", sec * 1e6,
+                       (double)bytes / sec / 1e9);
+            }
+        }
+        free(w);
+        free(w8);
+    }
+    free(x);
+    free(y);
+}
+
 /* Quantized prefill GEMMs vs bf16 on the best table, interleaved rounds;
  * with cpu_time tp has 1 thread and times are its CPU time. */
 static void bench_qgemm(okv_threadpool *tp, const okv_kernels *best, int quick, bool cpu_time) {
     double (*clock_fn)(void) = cpu_time ? thread_cpu : now;
     static const int shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
-    static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}};
+    static const okv_qscheme schemes[2] = {{8, 32, false, OKV_F16, OKV_QB_NONE, false}, {4, 32, true, OKV_F16, OKV_QB_NONE, false}};
     const int T = 512, reps = quick ? 3 : 5;
     bool amx8 = okv_qmm_have_amx_int8(), pk = okv_qmm_have_avx512vnni(); /* pk: the AVX-512 packed f32 GEMM */
     bool bfpk = pk && okv_cpu()->avx512bf16; /* the packed vdpbf16ps GEMM */
@@ -1408,7 +1455,7 @@ static void bench_decode_step(okv_threadpool *tp, const okv_kernels *best, int q
                                   {8192, 2048}, {8192, 2048}, {2048, 8192}};
     enum { NL = 16, NM = NL * 7 + 1, MAXS = 32, NP = 4 };
     const int steps = quick ? 5 : 15;
-    const okv_qscheme q8 = {8, 32, false, OKV_F16, OKV_QB_NONE}, q4 = {4, 32, true, OKV_F16, OKV_QB_NONE};
+    const okv_qscheme q8 = {8, 32, false, OKV_F16, OKV_QB_NONE, false}, q4 = {4, 32, true, OKV_F16, OKV_QB_NONE, false};
     float *x = malloc(sizeof(float) * 8192), *y = malloc(sizeof(float) * 128256);
     for (int i = 0; i < 8192; i++) x[i] = frand();
     size_t ws_bytes = (size_t)4 << 20; /* planned scratch, as the runtime gives its kernels */
@@ -1929,7 +1976,8 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "qgemmcpu")) bench_qgemm(tps[0], tabs[n_tabs - 1], quick, true);
     if (SECTION("qlayout")) bench_qlayout(tps[1], quick);
     if (SECTION("qroof")) bench_qroof(tabs[n_tabs - 1], quick);
-    if (want(argc, argv, "qbgemv")) bench_qbgemv(tps[1], quick); /* 19 */
+    if (SECTION("qbroof")) bench_qbroof(quick, want(argc, argv, "dram") ? tps[1] : NULL);
+    if (want(argc, argv, "qbgemv")) bench_qbgemv(tps[1], quick, want(argc, argv, "hot")); /* 19 */
 
     /* 9 */
     if (SECTION("pp512")) bench_pp512(tps[1], tps[1], quick, false);

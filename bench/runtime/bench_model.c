@@ -289,8 +289,9 @@ int main(int argc, char **argv) {
     tl = now() - tl;
     okv_program_info info;
     okv_program_get_info(p, &info);
-    printf("weights: %s (opened in %.2f s)\n",
-           info.weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "copied into huge pages" : "mapped from the file", tl);
+    printf("weights: %s (opened in %.2f s)%s", info.weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "copied into huge pages" : "mapped from the file", tl,
+           info.n_x8 ? "" : "\n");
+    if (info.n_x8) printf(", %d block matrices rows interleaved x8\n", info.n_x8);
     okv_runner_options ro;
     okv_runner_options_default(&ro);
     ro.n_threads = threads;

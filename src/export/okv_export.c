@@ -289,7 +289,7 @@ static okv_qscheme scheme_for(const okv_export_options *o, bool emb) {
     const okv_qblock_info *b = block ? okv_qblock_parse(block) : NULL;
     if (b) return okv_qscheme_block(b->type);
     int bits = emb ? o->qembedding : o->qlinear, group = emb ? o->qembedding_group : o->qlinear_group;
-    return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16, OKV_QB_NONE};
+    return (okv_qscheme){bits, group > 0 ? group : OKV_QGROUP_DEFAULT, bits == 4, OKV_F16, OKV_QB_NONE, false};
 }
 
 /* Marks the tensors --qlinear / --qembedding quantize. The LM head follows

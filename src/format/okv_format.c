@@ -656,6 +656,22 @@ void okv_format_close(okv_program_file *pf) {
     free(pf);
 }
 
+int okv_format_pack_x8(okv_program_file *pf, bool (*want)(int type)) {
+    if (pf->weights_memory != OKV_WEIGHTS_HUGE_PAGES || !pf->map) return 0;
+    if (mprotect(pf->map, pf->map_len, PROT_READ | PROT_WRITE) != 0) return 0;
+    int packed = 0;
+    for (int i = 0; i < pf->n_tensors; i++) {
+        okv_tensor *t = &pf->tensors[i];
+        if (t->dtype != OKV_T_Q || t->quant.block == OKV_QB_NONE || t->quant.x8 || !want(t->quant.block)) continue;
+        if (okv_qblock_x8_pack(t->quant.block, (void *)t->data, t->shape[0], t->shape[1])) {
+            t->quant.x8 = true;
+            packed++;
+        }
+    }
+    mprotect(pf->map, pf->map_len, PROT_READ);
+    return packed;
+}
+
 int okv_format_find_tensor(const okv_program_file *pf, const char *name) {
     for (int t = 0; t < pf->n_tensors; t++)
         if (!strcmp(pf->tensors[t].name, name)) return t;

@@ -159,6 +159,12 @@ okv_status okv_format_open(const char *path, okv_program_file **out, okv_error *
  * into private huge-page memory when the kernel grants it, else mapped). */
 okv_status okv_format_open_with(const char *path, okv_weights_memory weights, okv_program_file **out, okv_error *err);
 void okv_format_close(okv_program_file *pf);
+/* Rearranges, in the private huge-page copy only (weights_memory ==
+ * HUGE_PAGES; a mapped file is left as it is), every GGUF block matrix
+ * whose type want() accepts and whose rows divide by 8 into the in-memory
+ * x8 layout (okv_qblock_x8.c), setting its quant.x8. Returns how many
+ * were packed (a matrix that cannot be is left in file order). */
+int okv_format_pack_x8(okv_program_file *pf, bool (*want)(int type));
 /* Frees what a writer-side okv_program_file owns (names, graph, meta). */
 void okv_program_file_clear(okv_program_file *pf);
 /* The layout as a JSON object (n_caches, kv_heads, head_dims, windows,

@@ -37,13 +37,13 @@ static const okv_kernels kernels_plain = {
  * key-split kernel (okv_attend_decode.c), the rest on the blocked one. */
 static const okv_kernels kernels_avx2 = {
     .isa = OKV_ISA_AVX2, .name = "avx2", .matmul = okv_matmul_avx2_gemm, OPS_AVX2,
-    .attend = okv_attend_avx2_dec, .matmul_q = okv_matmul_q_avx2_gemm, .matmul_qb = okv_matmul_qb_avx2,
+    .attend = okv_attend_avx2_dec, .matmul_q = okv_matmul_q_avx2_gemm, .matmul_qb = okv_matmul_qb_avx2, .matmul_qb_x8 = okv_qb_x8_avx2,
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all. */
 static const okv_kernels kernels_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "avx512", .matmul = okv_matmul_avx512_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512,
+    .attend = okv_attend_avx512, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512, .matmul_qb_x8 = okv_qb_x8_best,
 };
 
 /* AVX-512 with vdpbf16ps (Zen 4, Sapphire Rapids without AMX): prefill of
@@ -53,7 +53,7 @@ static const okv_kernels kernels_avx512 = {
  * decode attention over bf16/f16 pools on vdpbf16ps (okv_attend_decode.c). */
 static const okv_kernels kernels_avx512_bf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-bf16", .matmul = okv_matmul_avx512_bf16_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_gemm, .matmul_qb = okv_matmul_qb_avx512, .matmul_qb_x8 = okv_qb_x8_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
@@ -64,20 +64,20 @@ static const okv_kernels kernels_avx512_bf16 = {
  * W on VNNI; f16 W on the f32 packed GEMM (exact); decode as avx512-bf16. */
 static const okv_kernels kernels_avx512_vdpbf16 = {
     .isa = OKV_ISA_AVX512, .name = "avx512-vdpbf16", .matmul = okv_matmul_avx512_vdp_gemm, OPS_AVX512,
-    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_vdp_gemm, .matmul_qb = okv_matmul_qb_avx512_vdp,
+    .attend = okv_attend_avx512_bf16, .matmul_q = okv_matmul_q_avx512_vdp_gemm, .matmul_qb = okv_matmul_qb_avx512_vdp, .matmul_qb_x8 = okv_qb_x8_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f}, .attend_bf16 = true,
 };
 
 static const okv_kernels kernels_amx = {
     .isa = OKV_ISA_AMX, .name = "amx-bf16", .matmul = okv_matmul_amx, OPS_AVX512,
-    .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx, .matmul_qb = okv_matmul_qb_avx512,
+    .attend = okv_attend_amx, .matmul_q = okv_matmul_q_amx, .matmul_qb = okv_matmul_qb_avx512, .matmul_qb_x8 = okv_qb_x8_best,
     .matmul_rounding = {[OKV_BF16] = 0x1p-8f, [OKV_F16] = 0x1p-7f}, .attend_bf16 = true,
 };
 
 /* Batch-invariant (okv_kernels_det.c): one matmul per weight dtype for every T. */
 static const okv_kernels kernels_det = {
     .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", .matmul = okv_matmul_det, OPS_AVX2,
-    .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best,
+    .attend = okv_attend_det_avx2, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best, .matmul_qb_x8 = okv_qb_x8_best,
 };
 static const okv_kernels kernels_det_plain = {
     .isa = OKV_ISA_PLAIN, .name = "deterministic-plain", .matmul = okv_matmul_plain, OPS_PLAIN,
@@ -85,7 +85,7 @@ static const okv_kernels kernels_det_plain = {
 };
 static const okv_kernels kernels_det_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "deterministic-avx512", .matmul = okv_matmul_det_avx512, OPS_AVX512,
-    .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best,
+    .attend = okv_attend_det_avx512, .matmul_q = okv_matmul_q_det, .matmul_qb = okv_matmul_qb_int_best, .matmul_qb_x8 = okv_qb_x8_best,
 };
 
 static bool cpu_has_avx2(void) {

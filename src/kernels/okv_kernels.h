@@ -151,6 +151,10 @@ typedef struct okv_kernels {
      * dequantized exactly per call (okv_qbmm.c). */
     void (*matmul_qb)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                       const okv_qscheme *s, int N, const float *bias);
+    /* Whether matmul_qb runs W of block type `type` faster with its rows
+     * interleaved by 8 (okv_qblock_x8.c): the runtime then packs such
+     * matrices after loading and sets s->x8. NULL: never. */
+    bool (*matmul_qb_x8)(int type);
     /* How far matmul's products may be from exact f32 products, relative,
      * per weight dtype (index okv_dtype): 0 = x and W are used exactly (f32
      * FMAs); 2^-8 = x is rounded to bf16 (AMX: every T; avx512-bf16: the

@@ -157,7 +157,7 @@ static TGT void pack_w_chunk_float(const gemm_job *g, float *wp, int n0, int row
  * Also the AVX-512 packed GEMM's quantized producer. */
 TGT void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *dst) {
     if (q->block != OKV_QB_NONE) { /* GGUF blocks, natural column order */
-        okv_qblock_dequant_range(q->block, q->blocks + (size_t)n * q->row_bytes, e0, e1, dst);
+        okv_qview_block_range(q, n, e0, e1, dst);
         return;
     }
     const int G = q->groups, gs = q->group, off = q->asym ? 0 : 1 << (q->bits - 1);

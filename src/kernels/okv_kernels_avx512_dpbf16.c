@@ -180,6 +180,10 @@ static inline void prefetch_w_row(const dp_job *g, int n, int q0, int qc) {
         if (q->block != OKV_QB_NONE) { /* GGUF blocks: the bytes of columns [2 q0, 2 (q0 + qc)) */
             size_t b0 = (size_t)2 * q0 / (size_t)q->group, b1 = ((size_t)2 * (q0 + qc) + q->group - 1) / q->group;
             size_t per = q->row_bytes / (size_t)q->groups;
+            if (q->x8) { /* the row's blocks lie in its group's: fetched once, for the group's first row */
+                if (n % 8) return;
+                per *= 8;
+            }
             const char *c = (const char *)q->blocks + (size_t)n * q->row_bytes + b0 * per;
             for (size_t o = 0; o < (b1 - b0) * per; o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
             return;

@@ -356,13 +356,28 @@ typedef struct okv_qb_x256 {
 typedef void (*okv_qb_quant_fn)(const float *x, int K, void *xq);
 /* One W row of nb blocks (w) . one activation row (xq) */
 typedef float (*okv_qb_dot_fn)(const uint8_t *w, const void *xq, int nb);
+/* out[r] = row r's dot for the 8 rows of an x8 group at wg (okv_qblock_x8.c) */
+typedef void (*okv_qb_dot8_fn)(const uint8_t *wg, const void *xq, int nb, float out[8]);
 /* One ISA's quantizers and dots (a NULL dot: the plain one runs). */
 typedef struct okv_qb_isa {
     const char *name;
     okv_qb_quant_fn quant32, quant256;
     okv_qb_dot_fn dot[OKV_QB_Q8_K];
+    okv_qb_dot8_fn dot8[OKV_QB_Q8_K]; /* x8 layout; the runtime packs a type only where an ISA has one */
 } okv_qb_isa;
 extern const okv_qb_isa okv_qb_isa_plain;
+/* x8 dots on AVX-512 VNNI (okv_qbmm_x8_avx512.c) */
+void okv_qb_dot8_q4_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q8_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
+/* x8 dots on AVX2 (okv_qbmm_x8_avx2.c) */
+void okv_qb_dot8_q4_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q8_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
+/* Whether the AVX2 / best integer driver has an x8 dot for a block type
+ * (the tables' matmul_qb_x8). */
+bool okv_qb_x8_avx2(int type);
+bool okv_qb_x8_best(int type);
 /* NULL when this CPU lacks the ISA (AVX2+FMA+F16C; AVX-512 F/BW/VL + VNNI). */
 const okv_qb_isa *okv_qb_isa_avx2(void);
 const okv_qb_isa *okv_qb_isa_avx512(void);

@@ -29,6 +29,10 @@
  * A NaN or inf in a block of x gives d = NaN and codes 0, so its row's
  * outputs are NaN, as in f32.
  *
+ * W in the x8 layout (okv_qblock_x8.c: rows interleaved by 8, which the
+ * runtime makes at load where the ISA has x8 dots) runs the ISA's dot8,
+ * 8 rows a call, with the same arithmetic per row.
+ *
  * Threads split N: each output is one task's, so the bits do not depend on
  * the thread count, nor on T (every row goes through the same dot): the
  * deterministic tables run this for every T. */
@@ -226,19 +230,42 @@ static void decode256(int type, const uint8_t *b, int q[256], int sc[16], int mn
 
 /* ---- the plain dots ------------------------------------------------------------------- */
 
+/* sum + one block's terms, in the plain dots' order (the x8 plain dots
+ * reuse these, so they equal the row dots bit for bit). */
+static float acc32_plain(int type, const uint8_t *w, const okv_qb_x32 *x, float sum) {
+    int q[32];
+    float d, m;
+    decode32(type, w, q, &d, &m);
+    int32_t isum = 0;
+    for (int i = 0; i < 32; i++) isum += q[i] * x->q[i];
+    sum += (d * x->d) * (float)isum;
+    if (type == OKV_QB_Q4_1 || type == OKV_QB_Q5_1) sum += m * (x->d * (float)x->qsum);
+    return sum;
+}
+
+static float acc256_plain(int type, const uint8_t *w, const okv_qb_x256 *x, float sum) {
+    int q[256], sc[16], mn[16], groups = 16;
+    float d = 0.0f, dmin;
+    decode256(type, w, q, sc, mn, &groups, &d, &dmin);
+    const int gs = 256 / groups;
+    int32_t acc = 0, macc = 0;
+    for (int g = 0; g < groups; g++) {
+        int32_t isum = 0;
+        for (int i = 0; i < gs; i++) isum += q[g * gs + i] * x->q[g * gs + i];
+        int32_t bsum = x->bsums[g * gs / 16] + (gs == 32 ? x->bsums[g * gs / 16 + 1] : 0);
+        acc += sc[g] * isum;
+        macc += mn[g] * bsum;
+    }
+    sum += (d * x->d) * (float)acc;
+    if (dmin != 0.0f || macc != 0) sum -= (dmin * x->d) * (float)macc;
+    return sum;
+}
+
 static float dot32_plain(int type, const uint8_t *w, const void *xq, int nb) {
     const okv_qb_x32 *x = xq;
     const int bytes = okv_qblock_get(type)->bytes;
     float sum = 0.0f;
-    for (int blk = 0; blk < nb; blk++, w += bytes) {
-        int q[32];
-        float d, m;
-        decode32(type, w, q, &d, &m);
-        int32_t isum = 0;
-        for (int i = 0; i < 32; i++) isum += q[i] * x[blk].q[i];
-        sum += (d * x[blk].d) * (float)isum;
-        if (type == OKV_QB_Q4_1 || type == OKV_QB_Q5_1) sum += m * (x[blk].d * (float)x[blk].qsum);
-    }
+    for (int blk = 0; blk < nb; blk++, w += bytes) sum = acc32_plain(type, w, x + blk, sum);
     return sum;
 }
 
@@ -246,29 +273,33 @@ static float dot256_plain(int type, const uint8_t *w, const void *xq, int nb) {
     const okv_qb_x256 *x = xq;
     const int bytes = okv_qblock_get(type)->bytes;
     float sum = 0.0f;
-    for (int blk = 0; blk < nb; blk++, w += bytes) {
-        int q[256], sc[16], mn[16], groups;
-        float d, dmin;
-        decode256(type, w, q, sc, mn, &groups, &d, &dmin);
-        const int gs = 256 / groups;
-        int32_t acc = 0, macc = 0;
-        for (int g = 0; g < groups; g++) {
-            int32_t isum = 0;
-            for (int i = 0; i < gs; i++) isum += q[g * gs + i] * x[blk].q[g * gs + i];
-            int32_t bsum = x[blk].bsums[g * gs / 16] + (gs == 32 ? x[blk].bsums[g * gs / 16 + 1] : 0);
-            acc += sc[g] * isum;
-            macc += mn[g] * bsum;
-        }
-        sum += (d * x[blk].d) * (float)acc;
-        if (dmin != 0.0f || macc != 0) sum -= (dmin * x[blk].d) * (float)macc;
-    }
+    for (int blk = 0; blk < nb; blk++, w += bytes) sum = acc256_plain(type, w, x + blk, sum);
     return sum;
 }
 
+/* The 8 rows of an x8 group (okv_qblock_x8.c) at wg: each row's blocks
+ * taken back into file order one at a time, then the row dots' steps. */
+static void dot8_plain(int type, const uint8_t *wg, const void *xq, int nb, float out[8]) {
+    const okv_qblock_info *b = okv_qblock_get(type);
+    const int64_t K = (int64_t)nb * b->elems;
+    uint8_t blk[256];
+    for (int r = 0; r < 8; r++) {
+        float sum = 0.0f;
+        for (int c = 0; c < nb; c++) {
+            okv_qblock_x8_row(type, wg, K, r, c, c + 1, blk);
+            sum = b->elems == 256 ? acc256_plain(type, blk, (const okv_qb_x256 *)xq + c, sum)
+                                  : acc32_plain(type, blk, (const okv_qb_x32 *)xq + c, sum);
+        }
+        out[r] = sum;
+    }
+}
+
 #define DOT32(T)                                                                                           \
-    static float dot_##T##_plain(const uint8_t *w, const void *xq, int nb) { return dot32_plain(OKV_QB_##T, w, xq, nb); }
+    static float dot_##T##_plain(const uint8_t *w, const void *xq, int nb) { return dot32_plain(OKV_QB_##T, w, xq, nb); } \
+    static void dot8_##T##_plain(const uint8_t *w, const void *xq, int nb, float out[8]) { dot8_plain(OKV_QB_##T, w, xq, nb, out); }
 #define DOT256(T)                                                                                          \
-    static float dot_##T##_plain(const uint8_t *w, const void *xq, int nb) { return dot256_plain(OKV_QB_##T, w, xq, nb); }
+    static float dot_##T##_plain(const uint8_t *w, const void *xq, int nb) { return dot256_plain(OKV_QB_##T, w, xq, nb); } \
+    static void dot8_##T##_plain(const uint8_t *w, const void *xq, int nb, float out[8]) { dot8_plain(OKV_QB_##T, w, xq, nb, out); }
 DOT32(Q4_0)
 DOT32(Q4_1)
 DOT32(Q5_0)
@@ -288,6 +319,10 @@ const okv_qb_isa okv_qb_isa_plain = {
             [OKV_QB_Q5_1] = dot_Q5_1_plain, [OKV_QB_Q8_0] = dot_Q8_0_plain, [OKV_QB_Q2_K] = dot_Q2_K_plain,
             [OKV_QB_Q3_K] = dot_Q3_K_plain, [OKV_QB_Q4_K] = dot_Q4_K_plain, [OKV_QB_Q5_K] = dot_Q5_K_plain,
             [OKV_QB_Q6_K] = dot_Q6_K_plain},
+    .dot8 = {[OKV_QB_Q4_0] = dot8_Q4_0_plain, [OKV_QB_Q4_1] = dot8_Q4_1_plain, [OKV_QB_Q5_0] = dot8_Q5_0_plain,
+             [OKV_QB_Q5_1] = dot8_Q5_1_plain, [OKV_QB_Q8_0] = dot8_Q8_0_plain, [OKV_QB_Q2_K] = dot8_Q2_K_plain,
+             [OKV_QB_Q3_K] = dot8_Q3_K_plain, [OKV_QB_Q4_K] = dot8_Q4_K_plain, [OKV_QB_Q5_K] = dot8_Q5_K_plain,
+             [OKV_QB_Q6_K] = dot8_Q6_K_plain},
 };
 
 /* ---- the driver ----------------------------------------------------------------------- */
@@ -313,6 +348,7 @@ typedef struct qbmm_job {
     int nb;                /* blocks per row */
     okv_qb_quant_fn quant;
     okv_qb_dot_fn dot;
+    okv_qb_dot8_fn dot8;   /* x8 W: 8 rows a call (rows_per_task a multiple of 8) */
     const float *bias;
     uint8_t *xq;           /* [T][x_row] */
     int rows_per_task;
@@ -328,6 +364,17 @@ static void dot_task(void *ctx, int task, int thread) {
     (void)thread;
     const qbmm_job *j = ctx;
     int n0 = task * j->rows_per_task, n1 = n0 + j->rows_per_task < j->N ? n0 + j->rows_per_task : j->N;
+    if (j->dot8) {
+        for (int n = n0; n < n1; n += 8) {
+            const uint8_t *wg = j->W + (size_t)n * j->w_row;
+            for (int t = 0; t < j->T; t++) {
+                float o[8];
+                j->dot8(wg, j->xq + (size_t)t * j->x_row, j->nb, o);
+                for (int r = 0; r < 8; r++) j->y[(size_t)t * j->N + n + r] = o[r] + (j->bias ? j->bias[n + r] : 0.0f);
+            }
+        }
+        return;
+    }
     for (int n = n0; n < n1; n++) {
         const uint8_t *w = j->W + (size_t)n * j->w_row;
         float b = j->bias ? j->bias[n] : 0.0f;
@@ -339,7 +386,7 @@ void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const flo
                   const okv_qscheme *s, int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
     const okv_qblock_info *b = okv_qblock_get(s->block);
-    qbmm_job j = {y, x, T, K, N, W, 0, 0, 0, NULL, NULL, bias, NULL, 0};
+    qbmm_job j = {y, x, T, K, N, W, 0, 0, 0, NULL, NULL, NULL, bias, NULL, 0};
     j.nb = K / b->elems;
     j.w_row = (size_t)j.nb * (size_t)b->bytes;
     j.x_row = act_row_bytes(s->block, K);
@@ -347,6 +394,13 @@ void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const flo
     j.dot = isa->dot[s->block];
     if (!j.dot && isa != &okv_qb_isa_plain && okv_qb_isa_avx2()) j.dot = okv_qb_isa_avx2()->dot[s->block]; /* the next ISA down */
     if (!j.dot) j.dot = okv_qb_isa_plain.dot[s->block];
+    if (s->x8) { /* the runtime packed W for this ISA; plain if it has no x8 dot */
+        j.dot8 = isa->dot8[s->block] ? isa->dot8[s->block] : okv_qb_isa_plain.dot8[s->block];
+        if (!j.dot8 || N % 8) {
+            okv_qmm_fail(y, T, N);
+            return;
+        }
+    }
     if (!j.quant) j.quant = b->elems == 256 ? okv_qb_isa_plain.quant256 : okv_qb_isa_plain.quant32;
     okv_kscratch ks;
     j.xq = okv_kscratch_get(&ks, tp, okv_qbmm_scratch(T, K));
@@ -363,6 +417,7 @@ void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const flo
     int tasks = n_threads * 8;
     j.rows_per_task = (N + tasks - 1) / tasks;
     if (j.rows_per_task < 4) j.rows_per_task = 4;
+    if (j.dot8) j.rows_per_task = (j.rows_per_task + 7) / 8 * 8;
     okv_threadpool_run(tp, (N + j.rows_per_task - 1) / j.rows_per_task, dot_task, &j);
     okv_kscratch_release(&ks);
 }
@@ -373,6 +428,12 @@ const okv_qb_isa *okv_qb_isa_best(void) {
     a = okv_qb_isa_avx2();
     return a ? a : &okv_qb_isa_plain;
 }
+
+static bool isa_has_x8(const okv_qb_isa *isa, int type) {
+    return isa && type > OKV_QB_NONE && type < OKV_QB_Q8_K && isa->dot8[type] != NULL;
+}
+bool okv_qb_x8_avx2(int type) { return isa_has_x8(okv_qb_isa_avx2(), type); }
+bool okv_qb_x8_best(int type) { return isa_has_x8(okv_qb_isa_best(), type); }
 
 void okv_matmul_qb_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias) {

@@ -546,10 +546,9 @@ static TGT_BF16 void dequant_sb_fast(const uint8_t *sb, int L, int bits, __m512 
  * columns at a time, then rounded to bf16 into the tile layout. */
 static TGT_BF16 void dequant_block_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint16_t *dst) {
     float f[256];
-    const uint8_t *row = q->blocks + (size_t)n * q->row_bytes;
     for (int c0 = e0; c0 < e1; c0 += 256) {
         int c1 = e1 - c0 < 256 ? e1 : c0 + 256;
-        okv_qblock_dequant_range(q->block, row, c0, c1, f);
+        okv_qview_block_range(q, n, c0, c1, f);
         for (int e = c0; e < c1; e += 32) {
             __m512 lo = _mm512_loadu_ps(f + (e - c0)), hi = _mm512_loadu_ps(f + (e - c0) + 16);
             _mm512_storeu_si512(dst + (size_t)((e - e0) / 32) * 512, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));

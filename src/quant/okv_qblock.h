@@ -42,6 +42,14 @@ void okv_qblock_dequant(int type, const void *src, float *dst, uint64_t n);
 /* Elements [e0, e1) of a row of blocks (any range inside the row) -> dst[e1 - e0]. */
 void okv_qblock_dequant_range(int type, const void *row, int64_t e0, int64_t e1, float *dst);
 
+/* ---- the in-memory x8 layout: rows interleaved by 8 (okv_qblock_x8.c) ---- */
+/* Whether `type` has an x8 layout (every carried type has). */
+bool okv_qblock_x8_has(int type);
+/* Rearranges W[N, K] (file order, N % 8 == 0) into the x8 layout in place;
+ * false (W untouched) when the shape does not fit or memory is short. */
+bool okv_qblock_x8_pack(int type, void *W, int64_t N, int64_t K);
+/* Row n's blocks [b0, b1) of an x8 W[N, K], in the file's bytes, -> dst. */
+void okv_qblock_x8_row(int type, const void *W, int64_t K, int64_t n, int64_t b0, int64_t b1, void *dst);
 
 /* ---- quantizing into block types (okv_qblock_quant.c) ---- */
 /* Whether okv_qblock_quantize_row writes `type` (Q4_0, Q4_1, Q5_0, Q5_1,

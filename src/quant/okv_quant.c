@@ -76,7 +76,7 @@ enum { SB_GROUPS = OKV_QSB_GROUPS };
 
 okv_qscheme okv_qscheme_block(int type) {
     const okv_qblock_info *b = okv_qblock_get(type);
-    okv_qscheme s = {0, 0, false, OKV_F16, type};
+    okv_qscheme s = {0, 0, false, OKV_F16, type, false};
     if (b) {
         s.bits = b->bits;
         s.group = b->elems;
@@ -168,6 +168,8 @@ okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t
         v.block = s->block;
         v.blocks = W;
         v.row_bytes = (size_t)(K / b->elems) * (size_t)b->bytes;
+        v.x8 = s->x8;
+        v.K = K;
         return v;
     }
     v.bits = s->bits;
@@ -439,10 +441,24 @@ void okv_quant_pack(const okv_qscheme *s, int64_t N, int64_t K, const uint8_t *c
     }
 }
 
+void okv_qview_block_range(const okv_qview *v, int64_t n, int64_t e0, int64_t e1, float *dst) {
+    if (!v->x8) {
+        okv_qblock_dequant_range(v->block, v->blocks + (size_t)n * v->row_bytes, e0, e1, dst);
+        return;
+    }
+    const okv_qblock_info *b = okv_qblock_get(v->block);
+    uint8_t blk[256]; /* one block in file order (the largest is Q6_K's 210 bytes) */
+    for (int64_t c = e0 / b->elems; c * b->elems < e1; c++) {
+        int64_t lo = c * b->elems, a = lo > e0 ? lo : e0, z = lo + b->elems < e1 ? lo + b->elems : e1;
+        okv_qblock_x8_row(v->block, v->blocks, v->K, n, c, c + 1, blk);
+        okv_qblock_dequant_range(v->block, blk, a - lo, z - lo, dst + (a - e0));
+    }
+}
+
 void okv_dequant_row(const okv_qscheme *s, const void *W, int64_t N, int64_t K, int64_t r, float *dst) {
     okv_qview v = okv_quant_view(s, W, N, K);
     if (v.block != OKV_QB_NONE) {
-        okv_qblock_dequant(v.block, v.blocks + (size_t)r * v.row_bytes, dst, (uint64_t)K);
+        okv_qview_block_range(&v, r, 0, K, dst);
         return;
     }
     const uint8_t *crow = v.codes + (size_t)r * v.code_stride;

@@ -34,6 +34,8 @@ typedef struct okv_qscheme {
     bool asym;              /* offset m per group (else symmetric around 0) */
     okv_dtype scale_dtype;  /* dtype of d and m in memory (f16) */
     int block;              /* okv_qblock_type: a GGUF block format carried as is; OKV_QB_NONE: the planes above */
+    bool x8;                /* block rows interleaved by 8 in memory (okv_qblock_x8.c): set by the runtime
+                             * after loading, never in a file */
 } okv_qscheme;
 
 /* The scheme of W stored as GGUF blocks of `type` (a carried okv_qblock type). */
@@ -91,10 +93,14 @@ typedef struct okv_qview {
     int bits, group, groups;
     bool asym;
     int block;               /* okv_qblock_type, or OKV_QB_NONE (then the planes above) */
-    const uint8_t *blocks;   /* block W: row r at blocks + r * row_bytes */
+    const uint8_t *blocks;   /* block W: row r at blocks + r * row_bytes (x8: see okv_qblock_x8.c) */
     size_t row_bytes;
+    bool x8;
+    int64_t K;
 } okv_qview;
 enum { OKV_QSB_GROUPS = 16 }; /* groups per superblock (one 32-bit lane each) */
 okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K);
+/* Elements [e0, e1) of row n of a block view (either layout), exactly -> dst[e1 - e0]. */
+void okv_qview_block_range(const okv_qview *v, int64_t n, int64_t e0, int64_t e1, float *dst);
 
 #endif

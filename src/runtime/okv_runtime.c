@@ -51,6 +51,13 @@ okv_status okv_program_open_with(const char *path, const okv_program_options *o,
     if (!p) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     okv_status st = okv_format_open_with(path, o->weights, &p->pf, err);
     if (st) { free(p); return st; }
+    /* GGUF block matrices in the row order the default table's decode dots
+     * want (x8: 8 rows interleaved, okv_qblock_x8.c). Every table runs
+     * either order, so runners with other tables stay right. OKV_QB_X8=0
+     * keeps the file's order (for side-by-side runs). */
+    const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
+    const char *x8 = getenv("OKV_QB_X8");
+    if (k->matmul_qb_x8 && !(x8 && !strcmp(x8, "0"))) p->n_x8 = okv_format_pack_x8(p->pf, k->matmul_qb_x8);
     *out = p;
     return OKV_OK;
 }
@@ -66,7 +73,7 @@ void okv_program_get_info(const okv_program *p, okv_program_info *info) {
     const okv_layout *l = &p->pf->layout;
     *info = (okv_program_info){m->architecture, m->dtype, m->vocab_size, m->hidden_size, m->n_layers, l->n_caches,
                                l->prefill_chunk_size, l->max_ctx_len, m->bos_id, m->eos_ids, m->n_eos,
-                               p->pf->weights_memory};
+                               p->pf->weights_memory, p->n_x8};
 }
 
 const void *okv_program_blob(const okv_program *p, const char *name, size_t *len) {

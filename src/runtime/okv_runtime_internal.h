@@ -7,6 +7,7 @@
 
 struct okv_program {
     okv_program_file *pf;
+    int n_x8; /* block matrices packed x8 at open (okv_format_pack_x8) */
 };
 
 #endif

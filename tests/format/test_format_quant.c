@@ -25,7 +25,7 @@
 
 static float embed[V * H], qw[H * H], kvw[4 * H], inv_freq[2], norm_w[H];
 static uint8_t *q_embed, *q_qw;
-static const okv_qscheme S4 = {4, 32, true, OKV_F16, OKV_QB_NONE}, S8 = {8, 32, false, OKV_F16, OKV_QB_NONE};
+static const okv_qscheme S4 = {4, 32, true, OKV_F16, OKV_QB_NONE, false}, S8 = {8, 32, false, OKV_F16, OKV_QB_NONE, false};
 
 /* embed(q8) -> q(q4), k, v -> attn -> select -> norm -> matmul(embed^T, q8) */
 static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values) {

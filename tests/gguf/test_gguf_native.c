@@ -16,6 +16,7 @@
 #include "gguf/real_models.h"
 #include "okv_format.h"
 #include "okv_gguf.h"
+#include "okv_kernels.h"
 #include "offkv_eval.h"
 #include "offkv_tok.h"
 
@@ -151,6 +152,15 @@ static void run_model(const char *file, const char *fixture, int V, bool llama, 
     okv_program *p = NULL, *f = NULL;
     okv_error err = {0};
     CHECK_OK(okv_program_open(native_path, &p, &err), &err);
+    if (p) { /* where the kernels have x8 dots for these types, the checks below run them */
+        okv_program_info info;
+        okv_program_get_info(p, &info);
+        const okv_kernels *k = okv_kernels_select(OKV_ISA_AUTO);
+        bool want = info.weights_memory == OKV_WEIGHTS_HUGE_PAGES && k->matmul_qb_x8 && k->matmul_qb_x8(OKV_QB_Q4_K) &&
+                    !getenv("OKV_QB_X8");
+        printf("%s: %d block matrices interleaved x8 (%s table)\n", label, info.n_x8, k->name);
+        if (want && strstr(label, "gemma3")) CHECKF(info.n_x8 > 0, "%s: no block matrix packed x8", label);
+    }
     if (p) check_oracle(p, fixture, V, tol, max_bad, label);
     if (p && !real_reduced()) {
         f = real_export_open(gguf, "f32.okv", OKV_F32, 0, label, &f32_path);

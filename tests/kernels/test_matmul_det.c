@@ -122,7 +122,7 @@ int main(void) {
                 check_invariant(tables[i], run_dense, &c, K, N, ws, dt == OKV_F32 ? 1e-5 : 3e-3 * sqrt((double)K), /* x in bf16 (AMX) */
                                 dt == OKV_F32 ? "f32" : dt == OKV_F16 ? "f16" : "bf16");
         }
-        static const okv_qscheme qs[] = {{8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 32, true, OKV_F16, OKV_QB_NONE}, {4, 64, true, OKV_F16, OKV_QB_NONE}};
+        static const okv_qscheme qs[] = {{8, 32, false, OKV_F16, OKV_QB_NONE, false}, {4, 32, true, OKV_F16, OKV_QB_NONE, false}, {4, 64, true, OKV_F16, OKV_QB_NONE, false}};
         for (size_t q = 0; q < sizeof qs / sizeof *qs; q++) {
             if (K % qs[q].group) continue;
             void *Wq = malloc(okv_quant_bytes(&qs[q], N, K));

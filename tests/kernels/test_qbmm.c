@@ -176,6 +176,77 @@ static void check_invariant(const okv_kernels *k, okv_threadpool *tp, int type) 
     free(yT);
 }
 
+/* The x8 layout (okv_qblock_x8.c): packing gives every row back exactly,
+ * row ranges dequantize as the file's rows do, each ISA's x8 dots equal
+ * the plain row dots bit for bit, and a table that asks for x8 gives the
+ * plain integer driver's bits at decode sizes and its own unpacked bits on
+ * the packed-GEMM path. */
+static void check_x8(const okv_kernels *const *tabs, int n_tabs, okv_threadpool *tp, int type) {
+    const okv_qblock_info *b = okv_qblock_get(type);
+    const int N = 24, K = b->elems == 256 ? 3 * 256 : 13 * 32, nb = K / b->elems, T = 20;
+    const size_t row = (size_t)nb * (size_t)b->bytes;
+    uint8_t *W = make_blocks(type, N, K), *P = malloc((size_t)N * row), *got = malloc(row);
+    memcpy(P, W, (size_t)N * row);
+    CHECKF(!okv_qblock_x8_pack(type, P, 20, K) && !memcmp(P, W, 20 * row), "%s: x8 pack of 20 rows not refused", b->name);
+    CHECKF(okv_qblock_x8_pack(type, P, N, K), "%s: x8 pack failed", b->name);
+    bool same = true;
+    for (int n = 0; n < N; n++) {
+        okv_qblock_x8_row(type, P, K, n, 0, nb, got);
+        same &= !memcmp(got, W + (size_t)n * row, row);
+    }
+    CHECKF(same, "%s: x8 rows do not come back exactly", b->name);
+    okv_qscheme s = okv_qscheme_block(type), s8 = s;
+    s8.x8 = true;
+    okv_qview v = okv_quant_view(&s8, P, N, K);
+    float *f0 = malloc(sizeof(float) * K), *f1 = malloc(sizeof(float) * K);
+    const int e0 = 5, e1 = K - 7;
+    okv_qblock_dequant_range(type, W + 13 * row, e0, e1, f0);
+    okv_qview_block_range(&v, 13, e0, e1, f1);
+    CHECKF(!memcmp(f0, f1, sizeof(float) * (size_t)(e1 - e0)), "%s: x8 range dequant differs", b->name);
+    okv_dequant_row(&s8, P, N, K, 21, f1);
+    okv_qblock_dequant(type, W + 21 * row, f0, (uint64_t)K);
+    CHECKF(!memcmp(f0, f1, sizeof(float) * K), "%s: x8 okv_dequant_row differs", b->name);
+
+    float *x = malloc(sizeof(float) * T * K), *yp = malloc(sizeof(float) * T * N), *y8 = malloc(sizeof(float) * T * N);
+    fill(x, (size_t)T * K, 1.5f);
+    uint8_t *xq = malloc(okv_qbmm_scratch(1, K));
+    (b->elems == 256 ? okv_qb_isa_plain.quant256 : okv_qb_isa_plain.quant32)(x, K, xq);
+    const okv_qb_isa *isas[3] = {&okv_qb_isa_plain, okv_qb_isa_avx2(), okv_qb_isa_avx512()};
+    for (int i = 0; i < 3; i++) {
+        if (!isas[i] || !isas[i]->dot8[type]) continue;
+        bool eq = true;
+        for (int g = 0; g < N / 8; g++) {
+            float o[8];
+            isas[i]->dot8[type](P + (size_t)g * 8 * row, xq, nb, o);
+            for (int r = 0; r < 8; r++) {
+                float ref = okv_qb_isa_plain.dot[type](W + (size_t)(8 * g + r) * row, xq, nb);
+                eq &= !memcmp(&ref, &o[r], sizeof ref);
+            }
+        }
+        CHECKF(eq, "%s x8 dot %s differs from the plain row dots", isas[i]->name, b->name);
+    }
+    static const int Ts[] = {1, 3, 20};
+    for (int c = 0; c < n_tabs; c++) {
+        if (!tabs[c]->matmul_qb_x8 || !tabs[c]->matmul_qb_x8(type)) continue;
+        for (int t = 0; t < 3; t++) {
+            if (Ts[t] < 16 || tabs[c]->matmul_qb == okv_matmul_qb_int_best) okv_matmul_qb_int_plain(tp, yp, x, Ts[t], K, W, &s, N, NULL);
+            else tabs[c]->matmul_qb(tp, yp, x, Ts[t], K, W, &s, N, NULL);
+            tabs[c]->matmul_qb(tp, y8, x, Ts[t], K, P, &s8, N, NULL);
+            CHECKF(!memcmp(yp, y8, sizeof(float) * (size_t)Ts[t] * N), "%s %s x8 T=%d differs from %s", tabs[c]->name,
+                   b->name, Ts[t], Ts[t] < 16 ? "the plain integer dots" : "the unpacked W");
+        }
+    }
+    free(W);
+    free(P);
+    free(got);
+    free(f0);
+    free(f1);
+    free(x);
+    free(yp);
+    free(y8);
+    free(xq);
+}
+
 int main(void) {
     rng_state = 0x9e3779b97f4a7c15ull;
     const okv_qb_isa *isas[2] = {okv_qb_isa_avx2(), okv_qb_isa_avx512()};
@@ -219,6 +290,10 @@ int main(void) {
         }
     for (int i = 0; i < 2; i++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) check_invariant(det[i], tps[1], types[ti]);
+    const okv_kernels *all[10];
+    int n_all = 0;
+    for (int c = 0; c < n_tables; c++) all[n_all++] = tables[c].k;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) check_x8(all, n_all, tps[1], types[ti]);
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
     printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);

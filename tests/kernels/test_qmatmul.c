@@ -37,7 +37,7 @@ typedef struct qweights {
 } qweights;
 
 static qweights make_qweights(int bits, int group, bool asym, int N, int K) {
-    qweights w = {{bits, group, asym, OKV_F16, OKV_QB_NONE}, N, K, NULL, NULL, NULL, NULL};
+    qweights w = {{bits, group, asym, OKV_F16, OKV_QB_NONE, false}, N, K, NULL, NULL, NULL, NULL};
     int G = K / group;
     w.codes = malloc((size_t)N * K);
     w.d = malloc(sizeof(float) * N * G);
@@ -212,7 +212,7 @@ static void test_tile_perm(void) {
             for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
                 int K = Ks[ki];
                 if (K % gs) continue;
-                okv_qscheme s = {b, gs, false, OKV_F16, OKV_QB_NONE};
+                okv_qscheme s = {b, gs, false, OKV_F16, OKV_QB_NONE, false};
                 uint8_t dummy[64] = {0};
                 okv_qview v = okv_quant_view(&s, dummy, 1, K);
                 int32_t *perm = malloc(sizeof(int32_t) * (size_t)K);

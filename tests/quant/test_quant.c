@@ -24,7 +24,7 @@ static float frand(void) { /* uniform in [-1, 1) */
 static const int BITS[] = {4, 8}, GROUPS[] = {32, 64, 128, 256};
 
 static okv_qscheme scheme(int bits, int group, bool asym) {
-    okv_qscheme s = {bits, group, asym, OKV_F16, OKV_QB_NONE};
+    okv_qscheme s = {bits, group, asym, OKV_F16, OKV_QB_NONE, false};
     return s;
 }
 
@@ -321,8 +321,8 @@ static void test_weighted(void) {
     float *W = malloc(sizeof(float) * N * K), *imp = malloc(sizeof(float) * K), *ones = malloc(sizeof(float) * K);
     for (int i = 0; i < N * K; i++) W[i] = (frand() + frand() + frand()) * 0.02f;
     for (int k = 0; k < K; k++) { imp[k] = powf(10.0f, 3.0f * frand()); ones[k] = 1.0f; }
-    static const okv_qscheme schemes[] = {{4, 32, true, OKV_F16, OKV_QB_NONE}, {8, 32, false, OKV_F16, OKV_QB_NONE}, {4, 128, true, OKV_F16, OKV_QB_NONE},
-                                          {4, 32, false, OKV_F16, OKV_QB_NONE}};
+    static const okv_qscheme schemes[] = {{4, 32, true, OKV_F16, OKV_QB_NONE, false}, {8, 32, false, OKV_F16, OKV_QB_NONE, false}, {4, 128, true, OKV_F16, OKV_QB_NONE, false},
+                                          {4, 32, false, OKV_F16, OKV_QB_NONE, false}};
     for (size_t c = 0; c < sizeof schemes / sizeof *schemes; c++) {
         const okv_qscheme *s = &schemes[c];
         uint64_t bytes = okv_quant_bytes(s, N, K);
@@ -347,7 +347,7 @@ static void test_weighted(void) {
         CHECKF(tw < 0.9 * tu, "q%d g%d: weighting gained only x%.3f", s->bits, s->group, tw / tu);
         free(eu); free(ew); free(qu); free(qw); free(q1);
     }
-    okv_qscheme s4 = {4, 32, true, OKV_F16, OKV_QB_NONE};
+    okv_qscheme s4 = {4, 32, true, OKV_F16, OKV_QB_NONE, false};
     void *q = malloc(okv_quant_bytes(&s4, N, K));
     okv_error err = {0};
     imp[77] = -1.0f;
