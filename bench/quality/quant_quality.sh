@@ -10,7 +10,8 @@
 # Env: TEXT (default /usr/share/common-licenses/GPL-3), TEXT_BYTES (cut the
 # text to this many bytes; default all), VARIANTS (names below), CTX (512),
 # CALIB (the calibration text of the *-cal variants; default Apache-2.0,
-# which must differ from TEXT).
+# which must differ from TEXT). Block variants: k4-e6 (q4_K, embedding q6_K),
+# k4-e8 (q4_K, q8_0), q40-e8 (q4_0, q8_0), each also with -cal.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=${1:-build/quant-quality}
@@ -35,6 +36,9 @@ flags_of() {
     4w-e4) echo "--dtype fp32 --qlinear 4w --qembedding 4w" ;;
     4w-g64-e8) echo "--dtype fp32 --qlinear 4w --qlinear-group-size 64 --qembedding 8w" ;;
     4w-g128-e8) echo "--dtype fp32 --qlinear 4w --qlinear-group-size 128 --qembedding 8w" ;;
+    k4-e6) echo "--dtype fp32 --qlinear q4_K --qembedding q6_K" ;;
+    k4-e8) echo "--dtype fp32 --qlinear q4_K --qembedding q8_0" ;;
+    q40-e8) echo "--dtype fp32 --qlinear q4_0 --qembedding q8_0" ;;
     *-cal) echo "$(flags_of "${1%-cal}") --calibration $calib" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac

@@ -370,10 +370,12 @@ extern const okv_qb_isa okv_qb_isa_plain;
 void okv_qb_dot8_q4_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q8_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q5_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 /* x8 dots on AVX2 (okv_qbmm_x8_avx2.c) */
 void okv_qb_dot8_q4_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q8_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
+void okv_qb_dot8_q5_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
 /* Whether the AVX2 / best integer driver has an x8 dot for a block type
  * (the tables' matmul_qb_x8). */
 bool okv_qb_x8_avx2(int type);

@@ -455,7 +455,7 @@ static const okv_qb_isa isa_avx512 = {
             [OKV_QB_Q8_0] = dot_q8_0, [OKV_QB_Q2_K] = dot_q2_k, [OKV_QB_Q3_K] = dot_q3_k, [OKV_QB_Q4_K] = dot_q4_k,
             [OKV_QB_Q5_K] = dot_q5_k, [OKV_QB_Q6_K] = dot_q6_k},
     .dot8 = {[OKV_QB_Q4_0] = okv_qb_dot8_q4_0_avx512, [OKV_QB_Q8_0] = okv_qb_dot8_q8_0_avx512,
-             [OKV_QB_Q4_K] = okv_qb_dot8_q4_k_avx512},
+             [OKV_QB_Q4_K] = okv_qb_dot8_q4_k_avx512, [OKV_QB_Q5_K] = okv_qb_dot8_q5_k_avx512},
 };
 
 const okv_qb_isa *okv_qb_isa_avx512(void) { return okv_qmm_have_avx512vnni() ? &isa_avx512 : NULL; }

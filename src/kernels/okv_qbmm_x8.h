@@ -33,6 +33,8 @@ X8_INLINE __m256i x8_lane_byte(__m256i v, int k) {
 /* Q4_K group block at wg (1152 bytes): d[8] at 0, dmin[8] at 16, the 12
  * scale bytes as 3 units at 32 / 64 / 96, qs as 32 units at 128 (units
  * 8c .. 8c + 7: sub-blocks 2c in the low nibbles, 2c + 1 in the high).
+ * Q5_K (1408 bytes) the same with qh's 8 units at 128 (unit u: the 5th
+ * bits of elements 4u .. 4u + 3 of every sub-block) and qs at 384.
  * Its 6-bit scales and mins, a byte per sub-block per lane: sc[0] / mn[0]
  * sub-blocks 0-3, sc[1] / mn[1] sub-blocks 4-7. */
 X8_INLINE void x8_q4k_scales(const uint8_t *wg, __m256i sc[2], __m256i mn[2]) {
@@ -42,6 +44,12 @@ X8_INLINE void x8_q4k_scales(const uint8_t *wg, __m256i sc[2], __m256i mn[2]) {
     mn[0] = _mm256_and_si256(B, m6);
     sc[1] = _mm256_or_si256(_mm256_and_si256(C, m4), _mm256_and_si256(_mm256_srli_epi16(A, 2), m30));
     mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(C, 4), m4), _mm256_and_si256(_mm256_srli_epi16(B, 2), m30));
+}
+/* Q5_K's 5th bits for the codes of a qh unit hb (bit p = 2c + hi of each
+ * byte: sub-block 2c + hi), placed as 16 in each byte. */
+X8_INLINE __m256i x8_q5k_bit(__m256i hb, int p) {
+    __m256i v = p <= 4 ? _mm256_slli_epi16(hb, 4 - p) : _mm256_srli_epi16(hb, p - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 /* Q4_K's mins as int16 pairs (g, g + 2) per lane, p[0..3] for the pairs
  * (0, 2) (1, 3) (4, 6) (5, 7), and x's matching 32-element sums. */

@@ -4,11 +4,12 @@
  * vpmaddubsw (u8 codes x s8 x, pairs in int16) + vpmaddwd by ones.
  *
  * 4-bit codes keep their pair sums in int16 across a block's loads (a
- * pair is at most 2 * 15 * 127 = 3810, eight of them 30480 < 2^15), so a
+ * pair is at most 2 * 15 * 127 = 3810, eight of them 30480 < 2^15; Q5_K's
+ * 5-bit ones four at a time), so a
  * 32-byte load costs about what it does with VNNI. Q8_0's signed codes go
  * as |w| against x with w's sign (vpsignb: no offset to take back; a pair
  * at most 2 * 128 * 127, so widened at once). Q6_K stays in file order on
- * AVX2 (no x8 dot here).
+ * AVX2 (no x8 dot here), as on AVX-512.
  *
  * Numbers: the plain dots' integers and float steps in their order, so the
  * outputs equal okv_qbmm.c's plain dots bit for bit (tests/kernels/test_qbmm.c). */
@@ -65,32 +66,43 @@ TGT void okv_qb_dot8_q8_0_avx2(const uint8_t *wg, const void *xq, int nb, float 
     _mm256_storeu_ps(out, acc);
 }
 
-/* Q4_K (1152 bytes a group block; layout in okv_qbmm_x8_avx512.c). */
-TGT void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]) {
+/* Q4_K / Q5_K (1152 / 1408 bytes a group block; layout in okv_qbmm_x8.h). */
+INLINE_TGT void dot8_k45(const uint8_t *wg, const void *xq, int nb, float out[8], bool five) {
     const okv_qb_x256 *x = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, wg += 1152) {
+    for (int b = 0; b < nb; b++, wg += five ? 1408 : 1152) {
         const okv_qb_x256 *xb = x + b;
         __m256i sc[2], mn[2];
         x8_q4k_scales(wg, sc, mn);
         __m256i isum = _mm256_setzero_si256();
-        const uint8_t *qs = wg + 128;
+        const uint8_t *qs = wg + (five ? 384 : 128), *qh = wg + 128;
 #pragma GCC unroll 2
         for (int c = 0; c < 4; c++) {
             __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256(); /* sub-blocks 2c, 2c + 1 in int16 */
+            __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256(); /* and in int32 */
             const int8_t *xq0 = xb->q + 64 * c;
 #pragma GCC unroll 8
             for (int u = 0; u < 8; u++) {
                 __m256i v = x8_load(qs + 32 * (8 * c + u));
-                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(_mm256_and_si256(v, m4), x8_bcast4(xq0 + 4 * u)));
-                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                                                               x8_bcast4(xq0 + 32 + 4 * u)));
+                __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (five) {
+                    __m256i hv = x8_load(qh + 32 * u);
+                    vl = _mm256_or_si256(vl, x8_q5k_bit(hv, 2 * c));
+                    vh = _mm256_or_si256(vh, x8_q5k_bit(hv, 2 * c + 1));
+                }
+                p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(vl, x8_bcast4(xq0 + 4 * u)));
+                p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(vh, x8_bcast4(xq0 + 32 + 4 * u)));
+                if (u == 7 || (five && u == 3)) { /* 5-bit pairs reach 7874: widened every 4 loads */
+                    a0 = _mm256_add_epi32(a0, widen(p0));
+                    a1 = _mm256_add_epi32(a1, widen(p1));
+                    p0 = p1 = _mm256_setzero_si256();
+                }
             }
             __m256i sv = sc[c / 2];
             int k = (2 * c) % 4;
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(widen(p0), x8_lane_byte(sv, k)));
-            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(widen(p1), x8_lane_byte(sv, k + 1)));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(a0, x8_lane_byte(sv, k)));
+            isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(a1, x8_lane_byte(sv, k + 1)));
         }
         __m256i mp[4], xs[4];
         x8_q4k_min_pairs(mn, xb, mp, xs);
@@ -107,3 +119,6 @@ TGT void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float 
     }
     _mm256_storeu_ps(out, acc);
 }
+
+TGT void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]) { dot8_k45(wg, xq, nb, out, false); }
+TGT void okv_qb_dot8_q5_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]) { dot8_k45(wg, xq, nb, out, true); }

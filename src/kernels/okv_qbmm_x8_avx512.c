@@ -8,8 +8,8 @@
  * load, so a Q4_0 block of 8 rows costs ~40 vector ops where the row
  * layout (okv_qbmm_avx512.c) spent ~100: one Zen 4 core consumes 41 GB/s
  * of Q4_0 from L2 against 21 (bench_kernels qbroof), so two cores no
- * longer hold decode below the memory wall. Q4_0, Q8_0 and Q4_K have x8
- * dots; Q6_K stays in file order (an x8 Q6_K dot streamed from DRAM was
+ * longer hold decode below the memory wall. Q4_0, Q8_0, Q4_K and Q5_K
+ * have x8 dots; Q6_K stays in file order (an x8 Q6_K dot streamed from DRAM was
  * no faster: docs/perf).
  *
  * Numbers: each lane does what okv_qbmm.c's plain dot does for its row,
@@ -83,18 +83,18 @@ TGT void okv_qb_dot8_q8_0_avx512(const uint8_t *wg, const void *xq, int nb, floa
     _mm256_storeu_ps(out, acc);
 }
 
-/* ---- Q4_K (1152 bytes a group block; layout in okv_qbmm_x8.h) ---- */
+/* ---- Q4_K / Q5_K (1152 / 1408 bytes a group block; layout in okv_qbmm_x8.h) ---- */
 
-TGT void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]) {
+INLINE_TGT void dot8_k45(const uint8_t *wg, const void *xq, int nb, float out[8], bool five) {
     const okv_qb_x256 *x = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++, wg += 1152) {
+    for (int b = 0; b < nb; b++, wg += five ? 1408 : 1152) {
         const okv_qb_x256 *xb = x + b;
         __m256i sc[2], mn[2];
         x8_q4k_scales(wg, sc, mn);
         __m256i isum = _mm256_setzero_si256();
-        const uint8_t *qs = wg + 128;
+        const uint8_t *qs = wg + (five ? 384 : 128), *qh = wg + 128;
 #pragma GCC unroll 2
         for (int c = 0; c < 4; c++) {
             /* 4 accumulators (u even / odd): 4 chained vpdpbusd each, not 8 */
@@ -104,10 +104,19 @@ TGT void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, floa
 #pragma GCC unroll 4
             for (int u = 0; u < 8; u += 2) {
                 __m256i v = x8_load(qs + 32 * (8 * c + u)), w = x8_load(qs + 32 * (8 * c + u + 1));
-                a0 = dpbusd(a0, _mm256_and_si256(v, m4), x8_bcast4(xq0 + 4 * u));
-                a1 = dpbusd(a1, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x8_bcast4(xq0 + 32 + 4 * u));
-                b0 = dpbusd(b0, _mm256_and_si256(w, m4), x8_bcast4(xq0 + 4 * u + 4));
-                b1 = dpbusd(b1, _mm256_and_si256(_mm256_srli_epi16(w, 4), m4), x8_bcast4(xq0 + 36 + 4 * u));
+                __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                __m256i wl = _mm256_and_si256(w, m4), wh = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                if (five) {
+                    __m256i hv = x8_load(qh + 32 * u), hw = x8_load(qh + 32 * (u + 1));
+                    vl = _mm256_or_si256(vl, x8_q5k_bit(hv, 2 * c));
+                    vh = _mm256_or_si256(vh, x8_q5k_bit(hv, 2 * c + 1));
+                    wl = _mm256_or_si256(wl, x8_q5k_bit(hw, 2 * c));
+                    wh = _mm256_or_si256(wh, x8_q5k_bit(hw, 2 * c + 1));
+                }
+                a0 = dpbusd(a0, vl, x8_bcast4(xq0 + 4 * u));
+                a1 = dpbusd(a1, vh, x8_bcast4(xq0 + 32 + 4 * u));
+                b0 = dpbusd(b0, wl, x8_bcast4(xq0 + 4 * u + 4));
+                b1 = dpbusd(b1, wh, x8_bcast4(xq0 + 36 + 4 * u));
             }
             a0 = _mm256_add_epi32(a0, b0);
             a1 = _mm256_add_epi32(a1, b1);
@@ -130,3 +139,6 @@ TGT void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, floa
     }
     _mm256_storeu_ps(out, acc);
 }
+
+TGT void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]) { dot8_k45(wg, xq, nb, out, false); }
+TGT void okv_qb_dot8_q5_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]) { dot8_k45(wg, xq, nb, out, true); }

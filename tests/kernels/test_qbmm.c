@@ -181,11 +181,20 @@ static void check_invariant(const okv_kernels *k, okv_threadpool *tp, int type) 
  * the plain row dots bit for bit, and a table that asks for x8 gives the
  * plain integer driver's bits at decode sizes and its own unpacked bits on
  * the packed-GEMM path. */
-static void check_x8(const okv_kernels *const *tabs, int n_tabs, okv_threadpool *tp, int type) {
+static void check_x8(const okv_kernels *const *tabs, int n_tabs, okv_threadpool *tp, int type, bool extreme) {
     const okv_qblock_info *b = okv_qblock_get(type);
     const int N = 24, K = b->elems == 256 ? 3 * 256 : 13 * 32, nb = K / b->elems, T = 20;
     const size_t row = (size_t)nb * (size_t)b->bytes;
     uint8_t *W = make_blocks(type, N, K), *P = malloc((size_t)N * row), *got = malloc(row);
+    if (extreme) { /* every code and sub-block scale at its largest, x all equal: the integer sums' worst case */
+        int fd, fm;
+        scale_fields(type, &fd, &fm);
+        memset(W, 0xff, (size_t)N * row);
+        for (size_t i = 0; i < (size_t)N * (size_t)nb; i++) {
+            put_f16(W + i * (size_t)b->bytes + fd, 0.01f);
+            if (fm >= 0) put_f16(W + i * (size_t)b->bytes + fm, 0.01f);
+        }
+    }
     memcpy(P, W, (size_t)N * row);
     CHECKF(!okv_qblock_x8_pack(type, P, 20, K) && !memcmp(P, W, 20 * row), "%s: x8 pack of 20 rows not refused", b->name);
     CHECKF(okv_qblock_x8_pack(type, P, N, K), "%s: x8 pack failed", b->name);
@@ -209,6 +218,8 @@ static void check_x8(const okv_kernels *const *tabs, int n_tabs, okv_threadpool 
 
     float *x = malloc(sizeof(float) * T * K), *yp = malloc(sizeof(float) * T * N), *y8 = malloc(sizeof(float) * T * N);
     fill(x, (size_t)T * K, 1.5f);
+    if (extreme)
+        for (size_t i = 0; i < (size_t)T * K; i++) x[i] = 1.0f;
     uint8_t *xq = malloc(okv_qbmm_scratch(1, K));
     (b->elems == 256 ? okv_qb_isa_plain.quant256 : okv_qb_isa_plain.quant32)(x, K, xq);
     const okv_qb_isa *isas[3] = {&okv_qb_isa_plain, okv_qb_isa_avx2(), okv_qb_isa_avx512()};
@@ -293,7 +304,10 @@ int main(void) {
     const okv_kernels *all[10];
     int n_all = 0;
     for (int c = 0; c < n_tables; c++) all[n_all++] = tables[c].k;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) check_x8(all, n_all, tps[1], types[ti]);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        check_x8(all, n_all, tps[1], types[ti], false);
+        check_x8(all, n_all, tps[1], types[ti], true);
+    }
     okv_threadpool_free(tps[0]);
     okv_threadpool_free(tps[1]);
     printf("%d passed, %d failed\n", okv_t_pass, okv_t_fail);
