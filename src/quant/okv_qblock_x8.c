@@ -78,21 +78,28 @@ static inline void move_unit(void *dst, const void *src, int n) {
     else memcpy(dst, src, 2);
 }
 
-/* One row's block (bytes at blk) placed as row r of the group's block at g8. */
-static void scatter_block(const x8_layout *L, const uint8_t *blk, int r, uint8_t *g8) {
-    for (int i = 0, at = 0; i < L->n; at += 8 * L->f[i].size, i++) {
-        const x8_field *f = &L->f[i];
-        for (int u = 0; u < f->size / f->unit; u++)
-            move_unit(g8 + at + (8 * u + r) * f->unit, blk + f->off + u * f->unit, f->unit);
-    }
-}
-
 /* Row r's block taken back out of the group's block at g8. */
 static void gather_block(const x8_layout *L, const uint8_t *g8, int r, uint8_t *blk) {
     for (int i = 0, at = 0; i < L->n; at += 8 * L->f[i].size, i++) {
         const x8_field *f = &L->f[i];
         for (int u = 0; u < f->size / f->unit; u++)
             move_unit(blk + f->off + u * f->unit, g8 + at + (8 * u + r) * f->unit, f->unit);
+    }
+}
+
+/* Block b of the 8 rows at rows (file order, `row` bytes apart) -> the
+ * group's block at g8: piece by piece, unit by unit, the 8 rows' units
+ * side by side. */
+static void scatter_group_block(const x8_layout *L, const uint8_t *rows, size_t row, size_t boff, uint8_t *g8) {
+    for (int i = 0; i < L->n; i++) {
+        const x8_field *f = &L->f[i];
+        const uint8_t *src = rows + boff + f->off;
+        if (f->unit == 4)
+            for (int u = 0; u < f->size / 4; u++, g8 += 32)
+                for (int r = 0; r < 8; r++) memcpy(g8 + 4 * r, src + r * row + 4 * u, 4);
+        else
+            for (int u = 0; u < f->size / 2; u++, g8 += 16)
+                for (int r = 0; r < 8; r++) memcpy(g8 + 2 * r, src + r * row + 2 * u, 2);
     }
 }
 
@@ -106,8 +113,7 @@ bool okv_qblock_x8_pack(int type, void *W, int64_t N, int64_t K) {
     for (int64_t g = 0; g < N / 8; g++) {
         uint8_t *grp = (uint8_t *)W + (size_t)g * 8 * row;
         memcpy(tmp, grp, 8 * row);
-        for (size_t blk = 0; blk < nb; blk++)
-            for (int r = 0; r < 8; r++) scatter_block(L, tmp + r * row + blk * B, r, grp + blk * 8 * B);
+        for (size_t blk = 0; blk < nb; blk++) scatter_group_block(L, tmp, row, blk * B, grp + blk * 8 * B);
     }
     free(tmp);
     return true;
