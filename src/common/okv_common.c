@@ -252,6 +252,13 @@ char *okv_strdup(const char *s) {
     return p;
 }
 
+uint64_t okv_hash_bytes(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 /* ---- float16 / bfloat16 ------------------------------------------------ */
 
 static float f32_from_bits(uint32_t bits) {

@@ -51,6 +51,8 @@ bool okv_file_exists(const char *path);
 /* Joins dir and name into a heap string (free() it). */
 char *okv_path_join(const char *dir, const char *name);
 char *okv_strdup(const char *s);
+/* 64-bit FNV-1a of n bytes (hash tables over names and texts). */
+uint64_t okv_hash_bytes(const void *data, size_t n);
 
 /* Scalar conversions (round-to-nearest-even for the narrowing ones). */
 float okv_f16_to_f32(uint16_t h);

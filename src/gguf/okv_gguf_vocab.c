@@ -126,14 +126,8 @@ typedef struct tokmap {
     const okv_gguf_span *text; /* [n] */
 } tokmap;
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
-    for (size_t i = hash_bytes(s, n) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(s, n) & m->mask;; i = (i + 1) & m->mask) {
         int32_t id = m->slots[i];
         if (id < 0) return -1;
         if (m->text[id].len == n && !memcmp(m->text[id].ptr, s, n)) return id;
@@ -143,7 +137,7 @@ static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
 /* Inserts id; returns the id already holding that text, or -1. */
 static int32_t tokmap_put(tokmap *m, int32_t id) {
     const okv_gguf_span t = m->text[id];
-    for (size_t i = hash_bytes(t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
         int32_t old = m->slots[i];
         if (old < 0) { m->slots[i] = id; return -1; }
         if (m->text[old].len == t.len && !memcmp(m->text[old].ptr, t.ptr, t.len)) return old;
