@@ -194,6 +194,23 @@ static okv_status pick_kind(synth *S) {
                     (int)(p.len > 64 ? 64 : p.len), utf8_valid_prefix(p.ptr, p.len) == p.len ? p.ptr : "?");
 }
 
+/* A SentencePiece vocabulary the merges can be derived from: some score
+ * finite (all NaN would leave the merge order arbitrary) and, when types are
+ * given, some token NORMAL (llama.cpp decodes UNDEFINED ones to nothing). */
+static okv_status check_spm_arrays(synth *S) {
+    const okv_gguf_vocab *v = S->v;
+    size_t finite = 0, normal = 0;
+    for (size_t i = 0; i < v->n_scores; i++) finite += isfinite(v->scores[i]) != 0;
+    for (size_t i = 0; i < v->n_token_types; i++) normal += v->token_types[i] == OKV_GGUF_TOKEN_NORMAL;
+    if (!finite)
+        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: none of the %zu tokenizer.ggml.scores is a finite number",
+                        v->n_scores);
+    if (v->n_token_types && !normal)
+        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.token_type marks none of the %zu tokens NORMAL (1)",
+                        v->n_token_types);
+    return OKV_OK;
+}
+
 static okv_status check_arrays(synth *S) {
     const okv_gguf_vocab *v = S->v;
     if (v->n_tokens == 0 || !v->tokens) return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.tokens is missing or empty");
@@ -211,6 +228,10 @@ static okv_status check_arrays(synth *S) {
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.model is \"gpt2\" but tokenizer.ggml.merges is missing");
     if (S->kind == KIND_SPM && !v->n_scores)
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.model is \"llama\" but tokenizer.ggml.scores is missing");
+    if (S->kind == KIND_SPM) {
+        okv_status st = check_spm_arrays(S);
+        if (st) return st;
+    }
     const struct { int64_t id; const char *key; } ids[] = {
         {v->bos_id, "bos_token_id"}, {v->eos_id, "eos_token_id"}, {v->unk_id, "unknown_token_id"},
         {v->pad_id, "padding_token_id"}, {v->eot_id, "eot_token_id"},
