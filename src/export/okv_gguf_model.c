@@ -479,7 +479,8 @@ static void render_text(const cJSON *d, char **out) {
     P("gguf: %s (version %d)\n", okv_json_str(d, "path"), (int)cJSON_GetObjectItem(d, "version")->valuedouble);
     if (name) P("name: %s%s%s\n", name, okv_json_str(d, "size_label") ? " | size " : "",
                 okv_json_str(d, "size_label") ? okv_json_str(d, "size_label") : "");
-    P("architecture: %s -> %s\n", okv_json_str(d, "gguf_architecture"), okv_json_str(d, "architecture"));
+    const char *gguf_arch = okv_json_str(d, "gguf_architecture"); /* absent in a file without the key */
+    P("architecture: %s -> %s\n", gguf_arch ? gguf_arch : "(none)", okv_json_str(d, "architecture"));
     const cJSON *h = cJSON_GetObjectItem(d, "hyperparameters"), *e;
     if (h) {
         P("hyperparameters:");
