@@ -9,8 +9,8 @@
  * Keys and tensor names are copied out NUL-terminated; values stay in the
  * map. Lookups: metadata through an open-addressing hash index over the
  * keys (built while reading, so a repeated key is refused in O(n) however
- * many keys a file claims), tensors by binary search over a name-sorted
- * index. */
+ * many keys a file claims; seeded per handle, so a file cannot be crafted
+ * to collide), tensors by binary search over a name-sorted index. */
 #include "okv_gguf.h"
 
 #include <errno.h>
@@ -44,6 +44,7 @@ struct okv_gguf {
     int n_kvs;
     int *key_slots; /* hash index over kvs: kv index or -1, key_mask + 1 slots */
     size_t key_mask;
+    uint64_t key_seed; /* the index's hash seed, new for each handle */
     okv_gguf_tensor *tensors;
     int n_tensors;
     int *by_name; /* tensor indices sorted by name */
@@ -125,12 +126,13 @@ static okv_status key_index_init(okv_gguf *g, uint64_t n, okv_error *err) {
     if (!g->key_slots) return okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory for %llu keys", g->path, (unsigned long long)n);
     memset(g->key_slots, 0xff, cap * sizeof *g->key_slots);
     g->key_mask = cap - 1;
+    g->key_seed = okv_hash_seed();
     return OKV_OK;
 }
 
 /* The slot holding `key`, or the empty slot where it would go. */
 static size_t key_slot(const okv_gguf *g, const char *key) {
-    size_t i = okv_hash_bytes(key, strlen(key)) & g->key_mask;
+    size_t i = okv_hash_bytes(g->key_seed, key, strlen(key)) & g->key_mask;
     while (g->key_slots[i] >= 0 && strcmp(g->kvs[g->key_slots[i]].key, key)) i = (i + 1) & g->key_mask;
     return i;
 }

@@ -123,11 +123,12 @@ static void jb_cstr(okv_buf *b, const char *s) { jb_str(b, s, strlen(s)); }
 typedef struct tokmap {
     int32_t *slots; /* id or -1 */
     size_t mask;
+    uint64_t seed; /* okv_hash_seed: token texts cannot be crafted to collide */
     const okv_gguf_span *text; /* [n] */
 } tokmap;
 
 static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
-    for (size_t i = okv_hash_bytes(s, n) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(m->seed, s, n) & m->mask;; i = (i + 1) & m->mask) {
         int32_t id = m->slots[i];
         if (id < 0) return -1;
         if (m->text[id].len == n && !memcmp(m->text[id].ptr, s, n)) return id;
@@ -137,7 +138,7 @@ static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
 /* Inserts id; returns the id already holding that text, or -1. */
 static int32_t tokmap_put(tokmap *m, int32_t id) {
     const okv_gguf_span t = m->text[id];
-    for (size_t i = okv_hash_bytes(t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(m->seed, t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
         int32_t old = m->slots[i];
         if (old < 0) { m->slots[i] = id; return -1; }
         if (m->text[old].len == t.len && !memcmp(m->text[old].ptr, t.ptr, t.len)) return old;
@@ -275,6 +276,7 @@ static okv_status build_tokens(synth *S) {
     if (!S->text || !S->owned || !S->type || !S->map.slots) return nomem(S);
     memset(S->map.slots, 0xff, cap * sizeof *S->map.slots);
     S->map.mask = cap - 1;
+    S->map.seed = okv_hash_seed();
     S->map.text = S->text;
     for (size_t i = 0; i < n; i++) {
         okv_gguf_span t = v->tokens[i];
