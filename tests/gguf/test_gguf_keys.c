@@ -66,6 +66,11 @@ static void test_duplicate_far_apart(void) {
     free(b.p);
 }
 
+/* Overwrites the header's 64-bit little-endian field at byte `at`. */
+static void set_header_u64(gb *b, size_t at, uint64_t v) {
+    for (int i = 0; i < 8; i++) b->p[at + i] = (uint8_t)(v >> (8 * i));
+}
+
 /* A count the bytes could hold (at the smallest encoding) is read key by
  * key and fails at the first missing one; one more is refused as a count,
  * naming the header field, before any key is read. */
@@ -76,21 +81,21 @@ static void test_count_bounds(void) {
     okv_error err = {0};
     okv_gguf *g = NULL;
     uint64_t fits = after_header / 14; /* what the bytes could hold at 14 bytes a key */
-    for (int i = 0; i < 8; i++) b.p[16 + i] = (uint8_t)(fits >> (8 * i));
+    set_header_u64(&b, 16, fits);
     okv_status st = okv_gguf_open_memory(b.p, b.len, "fits.gguf", &g, &err);
     CHECKF(fits == 4 && st == OKV_ERR_FORMAT && strstr(err.message, "key 3") && !strstr(err.message, "_count"),
            "claim %llu: %s", (unsigned long long)fits, err.message);
     uint64_t too_many = fits + 1;
-    for (int i = 0; i < 8; i++) b.p[16 + i] = (uint8_t)(too_many >> (8 * i));
+    set_header_u64(&b, 16, too_many);
     st = okv_gguf_open_memory(b.p, b.len, "many.gguf", &g, &err);
     CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, "metadata_kv_count") &&
                strstr(err.message, "more than the file can hold"),
            "claim %llu: %s", (unsigned long long)too_many, err.message);
     CHECK(!g);
     /* the same for tensor infos (33 bytes at least each) */
-    for (int i = 0; i < 8; i++) b.p[16 + i] = (uint8_t)(3 >> (8 * i));
+    set_header_u64(&b, 16, 3);
     uint64_t tensors = after_header / 33 + 1;
-    for (int i = 0; i < 8; i++) b.p[8 + i] = (uint8_t)(tensors >> (8 * i));
+    set_header_u64(&b, 8, tensors);
     st = okv_gguf_open_memory(b.p, b.len, "tens.gguf", &g, &err);
     CHECKF(st == OKV_ERR_FORMAT && strstr(err.message, "tensor_count") && strstr(err.message, "more than the file"),
            "%s", err.message);
