@@ -66,6 +66,34 @@ def huge_chunk(h):
     h["layout"]["max_ctx_len"] = 1 << 30
 
 
+def tensors_overlap(h):
+    h["tensors"][2]["offset"] = h["tensors"][0]["offset"]   # 64-aligned, inside the first tensor's bytes
+
+
+def name_twice(h):
+    h["tensors"][3]["name"] = h["tensors"][1]["name"]
+
+
+# ---- GGUF files ----------------------------------------------------------------------
+
+def gguf_str(s):
+    return struct.pack("<Q", len(s.encode())) + s.encode()
+
+
+def gguf(kvs):
+    """A GGUF v3 of metadata only; kvs: (key, type id, packed value)."""
+    body = b"".join(gguf_str(k) + struct.pack("<I", t) + v for k, t, v in kvs)
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kvs)) + body
+
+
+def llama_meta(freq_base):
+    u32 = lambda k, v: (k, 4, struct.pack("<I", v))
+    return gguf([("general.architecture", 8, gguf_str("llama")), u32("llama.block_count", 1),
+                 u32("llama.embedding_length", 64), u32("llama.feed_forward_length", 96),
+                 u32("llama.attention.head_count", 2), u32("llama.vocab_size", 16),
+                 ("llama.rope.freq_base", 6, struct.pack("<f", freq_base))])
+
+
 # ---- cases --------------------------------------------------------------------------------
 
 def cases():
@@ -88,7 +116,9 @@ def cases():
                                                                 "--tokens", "1 2", "--max-new-tokens", "1"])
         yield ("program: valid CRC, 2^30-token chunk (huge arena)", ["generate", put("chunk.okv", program_with(huge_chunk)),
                                                                     "--tokens", "1 2", "--max-new-tokens", "1"])
-    except (StopIteration, KeyError, ValueError):
+        yield ("program: valid CRC, two tensors share bytes", ["inspect", put("overlap.okv", program_with(tensors_overlap))])
+        yield ("program: valid CRC, a tensor name twice", ["inspect", put("twice.okv", program_with(name_twice))])
+    except (StopIteration, KeyError, ValueError, IndexError):
         pass
     yield ("config.json: unknown architecture",
            ["inspect", "--config", put("arch/config.json", json.dumps(dict(cfg, architectures=["FooForCausalLM"])))])
@@ -112,6 +142,8 @@ def cases():
     yield ("chat template: unknown construct", ["chat-render", "--template", put("bad.jinja", "{% frobnicate %}"),
                                                 "--jsonl", msgs] + tc)
     yield ("GGUF: truncated", ["inspect", put("cut.gguf", seed("gguf", "tensor-types.gguf")[:200])])
+    yield ("GGUF: a key twice", ["inspect", put("dup.gguf", gguf([("a.k", 0, b"\1"), ("b.k", 0, b"\2"), ("a.k", 0, b"\3")]))])
+    yield ("GGUF: rope.freq_base NaN", ["export", put("nan.gguf", llama_meta(float("nan"))), "-o", path("nan.okv")])
     p = put("good.okv", prog)
     yield ("--tokens: not ids", ["generate", p, "--tokens", "{\"tokens\":[1,", "--max-new-tokens", "1"])
     yield ("--temperature nan", ["run", p, "--prompt", "hi", "--temperature", "nan"])

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 const char *okv_status_name(okv_status s) {
@@ -250,6 +252,25 @@ char *okv_strdup(const char *s) {
     char *p = malloc(n);
     if (p) memcpy(p, s, n);
     return p;
+}
+
+uint64_t okv_hash_bytes(uint64_t seed, const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    h ^= h >> 33; /* MurmurHash3's fmix64: every input bit reaches the low (slot) bits */
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+uint64_t okv_hash_seed(void) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) == (ssize_t)sizeof seed) return seed;
+    struct timespec ts; /* no entropy yet (early boot): the clock, and where this stack is */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts;
 }
 
 /* ---- float16 / bfloat16 ------------------------------------------------ */

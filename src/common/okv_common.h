@@ -51,6 +51,12 @@ bool okv_file_exists(const char *path);
 /* Joins dir and name into a heap string (free() it). */
 char *okv_path_join(const char *dir, const char *name);
 char *okv_strdup(const char *s);
+/* Hash tables over names and texts from untrusted files: a 64-bit FNV-1a
+ * started from `seed` and finished with a 64-bit mixer, so with a seed the
+ * file cannot know (okv_hash_seed, one per table) no file can be crafted
+ * to put all its keys in one probe chain. */
+uint64_t okv_hash_bytes(uint64_t seed, const void *data, size_t n);
+uint64_t okv_hash_seed(void);
 
 /* Scalar conversions (round-to-nearest-even for the narrowing ones). */
 float okv_f16_to_f32(uint16_t h);

@@ -98,16 +98,27 @@ static int64_t put_int(cfg *c, const char *suffix, const char *field, bool requi
     return v;
 }
 
-/* <arch>.suffix as a number into `field` (missing: dflt, NAN = leave out). */
-static double put_float(cfg *c, const char *suffix, const char *field, double dflt) {
-    if (c->st) return 0;
+/* A float hyperparameter as the file gives it: finite and > 0 (>= 0 when
+ * zero_ok), else c->st names the GGUF key. A NaN left out of config.json
+ * would silently become the family's default. */
+static bool float_ok(cfg *c, const char *key, double v, bool zero_ok) {
+    if (isfinite(v) && (v > 0 || (zero_ok && v == 0))) return true;
+    c->st = okv_fail(c->err, OKV_ERR_FORMAT, "%s: key '%s' = %g must be a finite number %s", okv_gguf_path(c->g), key, v,
+                     zero_ok ? ">= 0" : "> 0");
+    return false;
+}
+
+/* <arch>.suffix as a number into obj's `field` (missing: left out, so the
+ * HF parser applies its default). */
+static void put_float(cfg *c, cJSON *obj, const char *suffix, const char *field, bool zero_ok) {
+    if (c->st) return;
     const char *key = arch_key(c, suffix);
-    double v = dflt;
+    double v;
     okv_error e = {0};
     okv_status st = okv_gguf_get_float(c->g, key, &v, &e);
-    if (st && st != OKV_ERR_NOT_FOUND) { c->st = okv_fail(c->err, st, "%s", e.message); return 0; }
-    if (!isnan(v) && field) cJSON_AddNumberToObject(c->j, field, v);
-    return v;
+    if (st == OKV_ERR_NOT_FOUND) return;
+    if (st) { c->st = okv_fail(c->err, st, "%s", e.message); return; }
+    if (float_ok(c, key, v, zero_ok)) cJSON_AddNumberToObject(obj, field, v);
 }
 
 /* <arch>.rope.scaling.* -> rope_scaling (the HF parser refuses kinds it
@@ -125,9 +136,7 @@ static void put_rope_scaling(cfg *c) {
     if (!strcmp(type, "none")) return;
     cJSON *r = cJSON_AddObjectToObject(c->j, "rope_scaling");
     cJSON_AddStringToObject(r, "rope_type", type);
-    double factor = 1.0;
-    key = arch_key(c, "rope.scaling.factor");
-    if (okv_gguf_get_float(c->g, key, &factor, &e) == OKV_OK) cJSON_AddNumberToObject(r, "factor", factor);
+    put_float(c, r, "rope.scaling.factor", "factor", false);
     key = arch_key(c, "rope.scaling.original_context_length");
     int64_t orig;
     if (okv_gguf_get_int(c->g, key, &orig, &e) == OKV_OK)
@@ -208,8 +217,8 @@ okv_status okv_gguf_hf_config(const okv_gguf *g, char **json, okv_error *err) {
     int64_t vlen = put_int(&c, "attention.value_length", NULL, false, head_dim, 2, 4096);
     int64_t rot = put_int(&c, "rope.dimension_count", NULL, false, head_dim, 0, 4096);
     put_int(&c, "context_length", "max_position_embeddings", false, -1, 1, 1 << 30);
-    put_float(&c, "attention.layer_norm_rms_epsilon", "rms_norm_eps", NAN);
-    put_float(&c, "rope.freq_base", "rope_theta", NAN);
+    put_float(&c, c.j, "attention.layer_norm_rms_epsilon", "rms_norm_eps", false);
+    put_float(&c, c.j, "rope.freq_base", "rope_theta", false);
     put_rope_scaling(&c);
     put_vocab(&c);
     cJSON_AddBoolToObject(c.j, "tie_word_embeddings", okv_gguf_find_tensor(g, "output.weight") == NULL);
@@ -238,7 +247,7 @@ okv_status okv_gguf_hf_config(const okv_gguf *g, char **json, okv_error *err) {
         cJSON_AddNumberToObject(c.j, "rope_local_base_freq", 10000.0);
         cJSON_AddNumberToObject(c.j, "query_pre_attn_scalar", (double)(layers == 62 ? hidden / heads : head_dim));
         cJSON_AddStringToObject(c.j, "hidden_activation", "gelu_pytorch_tanh");
-        put_float(&c, "final_logit_softcapping", "final_logit_softcapping", NAN);
+        put_float(&c, c.j, "final_logit_softcapping", "final_logit_softcapping", true); /* 0 = none */
     } else {
         cJSON_AddStringToObject(c.j, "hidden_act", "silu");
     }
@@ -470,7 +479,8 @@ static void render_text(const cJSON *d, char **out) {
     P("gguf: %s (version %d)\n", okv_json_str(d, "path"), (int)cJSON_GetObjectItem(d, "version")->valuedouble);
     if (name) P("name: %s%s%s\n", name, okv_json_str(d, "size_label") ? " | size " : "",
                 okv_json_str(d, "size_label") ? okv_json_str(d, "size_label") : "");
-    P("architecture: %s -> %s\n", okv_json_str(d, "gguf_architecture"), okv_json_str(d, "architecture"));
+    const char *gguf_arch = okv_json_str(d, "gguf_architecture"); /* absent in a file without the key */
+    P("architecture: %s -> %s\n", gguf_arch ? gguf_arch : "(none)", okv_json_str(d, "architecture"));
     const cJSON *h = cJSON_GetObjectItem(d, "hyperparameters"), *e;
     if (h) {
         P("hyperparameters:");

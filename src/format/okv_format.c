@@ -1,7 +1,8 @@
 /* okv_format.c — writing and reading (mmap or a huge-page copy, + validation) of program files.
  * See okv_format.h for the on-disk layout. The JSON header is built and
- * parsed with cJSON; every field read from a file is range-checked here so
- * the runtime can trust an okv_program_file it got from okv_format_open. */
+ * parsed with cJSON; every field read from a file is range-checked here
+ * (and the tensor table proved free of overlapping data and repeated names)
+ * so the runtime can trust an okv_program_file it got from okv_format_open. */
 #include "okv_format.h"
 
 #include <errno.h>
@@ -490,6 +491,44 @@ static okv_status parse_tensor(const cJSON *o, okv_tensor *t, int idx, uint64_t 
     return OKV_OK;
 }
 
+static int cmp_tensor_offset(const void *a, const void *b, void *ctx) {
+    const okv_tensor *ts = ctx, *x = &ts[*(const int *)a], *y = &ts[*(const int *)b];
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+static int cmp_tensor_name(const void *a, const void *b, void *ctx) {
+    const okv_tensor *ts = ctx;
+    return strcmp(ts[*(const int *)a].name, ts[*(const int *)b].name);
+}
+
+/* No two tensors share bytes of the data section (zero-byte ones share
+ * none) and no name appears twice: the writer lays tensors out one after
+ * the other, so anything else is a crafted or damaged file (and aliased
+ * weights would make one tensor's bytes read as another's). idx is scratch
+ * of n_tensors ints; both checks sort it, O(n log n). */
+static okv_status check_tensor_table(const okv_program_file *pf, int *idx, okv_error *err) {
+    const okv_tensor *ts = pf->tensors;
+    int n = pf->n_tensors;
+    for (int i = 0; i < n; i++) idx[i] = i;
+    qsort_r(idx, (size_t)n, sizeof *idx, cmp_tensor_offset, (void *)ts);
+    int reach = -1; /* the tensor whose bytes end furthest so far */
+    for (int k = 0; k < n; k++) {
+        const okv_tensor *t = &ts[idx[k]];
+        if (!t->nbytes) continue;
+        if (reach >= 0 && t->offset < ts[reach].offset + ts[reach].nbytes) /* offsets + sizes checked <= data size */
+            return okv_fail(err, OKV_ERR_FORMAT, "tensors '%s' [%llu, +%llu) and '%s' [%llu, +%llu) overlap in the data section",
+                            ts[reach].name, (unsigned long long)ts[reach].offset, (unsigned long long)ts[reach].nbytes,
+                            t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes);
+        reach = idx[k];
+    }
+    qsort_r(idx, (size_t)n, sizeof *idx, cmp_tensor_name, (void *)ts);
+    for (int k = 1; k < n; k++)
+        if (!strcmp(ts[idx[k - 1]].name, ts[idx[k]].name)) {
+            int a = idx[k - 1] < idx[k] ? idx[k - 1] : idx[k], b = idx[k - 1] ^ idx[k] ^ a;
+            return okv_fail(err, OKV_ERR_FORMAT, "tensor '%s' appears twice (tensors %d and %d)", ts[a].name, a, b);
+        }
+    return OKV_OK;
+}
+
 static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const uint8_t *data, uint64_t data_size,
                                 uint32_t version, okv_error *err) {
     if (!cJSON_IsArray(arr)) return okv_fail(err, OKV_ERR_FORMAT, "program header: 'tensors' must be an array");
@@ -504,7 +543,11 @@ static okv_status parse_tensors(const cJSON *arr, okv_program_file *pf, const ui
         pf->tensors[k].data = data + pf->tensors[k].offset;
         k++;
     }
-    return OKV_OK;
+    int *idx = malloc((size_t)(pf->n_tensors > 0 ? pf->n_tensors : 1) * sizeof *idx);
+    if (!idx) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    okv_status st = check_tensor_table(pf, idx, err);
+    free(idx);
+    return st;
 }
 
 static okv_status parse_header(const char *json, size_t len, okv_program_file *pf, const uint8_t *data,

@@ -7,8 +7,10 @@
  * is placed (aligned after the tensor infos) and each tensor's extent is
  * checked against it; a sort by offset proves that no two tensors overlap.
  * Keys and tensor names are copied out NUL-terminated; values stay in the
- * map. Lookups: metadata linearly (files hold a few dozen keys), tensors
- * by binary search over a name-sorted index. */
+ * map. Lookups: metadata through an open-addressing hash index over the
+ * keys (built while reading, so a repeated key is refused in O(n) however
+ * many keys a file claims; seeded per handle, so a file cannot be crafted
+ * to collide), tensors by binary search over a name-sorted index. */
 #include "okv_gguf.h"
 
 #include <errno.h>
@@ -22,6 +24,12 @@
 #include "okv_common.h"
 
 #define GGUF_MAX_NAME 256u
+/* Smallest encodings, which bound the counts a header may claim: a
+ * key/value is a length (8), a 1-byte key, a type (4) and a 1-byte value;
+ * a tensor info a length (8), a 1-byte name, n_dims (4), one dim (8), a
+ * type (4) and an offset (8). */
+#define GGUF_MIN_KV_BYTES 14u
+#define GGUF_MIN_TENSOR_INFO_BYTES 33u
 
 struct okv_gguf {
     char *path;
@@ -34,6 +42,9 @@ struct okv_gguf {
     uint64_t data_size;
     okv_gguf_kv *kvs;
     int n_kvs;
+    int *key_slots; /* hash index over kvs: kv index or -1, key_mask + 1 slots */
+    size_t key_mask;
+    uint64_t key_seed; /* the index's hash seed, new for each handle */
     okv_gguf_tensor *tensors;
     int n_tensors;
     int *by_name; /* tensor indices sorted by name */
@@ -103,6 +114,36 @@ static okv_status gr_name(gr *r, uint64_t max, char **out, const char *field) {
     memcpy(*out, s.ptr, s.len);
     (*out)[s.len] = 0;
     return OKV_OK;
+}
+
+/* ---- key index --------------------------------------------------------- */
+
+/* Slots for n keys at most half full, all empty (-1). */
+static okv_status key_index_init(okv_gguf *g, uint64_t n, okv_error *err) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2; /* n <= INT32_MAX: no overflow */
+    g->key_slots = malloc(cap * sizeof *g->key_slots);
+    if (!g->key_slots) return okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory for %llu keys", g->path, (unsigned long long)n);
+    memset(g->key_slots, 0xff, cap * sizeof *g->key_slots);
+    g->key_mask = cap - 1;
+    g->key_seed = okv_hash_seed();
+    return OKV_OK;
+}
+
+/* The slot holding `key`, or the empty slot where it would go. */
+static size_t key_slot(const okv_gguf *g, const char *key) {
+    size_t i = okv_hash_bytes(g->key_seed, key, strlen(key)) & g->key_mask;
+    while (g->key_slots[i] >= 0 && strcmp(g->kvs[g->key_slots[i]].key, key)) i = (i + 1) & g->key_mask;
+    return i;
+}
+
+/* Indexes kvs[i]; returns the index of an earlier kv with the same key
+ * (kvs[i] is then not indexed), or -1. */
+static int key_index_add(okv_gguf *g, int i) {
+    size_t s = key_slot(g, g->kvs[i].key);
+    if (g->key_slots[s] >= 0) return g->key_slots[s];
+    g->key_slots[s] = i;
+    return -1;
 }
 
 /* ---- value types ----------------------------------------------------- */
@@ -323,7 +364,7 @@ static okv_status place_tensors(okv_gguf *g, okv_error *err) {
                             (unsigned long long)g->data_size);
         t->data = g->data + t->offset;
     }
-    int *idx = malloc((size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *idx);
+    int *idx = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof *idx);
     if (!idx) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->n_tensors; i++) idx[i] = i;
     qsort_r(idx, (size_t)g->n_tensors, sizeof *idx, cmp_tensor_offset, g->tensors);
@@ -362,6 +403,17 @@ static okv_status read_alignment(okv_gguf *g, okv_error *err) {
     return OKV_OK;
 }
 
+/* A header count is refused when `count` items of at least `min_bytes`
+ * each cannot fit in the `left` bytes after the header (or exceed int). */
+static okv_status check_count(const okv_gguf *g, uint64_t count, uint64_t left, uint64_t min_bytes, const char *field,
+                              const char *items, okv_error *err) {
+    if (count <= left / min_bytes && count <= INT32_MAX) return OKV_OK;
+    return okv_fail(err, OKV_ERR_FORMAT,
+                    "%s: header claims %llu %s (%s), more than the file can hold (%llu bytes left, %llu at least per entry)",
+                    g->path, (unsigned long long)count, items, field, (unsigned long long)left,
+                    (unsigned long long)min_bytes);
+}
+
 static okv_status parse_header(okv_gguf *g, okv_error *err) {
     gr r = {.p = g->map, .size = g->size, .what = g->path, .err = err};
     if (g->size < 4 || memcmp(g->map, "GGUF", 4))
@@ -378,23 +430,21 @@ static okv_status parse_header(okv_gguf *g, okv_error *err) {
     g->version = (uint32_t)version;
     if ((st = gr_uint(&r, 8, &n_tensors, "header tensor count"))) return st;
     if ((st = gr_uint(&r, 8, &n_kv, "header metadata count"))) return st;
-    /* a key/value is at least 8+1+4+1 bytes, a tensor info 8+1+4+8+4+8 */
-    if (n_kv > gr_left(&r) / 14 || n_kv > INT32_MAX)
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: header claims %llu metadata keys, more than the file can hold",
-                        g->path, (unsigned long long)n_kv);
-    if (n_tensors > gr_left(&r) / 33 || n_tensors > INT32_MAX)
-        return okv_fail(err, OKV_ERR_FORMAT, "%s: header claims %llu tensors, more than the file can hold", g->path,
-                        (unsigned long long)n_tensors);
+    if ((st = check_count(g, n_kv, gr_left(&r), GGUF_MIN_KV_BYTES, "metadata_kv_count", "metadata keys", err)) ||
+        (st = check_count(g, n_tensors, gr_left(&r), GGUF_MIN_TENSOR_INFO_BYTES, "tensor_count", "tensors", err)))
+        return st;
     g->kvs = calloc((size_t)n_kv + 1, sizeof *g->kvs);
     g->tensors = calloc((size_t)n_tensors + 1, sizeof *g->tensors);
     if (!g->kvs || !g->tensors) return okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    if ((st = key_index_init(g, n_kv, err))) return st;
     for (uint64_t i = 0; i < n_kv; i++) {
         okv_gguf_kv *kv = &g->kvs[i];
         g->n_kvs = (int)i + 1;
         if ((st = parse_kv(&r, kv, (int)i))) return st;
-        for (uint64_t k = 0; k < i; k++)
-            if (!strcmp(g->kvs[k].key, kv->key))
-                return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' appears twice", g->path, kv->key);
+        int first = key_index_add(g, (int)i);
+        if (first >= 0)
+            return okv_fail(err, OKV_ERR_FORMAT, "%s: key '%s' appears twice (keys %d and %llu)", g->path, kv->key,
+                            first, (unsigned long long)i);
     }
     if ((st = read_alignment(g, err))) return st;
     for (uint64_t i = 0; i < n_tensors; i++) {
@@ -423,6 +473,7 @@ void okv_gguf_close(okv_gguf *g) {
     }
     for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i].name);
     free(g->kvs);
+    free(g->key_slots);
     free(g->tensors);
     free(g->by_name);
     if (g->owns_map && g->map) munmap((void *)g->map, g->size);
@@ -501,9 +552,8 @@ const okv_gguf_kv *okv_gguf_kv_at(const okv_gguf *g, int i) {
     return i >= 0 && i < g->n_kvs ? &g->kvs[i] : NULL;
 }
 const okv_gguf_kv *okv_gguf_find(const okv_gguf *g, const char *key) {
-    for (int i = 0; i < g->n_kvs; i++)
-        if (g->kvs[i].key && !strcmp(g->kvs[i].key, key)) return &g->kvs[i];
-    return NULL;
+    int i = g->key_slots[key_slot(g, key)];
+    return i >= 0 ? &g->kvs[i] : NULL;
 }
 
 static okv_status find_typed(const okv_gguf *g, const char *key, const okv_gguf_kv **out, okv_error *err) {

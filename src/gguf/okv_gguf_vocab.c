@@ -123,17 +123,12 @@ static void jb_cstr(okv_buf *b, const char *s) { jb_str(b, s, strlen(s)); }
 typedef struct tokmap {
     int32_t *slots; /* id or -1 */
     size_t mask;
+    uint64_t seed; /* okv_hash_seed: token texts cannot be crafted to collide */
     const okv_gguf_span *text; /* [n] */
 } tokmap;
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
-    for (size_t i = hash_bytes(s, n) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(m->seed, s, n) & m->mask;; i = (i + 1) & m->mask) {
         int32_t id = m->slots[i];
         if (id < 0) return -1;
         if (m->text[id].len == n && !memcmp(m->text[id].ptr, s, n)) return id;
@@ -143,7 +138,7 @@ static int32_t tokmap_get(const tokmap *m, const char *s, size_t n) {
 /* Inserts id; returns the id already holding that text, or -1. */
 static int32_t tokmap_put(tokmap *m, int32_t id) {
     const okv_gguf_span t = m->text[id];
-    for (size_t i = hash_bytes(t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = okv_hash_bytes(m->seed, t.ptr, t.len) & m->mask;; i = (i + 1) & m->mask) {
         int32_t old = m->slots[i];
         if (old < 0) { m->slots[i] = id; return -1; }
         if (m->text[old].len == t.len && !memcmp(m->text[old].ptr, t.ptr, t.len)) return old;
@@ -200,6 +195,23 @@ static okv_status pick_kind(synth *S) {
                     (int)(p.len > 64 ? 64 : p.len), utf8_valid_prefix(p.ptr, p.len) == p.len ? p.ptr : "?");
 }
 
+/* A SentencePiece vocabulary the merges can be derived from: some score
+ * finite (all NaN would leave the merge order arbitrary) and, when types are
+ * given, some token NORMAL (llama.cpp decodes UNDEFINED ones to nothing). */
+static okv_status check_spm_arrays(synth *S) {
+    const okv_gguf_vocab *v = S->v;
+    size_t finite = 0, normal = 0;
+    for (size_t i = 0; i < v->n_scores; i++) finite += isfinite(v->scores[i]) != 0;
+    for (size_t i = 0; i < v->n_token_types; i++) normal += v->token_types[i] == OKV_GGUF_TOKEN_NORMAL;
+    if (!finite)
+        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: none of the %zu tokenizer.ggml.scores is a finite number",
+                        v->n_scores);
+    if (v->n_token_types && !normal)
+        return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.token_type marks none of the %zu tokens NORMAL (1)",
+                        v->n_token_types);
+    return OKV_OK;
+}
+
 static okv_status check_arrays(synth *S) {
     const okv_gguf_vocab *v = S->v;
     if (v->n_tokens == 0 || !v->tokens) return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.tokens is missing or empty");
@@ -217,6 +229,10 @@ static okv_status check_arrays(synth *S) {
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.model is \"gpt2\" but tokenizer.ggml.merges is missing");
     if (S->kind == KIND_SPM && !v->n_scores)
         return okv_fail(S->err, OKV_ERR_FORMAT, "GGUF tokenizer: tokenizer.ggml.model is \"llama\" but tokenizer.ggml.scores is missing");
+    if (S->kind == KIND_SPM) {
+        okv_status st = check_spm_arrays(S);
+        if (st) return st;
+    }
     const struct { int64_t id; const char *key; } ids[] = {
         {v->bos_id, "bos_token_id"}, {v->eos_id, "eos_token_id"}, {v->unk_id, "unknown_token_id"},
         {v->pad_id, "padding_token_id"}, {v->eot_id, "eot_token_id"},
@@ -260,6 +276,7 @@ static okv_status build_tokens(synth *S) {
     if (!S->text || !S->owned || !S->type || !S->map.slots) return nomem(S);
     memset(S->map.slots, 0xff, cap * sizeof *S->map.slots);
     S->map.mask = cap - 1;
+    S->map.seed = okv_hash_seed();
     S->map.text = S->text;
     for (size_t i = 0; i < n; i++) {
         okv_gguf_span t = v->tokens[i];

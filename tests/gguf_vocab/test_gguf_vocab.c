@@ -11,6 +11,7 @@
  * 3. okv_gguf_tokenizer_texts on tiny GGUF images written here: the keys are
  *    read with their types checked, errors name the key.
  * The real GGUFs are checked in test_gguf_vocab_real.c. */
+#include <math.h>
 #include "gguf_vocab_check.h"
 #include "okv_gguf.h"
 
@@ -260,6 +261,29 @@ static void check_errors(void) {
     EXPECT_EDITED({ v.chat_template = SPAN("{{ x }}\0"); },
                   "tokenizer.chat_template is not valid UTF-8 without NUL", "template with NUL");
     EXPECT_EDITED({ v.n_tokens = 0; }, "tokenizer.ggml.tokens is missing or empty", "no tokens");
+    /* SentencePiece: the merges come from the scores and the types say which
+     * pieces are text; a vocabulary where none is usable is refused */
+    static const float scores4[] = {-1, -2, -3, 0}, nan4[] = {NAN, NAN, NAN, NAN}, inf4[] = {-INFINITY, NAN, INFINITY, NAN};
+    static const int32_t undefined4[] = {0, 0, 0, 0}, control4[] = {3, 5, 0, 3};
+#define SPM(edits) EXPECT_EDITED({ v.model = SPAN("llama"); v.n_merges = 0; v.n_scores = 4; v.scores = scores4; edits; }
+    {   /* the SentencePiece base itself is accepted */
+        okv_gguf_vocab v = base;
+        v.model = SPAN("llama");
+        v.n_merges = 0;
+        v.n_scores = 4;
+        v.scores = scores4;
+        CHECK_OK(okv_gguf_vocab_synthesize(&v, &t, &err), &err);
+        okv_gguf_vocab_texts_free(&t);
+        v.scores = (const float[]){NAN, -2, NAN, NAN}; /* one finite score is enough */
+        CHECK_OK(okv_gguf_vocab_synthesize(&v, &t, &err), &err);
+        okv_gguf_vocab_texts_free(&t);
+    }
+    SPM(v.scores = nan4), "none of the 4 tokenizer.ggml.scores is a finite number", "llama, all scores NaN");
+    SPM(v.scores = inf4), "none of the 4 tokenizer.ggml.scores is a finite number", "llama, no finite score");
+    SPM(v.token_types = undefined4), "tokenizer.ggml.token_type marks none of the 4 tokens NORMAL (1)",
+        "llama, all types UNDEFINED");
+    SPM(v.token_types = control4), "marks none of the 4 tokens NORMAL", "llama, no NORMAL type");
+#undef SPM
 #undef EXPECT_EDITED
 }
 
