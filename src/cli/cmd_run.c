@@ -181,10 +181,12 @@ static void print_model_line(const okv_program *p, const okv_program_info *info)
     const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(d, "dtype"));
     if (name && cJSON_IsNumber(params) && cJSON_IsNumber(bytes)) {
         double n = params->valuedouble;
-        fprintf(stderr, "offkv: model %s | %s | %.*f%s parameters | %.1f MiB of %s weights %s\n", name,
+        char x8[64] = "";
+        if (info->n_x8) snprintf(x8, sizeof x8, " (%d block matrices in x8 rows)", info->n_x8);
+        fprintf(stderr, "offkv: model %s | %s | %.*f%s parameters | %.1f MiB of %s weights %s%s\n", name,
                 arch ? arch : "?", n >= 1e9 ? 2 : 1, n >= 1e9 ? n / 1e9 : n >= 1e6 ? n / 1e6 : n / 1e3,
                 n >= 1e9 ? "B" : n >= 1e6 ? "M" : "K", bytes->valuedouble / (1024.0 * 1024.0), dtype ? dtype : "",
-                info->weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "in huge pages" : "mapped from the file");
+                info->weights_memory == OKV_WEIGHTS_HUGE_PAGES ? "in huge pages" : "mapped from the file", x8);
     }
     cJSON_Delete(d);
     free(json);
