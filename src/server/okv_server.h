@@ -18,6 +18,8 @@
 #include "offkv_serve.h"
 
 #define SRV_MAX_STOPS 16
+/* The error of a request refused (503) because the server is stopping. */
+#define SRV_SHUTTING_DOWN "the server is shutting down"
 
 /* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
 
@@ -220,9 +222,11 @@ void srv_dir_free(okv_server *s);
 int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
                       size_t msg_len, const char **param);
 /* Called by the scheduler as text arrives and when the sequence ends; both
- * append to r->out (under r->lock, held by the caller). */
+ * append to r->out (under r->lock, held by the caller). cut_short: ended by
+ * the server (the shutdown grace ran out), reported as finish_reason
+ * "length" like a max_tokens limit. */
 void srv_emit_text(srv_request *r, const char *text, size_t len);
-void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error);
+void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error, bool cut_short);
 /* {"error": {"message", "type", "param", "code"}} (caller frees). */
 char *srv_error_json(const char *message, const char *type, const char *param);
 char *srv_models_json(const okv_server *s);
