@@ -171,6 +171,8 @@ struct okv_server {
     pthread_t sched;
     bool sched_started;
     struct MHD_Daemon *daemon;
+    struct srv_gate *gate;             /* the listening socket, in front of the daemon */
+    int http_requests;                 /* requests between their headers and their reply's end (atomic) */
     int port;
     char *dir;                         /* prefix-cache directory (NULL = none); the scheduler's alone once started */
     uint64_t dir_cap;
@@ -214,6 +216,18 @@ bool srv_dir_load(okv_server *s, int i, srv_slot *into);
 /* At a graceful stop: every kept entry stored, least recently used first. */
 void srv_dir_flush(okv_server *s);
 void srv_dir_free(okv_server *s);
+
+/* ---- the listening socket (okv_server_gate.c) ---------------------------------- */
+
+struct sockaddr_in;
+typedef struct srv_gate srv_gate;
+/* Listens on addr and starts the thread that accepts connections, answers
+ * 400 to those whose first bytes are not an HTTP request line and hands
+ * the others to daemon, within o's connection limits; *port = the port bound. */
+okv_status srv_gate_start(struct MHD_Daemon *daemon, const struct sockaddr_in *addr, const okv_server_options *o,
+                          srv_gate **out, int *port, okv_error *err);
+/* Stops accepting; connections still held are closed. NULL is fine. */
+void srv_gate_stop(srv_gate *g);
 
 /* ---- OpenAI shapes (okv_server_api.c) ----------------------------------------- */
 
