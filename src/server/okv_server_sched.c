@@ -225,7 +225,12 @@ static bool start_request(okv_server *s, srv_request *r) {
         fetch_from_dir(s, r, src, keep);
         src = best_prefix(s, r, &keep);
     }
-    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) return false;
+    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) {
+        /* only the prefix's own entry holds the cells: prefill it all instead (src may go) */
+        if (!src || !make_room(s, (int)r->n_prompt + 1, NULL)) return false;
+        src = NULL;
+        keep = 0;
+    }
     srv_slot *sl = unused_slot(s, src);
     if (!sl) return false;
     okv_error err = {0};

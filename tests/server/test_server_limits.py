@@ -288,6 +288,25 @@ def test_shutdown_cut(program):
     check(code == 503 and "shutting down" in str(d), "D (still prefilling) gets 503: %s %s" % (code, str(d)[:200]))
 
 
+def test_fork_source_evicted(program):
+    """Found while writing these tests: with one sequence's worth of cells
+    mostly held by a kept entry that shares only a token or two with a new
+    prompt, the entry (protected as the prompt's fork source) was never
+    evicted and the request waited forever. Now it is prefilled whole."""
+    s = Server(OFFKV, program, "--parallel", "1", "--ctx-per-seq", "512")
+    try:
+        code, r = s.post("/v1/completions", {"prompt": "go", "max_tokens": 400, "temperature": 0})
+        check(code == 200 and r["usage"]["completion_tokens"] == 400, "the long entry: %s" % code)
+        try:
+            code, r = s.post("/v1/completions", {"prompt": " ".join("w%d" % i for i in range(100)), "max_tokens": 2,
+                                                 "temperature": 0}, timeout=20)
+        except OSError as e:
+            code, r = None, repr(e)
+        check(code == 200, "a prompt whose only fork source must be evicted is served: %s %s" % (code, str(r)[:200]))
+    finally:
+        check(s.stop() == 0, "fork-source server exits 0")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="okv-serve-limits-")
     try:
@@ -303,6 +322,7 @@ def main():
         test_connection_exhaustion(llama)
         test_long_waits_not_cut(llama)
         test_shutdown_cut(llama)
+        test_fork_source_evicted(llama)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if ts.failures:
