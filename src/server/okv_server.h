@@ -18,6 +18,8 @@
 #include "offkv_serve.h"
 
 #define SRV_MAX_STOPS 16
+/* The error of a request refused (503) because the server is stopping. */
+#define SRV_SHUTTING_DOWN "the server is shutting down"
 
 /* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
 
@@ -169,6 +171,8 @@ struct okv_server {
     pthread_t sched;
     bool sched_started;
     struct MHD_Daemon *daemon;
+    struct srv_gate *gate;             /* the listening socket, in front of the daemon */
+    int http_requests;                 /* requests between their headers and their reply's end (atomic) */
     int port;
     char *dir;                         /* prefix-cache directory (NULL = none); the scheduler's alone once started */
     uint64_t dir_cap;
@@ -213,6 +217,18 @@ bool srv_dir_load(okv_server *s, int i, srv_slot *into);
 void srv_dir_flush(okv_server *s);
 void srv_dir_free(okv_server *s);
 
+/* ---- the listening socket (okv_server_gate.c) ---------------------------------- */
+
+struct sockaddr_in;
+typedef struct srv_gate srv_gate;
+/* Listens on addr and starts the thread that accepts connections, answers
+ * 400 to those whose first bytes are not an HTTP request line and hands
+ * the others to daemon, within o's connection limits; *port = the port bound. */
+okv_status srv_gate_start(struct MHD_Daemon *daemon, const struct sockaddr_in *addr, const okv_server_options *o,
+                          srv_gate **out, int *port, okv_error *err);
+/* Stops accepting; connections still held are closed. NULL is fine. */
+void srv_gate_stop(srv_gate *g);
+
 /* ---- OpenAI shapes (okv_server_api.c) ----------------------------------------- */
 
 /* Parses and checks a request body into r (prompt tokenized, options set).
@@ -220,9 +236,11 @@ void srv_dir_free(okv_server *s);
 int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
                       size_t msg_len, const char **param);
 /* Called by the scheduler as text arrives and when the sequence ends; both
- * append to r->out (under r->lock, held by the caller). */
+ * append to r->out (under r->lock, held by the caller). cut_short: ended by
+ * the server (the shutdown grace ran out), reported as finish_reason
+ * "length" like a max_tokens limit. */
 void srv_emit_text(srv_request *r, const char *text, size_t len);
-void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error);
+void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error, bool cut_short);
 /* {"error": {"message", "type", "param", "code"}} (caller frees). */
 char *srv_error_json(const char *message, const char *type, const char *param);
 char *srv_models_json(const okv_server *s);

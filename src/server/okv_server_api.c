@@ -361,10 +361,10 @@ static void put_body(srv_request *r) {
     free(text);
 }
 
-void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
+void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error, bool cut_short) {
     if (r->done) return;
     srv_think_flush(&r->splitter, on_part, r);
-    r->finish_reason = finish_reason(st);
+    r->finish_reason = cut_short ? "length" : finish_reason(st);
     r->completion_tokens = st ? st->generated_tokens : 0;
     if (error) snprintf(r->error, sizeof r->error, "%s", error);
     if (r->stream) {

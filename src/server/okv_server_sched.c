@@ -194,7 +194,7 @@ static srv_slot *unused_slot(okv_server *s, const srv_slot *keep) {
 
 static void end_request(srv_request *r, const okv_gen_stats *st, const char *error) {
     pthread_mutex_lock(&r->lock);
-    srv_emit_end(r, st, error);
+    srv_emit_end(r, st, error, false);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
 }
@@ -225,7 +225,12 @@ static bool start_request(okv_server *s, srv_request *r) {
         fetch_from_dir(s, r, src, keep);
         src = best_prefix(s, r, &keep);
     }
-    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) return false;
+    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) {
+        /* only the prefix's own entry holds the cells: prefill it all instead (src may go) */
+        if (!src || !make_room(s, (int)r->n_prompt + 1, NULL)) return false;
+        src = NULL;
+        keep = 0;
+    }
     srv_slot *sl = unused_slot(s, src);
     if (!sl) return false;
     okv_error err = {0};
@@ -265,9 +270,14 @@ static bool start_request(okv_server *s, srv_request *r) {
     return true;
 }
 
+/* How a running request ends besides an error: on its own, cancelled
+ * (client gone), or cut short when the shutdown grace runs out. */
+typedef enum slot_end { END_NORMAL, END_CANCELLED, END_CUT } slot_end;
+
 /* Ends slot sl's request: reports, keeps its cells as a prefix entry
  * (unless it failed or was cancelled) and releases the request. */
-static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool cancelled) {
+static void finish_slot(okv_server *s, srv_slot *sl, const char *error, slot_end how) {
+    bool cancelled = how == END_CANCELLED;
     srv_request *r = sl->req;
     const okv_gen_stats *st = sl->gen ? okv_gen_seq_stats(sl->gen) : NULL;
     pthread_mutex_lock(&s->lock);
@@ -278,7 +288,7 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool can
     pthread_mutex_lock(&r->lock);
     double first = r->t_first;
     if (cancelled && !error) error = "cancelled";
-    srv_emit_end(r, st, error);
+    srv_emit_end(r, st, error, how == END_CUT);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
     if (first > 0) {   /* locks are never nested request -> server */
@@ -301,6 +311,15 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool can
             drop_seq(s, o);
     }
     enforce_byte_cap(s);
+}
+
+/* The shutdown grace ran out while sl's request runs: it ends with what
+ * it generated (finish_reason "length"), or, before its first token, with
+ * the 503 of a request refused while stopping. */
+static void cut_at_grace(okv_server *s, srv_slot *sl) {
+    const okv_gen_stats *st = okv_gen_seq_stats(sl->gen);
+    if (st && st->generated_tokens > 0) finish_slot(s, sl, NULL, END_CUT);
+    else finish_slot(s, sl, SRV_SHUTTING_DOWN, END_NORMAL);
 }
 
 static bool is_cancelled(srv_request *r) {
@@ -340,7 +359,7 @@ static void admit(okv_server *s) {
 static void drain_on_stop(okv_server *s) {
     while (s->n_queue) {
         srv_request *r = s->queue[--s->n_queue];
-        end_request(r, NULL, "the server is shutting down");
+        end_request(r, NULL, SRV_SHUTTING_DOWN);
         srv_request_unref(r);
     }
 }
@@ -431,8 +450,8 @@ static void run_step(okv_server *s) {
             else fs = okv_gen_seq_fed(sl->gen, (size_t)n, lg, dt * n / T, &done, &e2);
         } else e2 = err;
         t += n;
-        if (fs) finish_slot(s, sl, e2.message, false);
-        else if (done) finish_slot(s, sl, NULL, false);
+        if (fs) finish_slot(s, sl, e2.message, END_NORMAL);
+        else if (done) finish_slot(s, sl, NULL, END_NORMAL);
     }
     update_cell_metrics(s, T, parts);
 }
@@ -456,7 +475,8 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         for (int i = 0; i < s->n_slots; i++) {
             srv_slot *sl = &s->slots[i];
-            if (sl->req && (past_grace || is_cancelled(sl->req))) finish_slot(s, sl, NULL, true);
+            if (sl->req && is_cancelled(sl->req)) finish_slot(s, sl, NULL, END_CANCELLED);
+            else if (sl->req && past_grace) cut_at_grace(s, sl);
         }
         run_step(s);
     }
