@@ -12,7 +12,8 @@ openai client:
 - n > 1: choices indexed 0..n-1 (streamed chunks carry the index), greedy
   choices identical, choice k of a seeded request equal to n=1 with seed+k,
   prompt tokens counted once and the prompt prefilled once (step tokens);
-  n above --parallel is a 400;
+  n above --parallel is a 400; n=4 beside a running request waits for its
+  sequences; a hang-up frees every choice's sequence, one cancellation;
 - stream_options.include_usage, max_completion_tokens over max_tokens,
   user / prompt_cache_key accepted;
 - system_fingerprint on every reply and chunk, the first chat chunk of a
@@ -27,9 +28,11 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import Server, chat_text, exit_status  # noqa: E402
@@ -215,6 +218,35 @@ def test_n(s):
           and len(c2["choices"][1]["logprobs"]["tokens"]) == 4, "completions n=2 with logprobs: %s" % c2)
 
 
+def test_n_admission_and_cancel(s):
+    """n=4 while another request runs waits for four free sequences, then answers in full;
+    a streamed n=2 whose client hangs up frees both sequences and counts one cancellation."""
+    got = {}
+    def long_one():
+        got["long"] = s.post("/v1/chat/completions", chat("Keep talking", max_tokens=40))[1]
+    t = threading.Thread(target=long_one)
+    t.start()
+    code, r = s.post("/v1/chat/completions", chat("Count to ten", max_tokens=6, n=4))
+    t.join()
+    check(code == 200 and len(r["choices"]) == 4 and all(c["finish_reason"] == "length" for c in r["choices"]) and
+          got["long"]["usage"]["completion_tokens"] == 40, "n=4 beside a running request: %s" % r)
+    before = s.metric("offkv_requests_cancelled_total")
+    data = json.dumps(chat("Keep talking", max_tokens=200, n=2, stream=True)).encode()
+    k = socket.create_connection(("127.0.0.1", s.port))
+    k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    seen = b""
+    while seen.count(b"data: ") < 6:
+        chunk = k.recv(4096)
+        if not chunk:
+            break
+        seen += chunk
+    k.close()
+    check(b'"index":1' in seen, "both choices streamed before the hang-up")
+    check(s.wait_metric("offkv_active_sequences", 0) == 0, "both choices' sequences dropped after the hang-up")
+    check(s.wait_metric("offkv_requests_cancelled_total", before + 1) == before + 1, "one request cancelled, counted once")
+
+
 def test_fields(s):
     """include_usage, max_completion_tokens, user / prompt_cache_key, system_fingerprint, the role chunk."""
     events, _ = s.stream("/v1/chat/completions", chat("hi", max_tokens=3, stream=True, stream_options={"include_usage": True}))
@@ -297,6 +329,7 @@ def main():
             test_completion_logprobs_vs_logits(s, program, tmp)
             test_chat_logprobs(s)
             test_n(s)
+            test_n_admission_and_cancel(s)
             fp = test_fields(s)
             test_cors(s, plain)
             test_openai_client(s)
