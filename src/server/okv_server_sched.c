@@ -463,12 +463,21 @@ static void build_step(okv_server *s, int *T, int *parts, int *rows) {
     }
 }
 
-static void update_cell_metrics(okv_server *s, int T, int n_seqs) {
+static void update_cell_metrics(okv_server *s) {
     okv_cells_info ci;
     okv_error e;
-    bool ok = !okv_cache_cells(s->key, &ci, &e);
+    if (okv_cache_cells(s->key, &ci, &e)) return;
     pthread_mutex_lock(&s->lock);
-    if (ok) { s->m.cells_used = ci.used_cells; s->m.cells_free = ci.free_cells; s->m.cells_total = ci.n_cells; }
+    s->m.cells_used = ci.used_cells;
+    s->m.cells_free = ci.free_cells;
+    s->m.cells_total = ci.n_cells;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The step counters, taken before the step's replies go out (so a client
+ * that has its reply sees its step counted). */
+static void count_step(okv_server *s, int T, int n_seqs) {
+    pthread_mutex_lock(&s->lock);
     if (T) {
         s->m.steps++;
         s->m.batch_tokens += T;
@@ -516,6 +525,7 @@ static void run_step(okv_server *s) {
     double t0 = srv_now();
     if (!st) st = okv_runner_step_batch(s->runner, s->b_ids, s->b_seqs, s->b_pos, T, s->b_rows, rows, s->b_logits, &err);
     double dt = srv_now() - t0;
+    count_step(s, T, parts);
     int row = 0, t = 0;
     for (int p = 0; p < parts; p++) {
         srv_slot *sl = &s->slots[s->b_slot[p]];
@@ -537,7 +547,7 @@ static void run_step(okv_server *s) {
         if (fs) finish_slot(s, sl, e2.message, false);
         else if (done) finish_slot(s, sl, NULL, false);
     }
-    update_cell_metrics(s, T, parts);
+    update_cell_metrics(s);
 }
 
 static void *sched_main(void *arg) {
@@ -550,7 +560,8 @@ static void *sched_main(void *arg) {
         if (!n_running(s)) {
             if (s->stopping) { pthread_mutex_unlock(&s->lock); srv_dir_flush(s); break; }
             pthread_mutex_unlock(&s->lock);
-            update_cell_metrics(s, 0, 0);
+            update_cell_metrics(s);
+            count_step(s, 0, 0);
             pthread_mutex_lock(&s->lock);
             if (!s->n_queue && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
             pthread_mutex_unlock(&s->lock);

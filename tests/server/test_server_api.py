@@ -195,9 +195,9 @@ def test_n(s):
     prompt = "A fresh prompt nobody asked before, about lighthouses and the sea"
     steps0 = s.metric("offkv_batch_tokens_total")
     r = s.post("/v1/chat/completions", chat(prompt, max_tokens=2, n=4))[1]
-    fed = s.metric("offkv_batch_tokens_total") - steps0
     u = r["usage"]
     uncached = u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
+    fed = s.metric("offkv_batch_tokens_total") - steps0   # (a step is counted before its replies go out)
     check(len(r["choices"]) == 4 and fed == uncached + 4,
           "n=4 costs one prefill: %d step tokens for %d uncached prompt tokens (%s)" % (fed, uncached, u))
     # streamed: every chunk names its choice; each choice opens with the role alone and finishes
