@@ -56,6 +56,9 @@ typedef struct okv_server_options {
     size_t prefix_cache_bytes;   /* K/V bytes finished sequences may keep as prefix-cache entries (0 = as
                                     many as the pool holds; evicted LRU when cells are needed) */
     const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
+    const char *cors_origin;     /* NULL = no CORS headers; else an origin or "*": every response carries
+                                    Access-Control-Allow-Origin, and OPTIONS (a browser's preflight) is
+                                    answered 204 with Access-Control-Allow-* before the API key is checked */
     const char *prefix_cache_dir; /* NULL = prefix-cache entries live in memory only; else a directory (created if
                                     missing) keeping them across restarts, one sequence state file per entry */
     uint64_t prefix_cache_dir_bytes; /* files in prefix_cache_dir beyond this are removed, least recently used

@@ -31,6 +31,7 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
         int n = 0;
         if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--cors-origin")) o->cors_origin = v;
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--port")) {
             if (!okv_cli_parse_int(v, 0, 65535, &o->port)) return okv_cli_usage_error("--port: '%s' must be in [0, 65535]", v);

@@ -15,7 +15,11 @@
  * not the client's) and restored once the reply is ready to send. A body
  * declared over max_body_bytes is refused (413) from its headers, before
  * any of it is read; chunked request bodies are refused (411): their size
- * is unknown until sent. */
+ * is unknown until sent.
+ *
+ * CORS (cors_origin set): every response carries Access-Control-Allow-Origin
+ * (reply headers look the server up from the connection's socket context),
+ * and an OPTIONS preflight is answered 204 before routing and the API key. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -55,10 +59,20 @@ void okv_server_options_default(okv_server_options *o) {
 
 /* ---- responses -------------------------------------------------------------------- */
 
+/* Access-Control-Allow-Origin when the server has a cors_origin. */
+static void add_cors(struct MHD_Connection *c, struct MHD_Response *resp) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const okv_server *s = ci ? ci->socket_context : NULL;
+    if (!s || !s->o.cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.cors_origin);
+    if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, const char *body, size_t len) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", type);
+    add_cors(c, resp);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -220,6 +234,7 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
         if (!resp) { release_events(sr); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_cors(c, resp);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
@@ -275,6 +290,21 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
     return completions(s, c, version, strcmp(url, "/v1/chat/completions") ? SRV_COMPLETION : SRV_CHAT, cs);
 }
 
+/* A browser's CORS preflight: 204, the methods and the headers it asked for
+ * (Authorization and Content-Type when it names none). */
+static enum MHD_Result reply_preflight(struct MHD_Connection *c) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    add_cors(c, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     okv_server *s = cls;
@@ -296,8 +326,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    if (s->o.cors_origin && !strcmp(method, "OPTIONS")) return reply_preflight(c);
     if (cs->body.oom) return reply_error(c, 500, "out of memory", NULL);
     return route(s, c, url, method, version, cs);
+}
+
+/* Each connection's socket context is the server (add_cors reads it). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    (void)c;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) *socket_context = cls;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -331,6 +368,7 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     okv_status st = okv_program_open_with(s->o.program_path, &s->o.program, &s->program, err);
     if (st) return st;
     okv_program_get_info(s->program, &s->info);
+    srv_fingerprint(s->program, s->fingerprint);
     size_t len = 0;
     const char *tj = okv_program_blob(s->program, "tokenizer.json", &len);
     if (!tj) return fail(err, OKV_ERR_NOT_FOUND, "%s: the program has no bundled tokenizer%s", s->o.program_path, NULL);
@@ -401,6 +439,7 @@ static okv_status start_http(okv_server *s, okv_error *err) {
     s->daemon = MHD_start_daemon(MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_NO_LISTEN_SOCKET |
                                  MHD_USE_ITC, 0, NULL, NULL, on_request, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
                                  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s,

@@ -110,7 +110,7 @@ def test_errors(s):
     expect_error(s, "/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages")
     expect_error(s, "/v1/chat/completions", chat("hi", temperature="hot"), 400, "temperature")
     expect_error(s, "/v1/chat/completions", chat("hi", top_p=1.5), 400, "top_p")
-    expect_error(s, "/v1/chat/completions", chat("hi", n=2), 400, "n")
+    expect_error(s, "/v1/chat/completions", chat("hi", n=5), 400, "n")   # above --parallel 4
     expect_error(s, "/v1/chat/completions", chat("hi", max_tokens=0), 400, "max_tokens")
     expect_error(s, "/v1/chat/completions", chat("hi", stop=["x"] * 17), 400, "stop")
     expect_error(s, "/v1/chat/completions", chat("hi", stream="yes"), 400, "stream")

@@ -242,12 +242,16 @@ def test_shutdown_cut(program):
     """--shutdown-grace 0 and SIGTERM while A (non-streamed) and B
     (streamed) are generating and D is still prefilling (a ~1100-token
     prompt, --prefill-chunk 1): A and B end with what they generated and
-    finish_reason "length", D gets 503."""
-    s = Server(OFFKV, program, "--parallel", "3", "--ctx-per-seq", "2048", "--shutdown-grace", "0", "--prefill-chunk", "1")
+    finish_reason "length", D gets 503. E (non-streamed, n=2: issue 42's
+    forked choices) ends with both choices cut, "length" each."""
+    s = Server(OFFKV, program, "--parallel", "5", "--ctx-per-seq", "2048", "--shutdown-grace", "0", "--prefill-chunk", "1")
     results, b_events, b_started = {}, [], threading.Event()
 
     def run_a():
         results["a"] = s.post("/v1/chat/completions", chat("Go on A", max_tokens=1900))
+
+    def run_e():
+        results["e"] = s.post("/v1/chat/completions", chat("Go on E", max_tokens=1900, n=2))
 
     def run_d():
         results["d"] = s.post("/v1/chat/completions", chat(" ".join("w%d" % i for i in range(560)), max_tokens=4))
@@ -264,14 +268,17 @@ def test_shutdown_cut(program):
                 if len(b_events) >= 5:
                     b_started.set()
         c.close()
-    threads = [threading.Thread(target=f) for f in (run_a, run_b, run_d)]
+    threads = [threading.Thread(target=f) for f in (run_a, run_b, run_e, run_d)]
     rc = None
     try:
         threads[0].start()
         threads[1].start()
-        check(b_started.wait(60), "B streams")
         threads[2].start()
-        check(s.wait_metric("offkv_active_sequences", 3, timeout=10) == 3, "A, B and D run")
+        check(b_started.wait(60), "B streams")
+        # E's second choice joins the step once E's prompt is in (before, the step holds A, B and E's prefill)
+        check(s.wait_metric("offkv_batch_size", 4, timeout=30) == 4, "E's two choices generate")
+        threads[3].start()
+        check(s.wait_metric("offkv_active_sequences", 5, timeout=10) == 5, "A, B, E's two choices and D run")
         rc = s.stop()
     finally:
         for t in threads:
@@ -284,6 +291,10 @@ def test_shutdown_cut(program):
     last = [json.loads(e) for e in b_events if e.startswith(b"{")]
     finish = chat_text(last)[2]
     check(finish == "length" and 5 <= len(last) < 1900, "B ends with finish_reason length after %d chunks: %s" % (len(last), finish))
+    code, e = results.get("e", (None, None))
+    ok = code == 200 and len(e["choices"]) == 2 and all(c["finish_reason"] == "length" for c in e["choices"]) \
+        and 0 < e["usage"]["completion_tokens"] < 2 * 1900
+    check(ok, "E's two choices return what they generated, finish_reason length each: %s %s" % (code, str(e)[:300]))
     code, d = results.get("d", (None, None))
     check(code == 503 and "shutting down" in str(d), "D (still prefilling) gets 503: %s %s" % (code, str(d)[:200]))
 
