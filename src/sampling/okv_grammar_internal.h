@@ -104,15 +104,33 @@ typedef struct gm_state {
     gm_frame f[GM_MAX_FRAMES];
 } gm_state;
 
+/* A mask computed earlier, under the state it was computed from (in the
+ * normalized form gm_mask_key gives: inside a long string the characters
+ * written so far stop mattering, so every step of a string hits). */
+#define GM_CACHE 8
+typedef struct gm_cached {
+    gm_state key;
+    uint32_t *bits;           /* [(vocab + 31) / 32]; NULL = unused entry */
+    uint64_t used;            /* LRU stamp */
+} gm_cached;
+
 struct okv_grammar_match {
     const okv_grammar *g;
     gm_state cur;
     gm_state tmp;             /* okv_grammar_match_feed's trial copy */
     gm_state *walk;           /* [walk_cap] the mask walk's states, one per trie depth */
     size_t walk_cap;
+    const void *cache_vocab;  /* the vocab the cached masks are for */
+    gm_cached cache[GM_CACHE];
+    uint64_t tick;
 };
 
 void gm_start(gm_state *s);
+/* Copies s into key in the form masks are cached under: a string being
+ * written whose length can neither reach its maxLength within one token
+ * (max_token bytes) nor still be short of minLength gets one count value. */
+void gm_mask_key(const okv_grammar *g, const gm_state *s, int32_t max_token, gm_state *key);
+void gm_cache_free(okv_grammar_match *m);
 static inline void gm_copy(gm_state *dst, const gm_state *src) {
     dst->depth = src->depth;
     memcpy(dst->f, src->f, (size_t)src->depth * sizeof *src->f);

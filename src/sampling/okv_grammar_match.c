@@ -375,6 +375,23 @@ void gm_start(gm_state *s) {
     s->depth = 1;
 }
 
+void gm_mask_key(const okv_grammar *g, const gm_state *s, int32_t max_token, gm_state *key) {
+    gm_copy(key, s);
+    gm_frame *f = &key->f[key->depth - 1];
+    if (f->node < 0 || g->nodes[f->node].kind != GN_STRING || f->phase != S_BODY) return;
+    const gn_node *n = &g->nodes[f->node];
+    f->aux = f->lo = f->hi = 0;   /* left over from the last escape / UTF-8 character */
+    if ((int64_t)f->count >= n->min_len && (int64_t)f->count + max_token <= n->max_len) f->count = UINT32_MAX;
+}
+
+void gm_cache_free(okv_grammar_match *m) {
+    for (int i = 0; i < GM_CACHE; i++) {
+        free(m->cache[i].bits);
+        m->cache[i].bits = NULL;
+    }
+    m->cache_vocab = NULL;
+}
+
 bool gm_feed_byte(const okv_grammar *g, gm_state *s, unsigned char c) {
     /* each PASS pops a frame and each PUSH adds one that then takes or
      * rejects, so the loop ends within 2 * GM_MAX_FRAMES rounds */
@@ -418,6 +435,7 @@ okv_status okv_grammar_match_create(const okv_grammar *g, okv_grammar_match **ou
 
 void okv_grammar_match_free(okv_grammar_match *m) {
     if (!m) return;
+    gm_cache_free(m);
     free(m->walk);
     free(m);
 }

@@ -152,15 +152,9 @@ bool okv_grammar_match_feed_token(okv_grammar_match *m, const okv_grammar_vocab 
     return p && okv_grammar_match_feed(m, p, len);
 }
 
-okv_status okv_grammar_mask(okv_grammar_match *m, const okv_grammar_vocab *v, uint32_t *bits, okv_error *err) {
+/* The trie walk itself (see the file comment). */
+static void walk_mask(okv_grammar_match *m, const okv_grammar_vocab *v, uint32_t *bits) {
     memset(bits, 0, ((size_t)v->n + 31) / 32 * sizeof *bits);
-    size_t need = (size_t)v->max_len + 1;
-    if (m->walk_cap < need) {
-        gm_state *w = realloc(m->walk, need * sizeof *w);
-        if (!w) return okv_fail(err, OKV_ERR_NOMEM, "out of memory (token mask scratch)");
-        m->walk = w;
-        m->walk_cap = need;
-    }
     gm_state *w = m->walk;
     gm_copy(&w[0], &m->cur);
     for (int32_t i = 0; i < v->n_nodes;) {
@@ -174,5 +168,47 @@ okv_status okv_grammar_mask(okv_grammar_match *m, const okv_grammar_vocab *v, ui
         for (int32_t t = nd->tok; t >= 0; t = v->tok_next[t]) bits[t >> 5] |= 1u << (t & 31);
         i++;
     }
+}
+
+static bool same_state(const gm_state *a, const gm_state *b) {
+    return a->depth == b->depth && !memcmp(a->f, b->f, (size_t)a->depth * sizeof *a->f);
+}
+
+/* The cache entry for key, or the least recently used one (bits NULL or stale) to fill. */
+static gm_cached *cache_slot(okv_grammar_match *m, const gm_state *key, bool *hit) {
+    gm_cached *lru = &m->cache[0];
+    for (int i = 0; i < GM_CACHE; i++) {
+        gm_cached *c = &m->cache[i];
+        if (c->bits && same_state(&c->key, key)) { *hit = true; return c; }
+        if (!c->bits || (lru->bits && c->used < lru->used)) lru = c;
+    }
+    *hit = false;
+    return lru;
+}
+
+okv_status okv_grammar_mask(okv_grammar_match *m, const okv_grammar_vocab *v, uint32_t *bits, okv_error *err) {
+    size_t words = ((size_t)v->n + 31) / 32, need = (size_t)v->max_len + 1;
+    if (m->walk_cap < need) {
+        gm_state *w = realloc(m->walk, need * sizeof *w);
+        if (!w) return okv_fail(err, OKV_ERR_NOMEM, "out of memory (token mask scratch)");
+        m->walk = w;
+        m->walk_cap = need;
+    }
+    if (m->cache_vocab != v) {
+        gm_cache_free(m);
+        m->cache_vocab = v;
+    }
+    gm_mask_key(m->g, &m->cur, v->max_len, &m->tmp);
+    bool hit;
+    gm_cached *c = cache_slot(m, &m->tmp, &hit);
+    c->used = ++m->tick;
+    if (hit) {
+        memcpy(bits, c->bits, words * sizeof *bits);
+        return OKV_OK;
+    }
+    walk_mask(m, v, bits);
+    if (!c->bits && !(c->bits = malloc((words ? words : 1) * sizeof *c->bits))) return OKV_OK;   /* no room to cache: fine */
+    memcpy(c->bits, bits, words * sizeof *bits);
+    gm_copy(&c->key, &m->tmp);
     return OKV_OK;
 }
