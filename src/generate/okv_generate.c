@@ -230,6 +230,7 @@ static okv_status sample_token(okv_gen_seq *g, const float *row, bool *feed, okv
     *feed = false;
     if (g->match && (st = constrain_row(g, row, &row, err))) return st;
     int32_t id = okv_sampler_sample(g->sampler, row);
+    if (id < 0 && g->match && okv_grammar_match_accepting(g->match)) { finish(g, OKV_STOP_EOS); return OKV_OK; }   /* complete, no EOS id */
     if (id < 0 && g->match) return okv_fail(err, OKV_ERR_STATE, "the grammar allows no token here (the vocabulary cannot continue the value)");
     if (id < 0) return okv_fail(err, OKV_ERR_STATE, "the model produced no finite logit (NaN or -inf everywhere)");
     if (g->o.on_token) g->o.on_token(g->o.ctx, id);
