@@ -116,6 +116,10 @@ static const help_page PAGES[] = {
      "                                    sampling (defaults from the model's generation_config.json)\n"
      "  --stop STRING                     stop when the text contains STRING (repeatable)\n"
      "  --tokenizer FILE                  a tokenizer.json instead of the bundled one\n"
+     "  --json                            constrained sampling: the reply is a JSON object\n"
+     "  --json-schema FILE                constrained sampling: the reply is a value of this JSON Schema\n"
+     "                                    (type, properties, required, items, enum, const, anyOf, ...;\n"
+     "                                    an unsupported keyword is refused by name)\n"
      "  --verbose                         the model's name and size, and the cache layout, first\n"
      "\n" CACHE_OPTS
      "\n"

@@ -513,6 +513,7 @@ void okv_server_free(okv_server *s) {
     free(s->b_n);
     free(s->b_logits);
     free(s->queue);
+    okv_grammar_vocab_free(s->grammar_vocab);
     okv_tok_free(s->tok);
     okv_program_free(s->program);
     free(s->tok_config);

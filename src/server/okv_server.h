@@ -126,6 +126,7 @@ typedef struct srv_request {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
+    okv_grammar *grammar;         /* response_format's constraint (go.grammar points at it), owned; NULL = free text */
     double t_submit;
 
     pthread_mutex_t lock;
@@ -199,6 +200,8 @@ struct okv_server {
     okv_gen_defaults defaults;
     char fingerprint[24];              /* system_fingerprint: "fp_" + the program's digest */
     pthread_mutex_t tok_lock;          /* tokenization and template renders */
+    okv_grammar_vocab *grammar_vocab;  /* token bytes for response_format, built by the first request that needs one
+                                          (under tok_lock; read-only after) */
 
     char key[64];                      /* the cell-pool cache key */
     okv_runner *runner;

@@ -286,6 +286,50 @@ static int parse_completion(okv_server *s, parse_ctx *c, const cJSON *j, srv_req
     return 0;
 }
 
+/* response_format: "text" (free), "json_object" (any object) or "json_schema"
+ * ({"name", "schema", "strict"}: the schema enforced whether strict or not).
+ * The constraint goes to r->go.grammar; a schema we cannot enforce is a 400
+ * naming the keyword. Must run after parse_common (which sets r->go). */
+static int parse_response_format(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    const char *type = cJSON_IsString(t) ? t->valuestring : NULL;
+    if (!type) return bad(c, "response_format", "'%s' must be an object with a string 'type'%s", NULL);
+    if (!strcmp(type, "text")) return 0;
+    okv_error err = {0};
+    okv_status st;
+    if (!strcmp(type, "json_object")) {
+        st = okv_grammar_json_object(&r->grammar, &err);
+    } else if (!strcmp(type, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+        if (!cJSON_IsObject(js) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(js, "name")))
+            return bad(c, "response_format", "'%s' of type json_schema needs a 'json_schema' object with a string 'name'%s", NULL);
+        if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+            return bad(c, "response_format", "'%s': json_schema.schema must be an object%s", NULL);
+        char *text = schema ? cJSON_PrintUnformatted(schema) : strdup("true");
+        st = text ? okv_grammar_from_schema(text, strlen(text), &r->grammar, &err)
+                  : (snprintf(err.message, sizeof err.message, "out of memory"), OKV_ERR_NOMEM);
+        free(text);
+    } else {
+        return bad(c, "response_format", "'%s' type must be \"text\", \"json_object\" or \"json_schema\"%s", NULL);
+    }
+    if (!st) {
+        pthread_mutex_lock(&s->tok_lock);
+        if (!s->grammar_vocab) st = okv_gen_grammar_vocab(s->tok, s->info.vocab_size, &s->grammar_vocab, &err);
+        pthread_mutex_unlock(&s->tok_lock);
+    }
+    if (st) {
+        char detail[sizeof err.message + 4];
+        snprintf(detail, sizeof detail, ": %s", err.message);
+        return bad(c, "response_format", "'%s'%s", detail);
+    }
+    r->go.grammar = r->grammar;
+    r->go.grammar_vocab = s->grammar_vocab;
+    return 0;
+}
+
 int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
                       size_t msg_len, const char **param) {
     parse_ctx c = {msg, msg_len, param};
@@ -296,6 +340,7 @@ int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len
     if (!cJSON_IsObject(j)) { snprintf(msg, msg_len, "the request body must be a JSON object"); status = 400; }
     r->kind = kind;
     if (!status) status = parse_common(s, &c, j, r);
+    if (!status) status = parse_response_format(s, &c, j, r);
     if (!status) status = kind == SRV_CHAT ? parse_chat(s, &c, j, r) : parse_completion(s, &c, j, r);
     cJSON_Delete(j);
     if (!status && !srv_request_choices(r, r->n_choices)) { snprintf(msg, msg_len, "out of memory"); status = 500; }

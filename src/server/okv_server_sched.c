@@ -65,6 +65,7 @@ void srv_request_unref(srv_request *r) {
     pthread_mutex_unlock(&r->lock);
     if (left) return;
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    okv_grammar_free(r->grammar);
     free(r->prompt);
     srv_buf_free(&r->out);
     for (int i = 0; r->choices && i < r->n_choices; i++) {   /* (a request refused by parsing has none) */
