@@ -8,8 +8,10 @@
  * watching the socket so a hang-up cancels it too (a half-close does not:
  * see client_gone).
  *
- * Connection limits: libmicrohttpd caps the open connections and those of
- * one client address, and closes a connection idle for idle_timeout_s;
+ * Connections: the listening socket is okv_server_gate.c's, which hands
+ * libmicrohttpd only those that start like an HTTP request (400 to the
+ * rest). libmicrohttpd caps the open connections and those of one client
+ * address, and closes a connection idle for idle_timeout_s;
  * that timeout is lifted while the server produces a reply (a queued
  * request, a long prefill or the gaps of a stream are the server's silence,
  * not the client's) and restored once the reply is ready to send. A body
@@ -17,8 +19,9 @@
  * any of it is read; chunked request bodies are refused (411): their size
  * is unknown until sent.
  *
- * CORS (cors_origin set): every response carries Access-Control-Allow-Origin
- * (reply headers look the server up from the connection's socket context),
+ * CORS (cors_origin set): every libmicrohttpd response (not the gate's 400)
+ * carries Access-Control-Allow-Origin (reply headers look the server up
+ * from the connection's socket context, set for each handed-over connection),
  * and an OPTIONS preflight is answered 204 before routing and the API key. */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -99,7 +99,7 @@ def still_open(k):
 
 
 def test_connection_exhaustion(program):
-    per_ip, idle = 16, 3
+    per_ip, idle = 16, 5
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     n_half = max(50, min(300, soft // 3))
     s = Server(OFFKV, program, "--parallel", "1", "--max-connections", "64", "--max-connections-per-ip", str(per_ip),
