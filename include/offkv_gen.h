@@ -15,6 +15,7 @@
 
 #include "offkv.h"
 #include "offkv_chat.h"
+#include "offkv_grammar.h"
 #include "offkv_sample.h"
 #include "offkv_tok.h"
 
@@ -66,7 +67,22 @@ typedef struct okv_gen_options {
     /* receives every sampled id, EOS included, before its text; may be NULL */
     void (*on_token)(void *ctx, int32_t id);
     void *ctx;
+    /* constrained output (structured output): when grammar is set, each step
+     * samples only among the tokens grammar_vocab says keep the text a prefix
+     * of a valid value (the others' logits become -inf before penalties,
+     * temperature and top-k/p), EOS only where the value is complete, and
+     * generation ends (stop reason eos) as soon as the value is closed. Both
+     * borrowed; they must outlive the generation. A max_new_tokens or stop
+     * string end can still cut the value short. */
+    const okv_grammar *grammar;
+    const okv_grammar_vocab *grammar_vocab;
 } okv_gen_options;
+
+/* The token bytes constrained sampling works on: ids [0, n_vocab) (the
+ * program's vocabulary), each as okv_tok_token_bytes gives it; special
+ * tokens and ids the tokenizer lacks get none (never allowed: EOS is
+ * decided by the grammar's state). Build once per tokenizer and share. */
+okv_status okv_gen_grammar_vocab(const okv_tok *tok, int32_t n_vocab, okv_grammar_vocab **out, okv_error *err);
 
 /* ---- defaults for generating from a program ----------------------------------
  * What a caller should start from (HF generate() semantics): the sampler's

@@ -13,6 +13,11 @@
  * and at a graceful stop, indexed at start, and loaded (okv_seq_load)
  * instead of prefilled when a prompt starts with one.
  *
+ * Connections are bounded (max_connections, max_connections_per_ip,
+ * idle_timeout_s). A client that half-closes its socket after sending a
+ * request (shutdown(SHUT_WR), `nc -N`) still gets the whole reply; one that
+ * closes it (or resets it) has its request cancelled.
+ *
  * The server binds the given IPv4 address (tests and the default: 127.0.0.1)
  * and answers on libmicrohttpd's threads; nothing here prints (notes go to
  * the options' log callback). */
@@ -39,10 +44,21 @@ typedef struct okv_server_options {
     size_t max_body_bytes;       /* request bodies over this get 413 (default 1 MiB) */
     int prefill_chunk;           /* largest prefill step between other sequences' decode steps (default 64) */
     int max_tokens_default;      /* when a request sets none (0 = up to the context) */
-    double shutdown_grace_s;     /* on stop, streams may finish for this long, then are cancelled (default 5) */
+    double shutdown_grace_s;     /* on stop, running requests may finish for this long; then each ends as if at
+                                    max_tokens (finish_reason "length", what was generated so far), or, with
+                                    no token yet, with 503 (default 5) */
+    int max_connections;         /* open client connections (default 256); past it new ones wait in the backlog */
+    int max_connections_per_ip;  /* open connections from one client address (default 64; 0 = no own cap);
+                                    past it a new connection is closed at once */
+    int idle_timeout_s;          /* seconds a connection may stay silent while the client is to act: sending
+                                    its request, reading a finished reply, keep-alive between requests
+                                    (default 15); never while the server is still producing the reply */
     size_t prefix_cache_bytes;   /* K/V bytes finished sequences may keep as prefix-cache entries (0 = as
                                     many as the pool holds; evicted LRU when cells are needed) */
     const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
+    const char *cors_origin;     /* NULL = no CORS headers; else an origin or "*": every response carries
+                                    Access-Control-Allow-Origin, and OPTIONS (a browser's preflight) is
+                                    answered 204 with Access-Control-Allow-* before the API key is checked */
     const char *prefix_cache_dir; /* NULL = prefix-cache entries live in memory only; else a directory (created if
                                     missing) keeping them across restarts, one sequence state file per entry */
     uint64_t prefix_cache_dir_bytes; /* files in prefix_cache_dir beyond this are removed, least recently used

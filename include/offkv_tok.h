@@ -66,6 +66,11 @@ int32_t okv_tok_token_to_id(const okv_tok *tok, const char *token);
 const char *okv_tok_id_to_token(const okv_tok *tok, int32_t id);
 /* True for added tokens whose "special" flag is set. */
 bool okv_tok_is_special(const okv_tok *tok, int32_t id);
+/* The bytes id stands for in the middle of a text (as decode would give
+ * them after other tokens, but raw: a byte-level token holding part of a
+ * UTF-8 character gives those bytes, not U+FFFD). Empty for an id with no
+ * token. *bytes is malloc'ed and NUL-terminated. */
+okv_status okv_tok_token_bytes(const okv_tok *tok, int32_t id, char **bytes, size_t *len, okv_error *err);
 
 /* Streaming detokenizer: push ids one at a time; each push yields the text
  * that became final (possibly empty), never a broken UTF-8 sequence. flush

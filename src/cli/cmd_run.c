@@ -3,6 +3,7 @@
  *   offkv run PROGRAM.okv --prompt TEXT [--system TEXT] [--chat auto|none] [--chat-arg KEY=JSON]...
  *       [--temperature F] [--top-k N] [--top-p F] [--min-p F] [--repetition-penalty F] [--seed N]
  *       [--greedy] [--stop STRING]... [--max-new-tokens N] [--tokenizer FILE] [cache options]
+ *       [--json | --json-schema FILE]   constrained output: any JSON object, or a value of the schema
  *   offkv run PROGRAM.okv --interactive [--drop-old-turns] [...]   a conversation on stdin, one turn per
  *       line; each turn reuses the cache up to the longest prefix it already holds (/reset, /save FILE,
  *       /load FILE, /quit). A turn
@@ -42,6 +43,8 @@ typedef struct run_args {
     double temperature, top_p, min_p, penalty;
     long long top_k, seed;
     bool greedy, interactive, verbose, drop_old_turns;
+    bool json;                   /* --json: the reply is a JSON object */
+    const char *json_schema;     /* --json-schema FILE: the reply is a value of this schema */
     okv_cli_run_opts run;
 } run_args;
 
@@ -68,11 +71,13 @@ static int parse_run_args(int argc, char **argv, run_args *a) {
         if (!strcmp(o, "--interactive") || !strcmp(o, "-i")) { a->interactive = true; continue; }
         if (!strcmp(o, "--verbose") || !strcmp(o, "-v")) { a->verbose = true; continue; }
         if (!strcmp(o, "--drop-old-turns")) { a->drop_old_turns = true; continue; }
+        if (!strcmp(o, "--json")) { a->json = true; continue; }
         if (o[0] != '-') { if (a->program) return okv_cli_usage_error("run: unexpected argument '%s'", o); a->program = o; continue; }
         if (!v) return okv_cli_usage_error("%s needs a value", o);
         i++;
         if (!strcmp(o, "--prompt")) a->prompt = v;
         else if (!strcmp(o, "--system")) a->system = v;
+        else if (!strcmp(o, "--json-schema")) a->json_schema = v;
         else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(o, "--chat")) {
             if (!strcmp(v, "auto")) a->chat = OKV_CHAT_AUTO;
@@ -281,6 +286,35 @@ static okv_status run_interactive(const run_args *a, okv_cli_session *s, const o
     return st;
 }
 
+/* --json / --json-schema: the grammar and the token bytes it masks with
+ * (nothing when neither flag is given). */
+static okv_status load_grammar(const run_args *a, const okv_tok *tok, int32_t vocab, okv_grammar **g,
+                               okv_grammar_vocab **v, okv_error *err) {
+    *g = NULL;
+    *v = NULL;
+    if (!a->json && !a->json_schema) return OKV_OK;
+    if (a->json && a->json_schema) {
+        snprintf(err->message, sizeof err->message, "--json and --json-schema exclude each other");
+        return err->status = OKV_ERR_INVALID;
+    }
+    okv_status st;
+    if (a->json_schema) {
+        char *text = NULL;
+        size_t len = 0;
+        st = okv_read_file(a->json_schema, &text, &len, err);
+        if (!st && (st = okv_grammar_from_schema(text, len, g, err))) {
+            char msg[sizeof err->message];
+            snprintf(msg, sizeof msg, "--json-schema %.200s: %.800s", a->json_schema, err->message);
+            memcpy(err->message, msg, sizeof msg);
+        }
+        free(text);
+    } else {
+        st = okv_grammar_json_object(g, err);
+    }
+    if (!st) st = okv_gen_grammar_vocab(tok, vocab, v, err);
+    return st;
+}
+
 int okv_cli_run(int argc, char **argv) {
     run_args a;
     int rc = parse_run_args(argc, argv, &a);
@@ -299,7 +333,10 @@ int okv_cli_run(int argc, char **argv) {
     char *tok_config = blob_string(s.program, "tokenizer_config.json");
     char *tmpl = blob_string(s.program, "chat_template.jinja");
     char *vars = chat_vars_json(&a);
+    okv_grammar *grammar = NULL;
+    okv_grammar_vocab *gvocab = NULL;
     okv_status st = load_tokenizer(s.program, a.program, a.tokenizer, &tok, &err);
+    if (!st) st = load_grammar(&a, tok, s.info.vocab_size, &grammar, &gvocab, &err);
     if (!st) {
         okv_gen_prompt_args pa = {a.chat, a.system, a.prompt, vars, tok_config, tmpl, s.info.bos_id, NULL};
         text_out out = {true};
@@ -313,12 +350,16 @@ int okv_cli_run(int argc, char **argv) {
         go.drop_oldest_turns = a.drop_old_turns;
         go.on_text = print_text;
         go.ctx = &out;
+        go.grammar = grammar;
+        go.grammar_vocab = gvocab;
         if (!st) st = okv_sampler_params_check(&go.sampling, &err);
         if (!st) st = okv_gen_check_tokenizer(s.program, tok, &err);
         if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);
     }
     if (st) rc = okv_cli_die(&err);
     free(vars); free(tmpl); free(tok_config);
+    okv_grammar_free(grammar);
+    okv_grammar_vocab_free(gvocab);
     okv_tok_free(tok);
     okv_cli_session_close(&s);
     return rc;

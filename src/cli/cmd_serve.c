@@ -31,6 +31,7 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
         int n = 0;
         if (!strcmp(a, "--host")) o->host = v;
         else if (!strcmp(a, "--api-key")) o->api_key = v;
+        else if (!strcmp(a, "--cors-origin")) o->cors_origin = v;
         else if (!strcmp(a, "--model-name")) o->model_name = v;
         else if (!strcmp(a, "--port")) {
             if (!okv_cli_parse_int(v, 0, 65535, &o->port)) return okv_cli_usage_error("--port: '%s' must be in [0, 65535]", v);
@@ -63,6 +64,15 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
         } else if (!strcmp(a, "--shutdown-grace")) {
             if (!okv_cli_parse_int(v, 0, 3600, &n)) return okv_cli_usage_error("--shutdown-grace: '%s' must be seconds in [0, 3600]", v);
             o->shutdown_grace_s = n;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!okv_cli_parse_int(v, 1, 65536, &o->max_connections))
+                return okv_cli_usage_error("--max-connections: '%s' must be in [1, 65536]", v);
+        } else if (!strcmp(a, "--max-connections-per-ip")) {
+            if (!okv_cli_parse_int(v, 0, 65536, &o->max_connections_per_ip))
+                return okv_cli_usage_error("--max-connections-per-ip: '%s' must be in [0, 65536] (0 = no cap)", v);
+        } else if (!strcmp(a, "--idle-timeout")) {
+            if (!okv_cli_parse_int(v, 1, 3600, &o->idle_timeout_s))
+                return okv_cli_usage_error("--idle-timeout: '%s' must be seconds in [1, 3600]", v);
         } else return okv_cli_usage_error("serve: unknown option '%s'", a);
     }
     if (!o->program_path) return okv_cli_usage_error("usage: offkv serve PROGRAM.okv [--host 127.0.0.1] [--port 8080] [options]%s", "");

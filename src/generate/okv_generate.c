@@ -5,6 +5,7 @@
  * Generation is a step machine (okv_gen_seq: one prefill chunk or one
  * decoded token per call) so a scheduler can interleave many sequences;
  * okv_generate is that machine run to the end. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -117,6 +118,9 @@ struct okv_gen_seq {
     okv_stopper *stopper;
     okv_sampler *sampler;
     float *logits;
+    okv_grammar_match *match;    /* o.grammar's state; NULL when unconstrained */
+    float *masked;               /* [vocab] the row with disallowed tokens at -inf */
+    uint32_t *allowed;           /* [(vocab + 31) / 32] the grammar's token mask */
     int32_t *gen;                /* generated ids (EOS not included) */
     size_t n_gen, cap_gen;
     bool done;
@@ -194,21 +198,51 @@ static okv_status prefill_chunk(okv_gen_seq *g, okv_error *err) {
     return OKV_OK;
 }
 
+/* The row with every token the grammar does not allow at -inf; EOS stays
+ * only where the value is complete. */
+static okv_status constrain_row(okv_gen_seq *g, const float *row, const float **out, okv_error *err) {
+    okv_status st = okv_grammar_mask(g->match, g->o.grammar_vocab, g->allowed, err);
+    if (st) return st;
+    int32_t nv = okv_grammar_vocab_size(g->o.grammar_vocab);
+    for (int32_t i = 0; i < g->vocab; i++)
+        g->masked[i] = i < nv && (g->allowed[i >> 5] >> (i & 31) & 1) ? row[i] : -INFINITY;
+    if (okv_grammar_match_accepting(g->match))
+        for (int k = 0; k < g->o.n_eos; k++)
+            if (g->o.eos_ids[k] >= 0 && g->o.eos_ids[k] < g->vocab) g->masked[g->o.eos_ids[k]] = row[g->o.eos_ids[k]];
+    *out = g->masked;
+    return OKV_OK;
+}
+
+/* Feeds a sampled (non-EOS) token to the grammar; *closed when the value is complete and nothing can follow. */
+static okv_status advance_grammar(okv_gen_seq *g, int32_t id, bool *closed, okv_error *err) {
+    *closed = false;
+    if (!g->match) return OKV_OK;
+    if (!okv_grammar_match_feed_token(g->match, g->o.grammar_vocab, id))
+        return okv_fail(err, OKV_ERR_STATE, "constrained sampling chose token %d, which the grammar does not allow", (int)id);
+    *closed = okv_grammar_match_finished(g->match);
+    return OKV_OK;
+}
+
 /* Samples the next token from row and streams it; *feed when generation
  * goes on (the token must be fed back). */
 static okv_status sample_token(okv_gen_seq *g, const float *row, bool *feed, okv_error *err) {
     okv_status st = OKV_OK;
     *feed = false;
+    if (g->match && (st = constrain_row(g, row, &row, err))) return st;
     int32_t id = okv_sampler_sample(g->sampler, row);
+    if (id < 0 && g->match && okv_grammar_match_accepting(g->match)) { finish(g, OKV_STOP_EOS); return OKV_OK; }   /* complete, no EOS id */
+    if (id < 0 && g->match) return okv_fail(err, OKV_ERR_STATE, "the grammar allows no token here (the vocabulary cannot continue the value)");
     if (id < 0) return okv_fail(err, OKV_ERR_STATE, "the model produced no finite logit (NaN or -inf everywhere)");
     if (g->o.on_token) g->o.on_token(g->o.ctx, id);
-    bool stopped = false;
+    bool stopped = false, closed = false;
     if (is_eos(&g->o, id)) { finish(g, OKV_STOP_EOS); return OKV_OK; }
-    st = record_id(g, id, err);
+    st = advance_grammar(g, id, &closed, err);
+    if (!st) st = record_id(g, id, err);
     if (!st) st = okv_sampler_accept_generated(g->sampler, id, err);
     if (!st) st = push_text(g, id, &stopped, err);
     if (st) ;
     else if (stopped) finish(g, OKV_STOP_STRING);
+    else if (closed) finish(g, OKV_STOP_EOS);
     else if (g->n_gen >= (size_t)g->o.max_new_tokens) finish(g, OKV_STOP_MAX_TOKENS);
     else if (g->pos >= g->o.context_limit) finish(g, OKV_STOP_CONTEXT);
     else *feed = true;
@@ -229,6 +263,23 @@ static okv_status decode_token(okv_gen_seq *g, okv_error *err) {
     return st;
 }
 
+okv_status okv_gen_grammar_vocab(const okv_tok *tok, int32_t n_vocab, okv_grammar_vocab **out, okv_error *err) {
+    *out = NULL;
+    if (n_vocab < 0) return okv_fail(err, OKV_ERR_INVALID, "okv_gen_grammar_vocab: negative vocabulary size");
+    size_t nt = okv_tok_vocab_size(tok), n = (size_t)n_vocab;
+    char **bytes = calloc(n + 1, sizeof *bytes);
+    size_t *lens = calloc(n + 1, sizeof *lens);
+    okv_status st = bytes && lens ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; !st && i < n && i < nt; i++)
+        if (!okv_tok_is_special(tok, (int32_t)i) && okv_tok_id_to_token(tok, (int32_t)i))
+            st = okv_tok_token_bytes(tok, (int32_t)i, &bytes[i], &lens[i], err);
+    if (!st) st = okv_grammar_vocab_create(n_vocab, (const char *const *)bytes, lens, out, err);
+    for (size_t i = 0; bytes && i < n; i++) free(bytes[i]);
+    free(bytes);
+    free(lens);
+    return st;
+}
+
 okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv_error *err) {
     okv_program_info info;
     okv_program_get_info(p, &info);
@@ -240,6 +291,17 @@ okv_status okv_gen_check_tokenizer(const okv_program *p, const okv_tok *tok, okv
     return OKV_OK;
 }
 
+
+/* The grammar's per-sequence state and the masked-row scratch. */
+static okv_status grammar_create(okv_gen_seq *g, okv_error *err) {
+    if (!g->o.grammar_vocab) return okv_fail(err, OKV_ERR_INVALID, "a grammar without its token vocabulary (grammar_vocab)");
+    okv_status st = okv_grammar_match_create(g->o.grammar, &g->match, err);
+    if (st) return st;
+    int32_t nv = okv_grammar_vocab_size(g->o.grammar_vocab);
+    g->masked = malloc(sizeof(float) * (size_t)g->vocab);
+    g->allowed = malloc(sizeof(uint32_t) * (((size_t)nv + 31) / 32 + 1));
+    return g->masked && g->allowed ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+}
 
 static okv_status seq_create(const okv_program *p, okv_runner *r, const okv_tok *tok, const int32_t *prompt, size_t n,
                              int start_pos, const okv_gen_options *o, okv_gen_seq **out, okv_error *err) {
@@ -275,6 +337,7 @@ static okv_status seq_create(const okv_program *p, okv_runner *r, const okv_tok 
     if (!st && tok) st = okv_tok_stream_create(tok, false, &g->stream, err);
     if (!st && tok) st = okv_stopper_create(o->stops, o->n_stops, &g->stopper, err);
     if (!st) st = okv_sampler_create(info.vocab_size, &o->sampling, &g->sampler, err);
+    if (!st && o->grammar) st = grammar_create(g, err);
     for (size_t i = 0; !st && i < n; i++) st = okv_sampler_accept(g->sampler, prompt[i], err);
     if (st) { okv_gen_seq_free(g); return st; }
     *out = g;
@@ -294,6 +357,9 @@ okv_status okv_gen_seq_create_fed(const okv_program *p, const okv_tok *tok, cons
 void okv_gen_seq_free(okv_gen_seq *g) {
     if (!g) return;
     okv_sampler_free(g->sampler);
+    okv_grammar_match_free(g->match);
+    free(g->masked);
+    free(g->allowed);
     okv_stopper_free(g->stopper);
     okv_tok_stream_free(g->stream);
     free(g->logits);

@@ -5,8 +5,26 @@
  * client goes away libmicrohttpd frees that response, which marks the
  * request cancelled so the scheduler drops its sequence at its next turn.
  * A non-streamed reply waits for the whole body in the connection's thread,
- * polling the socket so a hang-up cancels it too. */
+ * watching the socket so a hang-up cancels it too (a half-close does not:
+ * see client_gone).
+ *
+ * Connections: the listening socket is okv_server_gate.c's, which hands
+ * libmicrohttpd only those that start like an HTTP request (400 to the
+ * rest). libmicrohttpd caps the open connections and those of one client
+ * address, and closes a connection idle for idle_timeout_s;
+ * that timeout is lifted while the server produces a reply (a queued
+ * request, a long prefill or the gaps of a stream are the server's silence,
+ * not the client's) and restored once the reply is ready to send. A body
+ * declared over max_body_bytes is refused (413) from its headers, before
+ * any of it is read; chunked request bodies are refused (411): their size
+ * is unknown until sent.
+ *
+ * CORS (cors_origin set): every libmicrohttpd response (not the gate's 400)
+ * carries Access-Control-Allow-Origin (reply headers look the server up
+ * from the connection's socket context, set for each handed-over connection),
+ * and an OPTIONS preflight is answered 204 before routing and the API key. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -34,6 +52,9 @@ void okv_server_options_default(okv_server_options *o) {
     o->max_body_bytes = 1 << 20;
     o->prefill_chunk = 64;
     o->shutdown_grace_s = 5;
+    o->max_connections = 256;
+    o->max_connections_per_ip = 64;
+    o->idle_timeout_s = 15;
     okv_cache_options_default(&o->cache);
     okv_runner_options_default(&o->runner);
     okv_program_options_default(&o->program);
@@ -41,10 +62,20 @@ void okv_server_options_default(okv_server_options *o) {
 
 /* ---- responses -------------------------------------------------------------------- */
 
+/* Access-Control-Allow-Origin when the server has a cors_origin. */
+static void add_cors(struct MHD_Connection *c, struct MHD_Response *resp) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const okv_server *s = ci ? ci->socket_context : NULL;
+    if (!s || !s->o.cors_origin) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->o.cors_origin);
+    if (strcmp(s->o.cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type, const char *body, size_t len) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "Content-Type", type);
+    add_cors(c, resp);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -76,8 +107,23 @@ static void wait_a_while(srv_request *r, long ms) {
     pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 }
 
+/* The connection's idle timeout (0 = none), see the head comment. */
+static void set_idle_timeout(struct MHD_Connection *c, unsigned seconds) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+}
+
+/* A streamed reply: its request, and its connection, whose idle timeout
+ * comes back once the request is done (then only sending is left). */
+typedef struct stream_reader {
+    srv_request *r;
+    struct MHD_Connection *c;
+    unsigned idle_timeout_s;
+    bool timeout_restored;
+} stream_reader;
+
 static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max) {
-    srv_request *r = cls;
+    stream_reader *sr = cls;
+    srv_request *r = sr->r;
     pthread_mutex_lock(&r->lock);
     while (r->out_sent == r->out.len && !r->done) wait_a_while(r, 200);
     size_t n = r->out.len - r->out_sent;
@@ -85,17 +131,28 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max) {
     ssize_t ret = n ? (ssize_t)n : MHD_CONTENT_READER_END_OF_STREAM;
     if (n) memcpy(buf, r->out.data + r->out_sent, n);
     r->out_sent += n;
+    bool done = r->done;
     pthread_mutex_unlock(&r->lock);
+    if (done && !sr->timeout_restored) {   /* (this runs in the connection's thread) */
+        set_idle_timeout(sr->c, sr->idle_timeout_s);
+        sr->timeout_restored = true;
+    }
     return ret;
 }
 
-/* The response is gone: finished, or the client disconnected. */
-static void release_events(void *cls) {
-    srv_request *r = cls;
+/* Our reference to r dropped; a request not done by then is cancelled. */
+static void release_request(srv_request *r) {
     pthread_mutex_lock(&r->lock);
     if (!r->done) r->cancelled = true;
     pthread_mutex_unlock(&r->lock);
     srv_request_unref(r);
+}
+
+/* The response is gone: finished, or the client disconnected. */
+static void release_events(void *cls) {
+    stream_reader *sr = cls;
+    release_request(sr->r);
+    free(sr);
 }
 
 /* ---- requests ------------------------------------------------------------------ */
@@ -112,19 +169,50 @@ static void new_id(srv_request *r, const char *prefix) {
     r->created = (long long)time(NULL);
 }
 
+/* The socket of a non-streamed request's client, watched while its reply is made. */
+typedef struct hangup_watch {
+    int fd;            /* -1 = not known: never gone */
+    bool eof_seen;     /* the client sent FIN: closed, or only half-closed */
+    bool may_probe;    /* HTTP/1.1: an interim 1xx reply may be sent */
+} hangup_watch;
+
+#define INTERIM_REPLY "HTTP/1.1 100 Continue\r\n\r\n"
+
+/* Whether the client is gone. Its read side at EOF alone does not say so:
+ * shutdown(SHUT_WR) after the request (nc -N) and close() look the same
+ * until something is written. So at the first EOF an HTTP/1.1 client is
+ * sent an interim "100 Continue" (clients skip 1xx replies; nothing of
+ * this request has been written yet): a closed socket answers it with a
+ * reset, seen as POLLHUP/POLLERR or a failed send, a half-closed one reads
+ * it and gets the reply after it. After EOF only those are watched; an
+ * HTTP/1.0 client gets no probe, so its close is noticed when the reply is
+ * written. */
+static bool client_gone(hangup_watch *w) {
+    if (w->fd < 0) return false;
+    struct pollfd pfd = {.fd = w->fd, .events = w->eof_seen ? 0 : POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0) return false;
+    if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (!(pfd.revents & POLLRDHUP) || w->eof_seen) return false;
+    w->eof_seen = true;
+    if (!w->may_probe) return false;
+    ssize_t n = send(w->fd, INTERIM_REPLY, sizeof INTERIM_REPLY - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
 /* Waits for a non-streamed reply; a client that hangs up meanwhile cancels it. */
-static void wait_done(struct MHD_Connection *c, srv_request *r) {
+static void wait_done(struct MHD_Connection *c, const char *version, srv_request *r) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct pollfd pfd = {.fd = ci ? ci->connect_fd : -1, .events = POLLRDHUP};
+    hangup_watch w = {.fd = ci ? ci->connect_fd : -1, .may_probe = version && !strcmp(version, MHD_HTTP_VERSION_1_1)};
     pthread_mutex_lock(&r->lock);
     while (!r->done) {
         wait_a_while(r, 100);
-        if (!r->done && pfd.fd >= 0 && poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) r->cancelled = true;
+        if (!r->done && !r->cancelled && client_gone(&w)) r->cancelled = true;
     }
     pthread_mutex_unlock(&r->lock);
 }
 
-static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, srv_kind kind, const conn_state *cs) {
+static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, const char *version, srv_kind kind,
+                                   const conn_state *cs) {
     srv_request *r = srv_request_new();
     if (!r) return reply_error(c, 500, "out of memory", NULL);
     char msg[1024];
@@ -137,21 +225,27 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, srv_
     bool stopping = false;
     if (!srv_submit(s, r, &stopping)) {
         srv_request_unref(r);
-        if (stopping) return reply_error(c, 503, "the server is shutting down", NULL);
+        if (stopping) return reply_error(c, 503, SRV_SHUTTING_DOWN, NULL);
         return reply_error(c, 429, "too many requests are waiting; try again later", NULL);
     }
+    set_idle_timeout(c, 0);   /* the server's turn: restored when the reply is ready */
     if (r->stream) {   /* the response takes our reference */
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, r, release_events);
-        if (!resp) { release_events(r); return MHD_NO; }
+        stream_reader *sr = calloc(1, sizeof *sr);
+        if (!sr) { release_request(r); return MHD_NO; }
+        *sr = (stream_reader){.r = r, .c = c, .idle_timeout_s = (unsigned)s->o.idle_timeout_s};
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, sr, release_events);
+        if (!resp) { release_events(sr); return MHD_NO; }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_cors(c, resp);
         enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
     }
-    wait_done(c, r);
+    wait_done(c, version, r);
+    set_idle_timeout(c, (unsigned)s->o.idle_timeout_s);
     enum MHD_Result ret;
-    if (r->error[0]) ret = reply_error(c, strcmp(r->error, "the server is shutting down") ? 500 : 503, r->error, NULL);
+    if (r->error[0]) ret = reply_error(c, strcmp(r->error, SRV_SHUTTING_DOWN) ? 500 : 503, r->error, NULL);
     else if (r->out.oom) ret = reply_error(c, 500, "out of memory", NULL);
     else ret = reply(c, 200, JSON_TYPE, r->out.data, r->out.len);
     srv_request_unref(r);
@@ -164,10 +258,18 @@ static bool authorized(okv_server *s, struct MHD_Connection *c) {
     return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->o.api_key);
 }
 
-static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char *url, const char *method, conn_state *cs) {
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+static enum MHD_Result reply_too_large(okv_server *s, struct MHD_Connection *c) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->o.max_body_bytes);
+    return reply_error(c, 413, msg, NULL);
+}
+
+static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                             const char *version, conn_state *cs) {
+    /* HEAD is GET without the body (libmicrohttpd sends the headers only) */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) {
-        if (!get) return reply_error(c, 405, "use GET", NULL);
+        if (!get) return reply_error(c, 405, "use GET or HEAD", NULL);
         pthread_mutex_lock(&s->lock);
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->lock);
@@ -179,47 +281,70 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
     if (!known) return reply_error(c, 404, "no such endpoint", NULL);
     if (!authorized(s, c)) return reply_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL);
     if (!strcmp(url, "/metrics")) {
-        if (!get) return reply_error(c, 405, "use GET", NULL);
+        if (!get) return reply_error(c, 405, "use GET or HEAD", NULL);
         char *text = srv_metrics_text(s);
         enum MHD_Result ret = text ? reply(c, 200, "text/plain; version=0.0.4", text, strlen(text)) : MHD_NO;
         free(text);
         return ret;
     }
-    if (!strcmp(url, "/v1/models")) return get ? reply_json(c, srv_models_json(s)) : reply_error(c, 405, "use GET", NULL);
+    if (!strcmp(url, "/v1/models")) return get ? reply_json(c, srv_models_json(s)) : reply_error(c, 405, "use GET or HEAD", NULL);
     if (!post) return reply_error(c, 405, "use POST", NULL);
-    if (cs->too_large) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "the request body is larger than %zu bytes", s->o.max_body_bytes);
-        return reply_error(c, 413, msg, NULL);
-    }
-    return completions(s, c, strcmp(url, "/v1/chat/completions") ? SRV_COMPLETION : SRV_CHAT, cs);
+    if (cs->too_large) return reply_too_large(s, c);
+    return completions(s, c, version, strcmp(url, "/v1/chat/completions") ? SRV_COMPLETION : SRV_CHAT, cs);
+}
+
+/* A browser's CORS preflight: 204, the methods and the headers it asked for
+ * (Authorization and Content-Type when it names none). */
+static enum MHD_Result reply_preflight(struct MHD_Connection *c) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    add_cors(c, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     okv_server *s = cls;
     conn_state *cs = *con_cls;
-    if (!cs) {   /* headers only: set up, refuse a declared oversize body without reading it */
+    if (!cs) {   /* headers only: set up; a body refused here is never read (the connection closes after the reply) */
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) cs->too_large = true;
+        __atomic_add_fetch(&s->http_requests, 1, __ATOMIC_RELAXED);
+        if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            return reply_error(c, 411, "send the request body with a Content-Length (chunked bodies are not accepted)", NULL);
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) return reply_too_large(s, c);
         return MHD_YES;
     }
     if (*upload_size) {
-        if (cs->body.len + *upload_size > s->o.max_body_bytes) cs->too_large = true;
+        if (*upload_size > s->o.max_body_bytes - cs->body.len) cs->too_large = true;   /* body.len <= max_body_bytes */
         if (!cs->too_large) srv_buf_put(&cs->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    if (s->o.cors_origin && !strcmp(method, "OPTIONS")) return reply_preflight(c);
     if (cs->body.oom) return reply_error(c, 500, "out of memory", NULL);
-    return route(s, c, url, method, cs);
+    return route(s, c, url, method, version, cs);
+}
+
+/* Each connection's socket context is the server (add_cors reads it). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    (void)c;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) *socket_context = cls;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    okv_server *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) return;
+    __atomic_sub_fetch(&s->http_requests, 1, __ATOMIC_RELAXED);
     srv_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
@@ -246,6 +371,7 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     okv_status st = okv_program_open_with(s->o.program_path, &s->o.program, &s->program, err);
     if (st) return st;
     okv_program_get_info(s->program, &s->info);
+    srv_fingerprint(s->program, s->fingerprint);
     size_t len = 0;
     const char *tj = okv_program_blob(s->program, "tokenizer.json", &len);
     if (!tj) return fail(err, OKV_ERR_NOT_FOUND, "%s: the program has no bundled tokenizer%s", s->o.program_path, NULL);
@@ -311,15 +437,18 @@ static okv_status start_http(okv_server *s, okv_error *err) {
     const char *host = s->o.host ? s->o.host : "127.0.0.1";
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
         return fail(err, OKV_ERR_INVALID, "host '%s' is not an IPv4 address%s", host, NULL);
-    s->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, on_request, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+    /* poll(), not select(): a descriptor past FD_SETSIZE must not refuse connections; the
+     * gate (okv_server_gate.c) listens and hands over the connections that are HTTP */
+    s->daemon = MHD_start_daemon(MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_NO_LISTEN_SOCKET |
+                                 MHD_USE_ITC, 0, NULL, NULL, on_request, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->o.idle_timeout_s,
                                  MHD_OPTION_END);
-    if (!s->daemon) return fail(err, OKV_ERR_IO, "cannot listen on %s (port in use or not permitted?)%s", host, NULL);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : s->o.port;
-    return OKV_OK;
+    if (!s->daemon) return fail(err, OKV_ERR_IO, "cannot start the HTTP daemon for %s%s", host, NULL);
+    return srv_gate_start(s->daemon, &addr, &s->o, &s->gate, &s->port, err);
 }
 
 okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_error *err) {
@@ -327,6 +456,10 @@ okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_e
     if (!o->program_path) return fail(err, OKV_ERR_INVALID, "no program given%s%s", NULL, NULL);
     if (o->parallel < 1 || o->parallel > 256 || o->max_queue < 0 || o->prefill_chunk < 0)
         return fail(err, OKV_ERR_INVALID, "parallel must be in [1, 256], max_queue and prefill_chunk >= 0%s%s", NULL, NULL);
+    if (o->max_connections < 1 || o->max_connections > 65536 || o->max_connections_per_ip < 0 ||
+        o->idle_timeout_s < 1 || o->idle_timeout_s > 3600)
+        return fail(err, OKV_ERR_INVALID, "max_connections must be in [1, 65536], max_connections_per_ip >= 0, "
+                    "idle_timeout_s in [1, 3600]%s%s", NULL, NULL);
     okv_server *s = calloc(1, sizeof *s);
     if (!s) return fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
     s->o = *o;
@@ -346,9 +479,21 @@ okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_e
 
 int okv_server_port(const okv_server *s) { return s->port; }
 
+/* Lets the connections' threads send what the scheduler's last turn
+ * produced (stopping the daemon closes every connection at once), for at
+ * most `seconds`: a client that reads nothing does not hold the stop. */
+static void wait_replies_sent(okv_server *s, double seconds) {
+    double until = srv_now() + seconds;
+    while (__atomic_load_n(&s->http_requests, __ATOMIC_RELAXED) > 0 && srv_now() < until)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000L}, NULL);
+}
+
 void okv_server_stop(okv_server *s) {
     if (!s || s->stopped) return;
     srv_sched_stop(s);      /* every request is done once this returns */
+    srv_gate_stop(s->gate);
+    s->gate = NULL;
+    wait_replies_sent(s, 2.0);
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     s->stopped = true;
@@ -371,6 +516,7 @@ void okv_server_free(okv_server *s) {
     free(s->b_n);
     free(s->b_logits);
     free(s->queue);
+    okv_grammar_vocab_free(s->grammar_vocab);
     okv_tok_free(s->tok);
     okv_program_free(s->program);
     free(s->tok_config);

@@ -1,8 +1,9 @@
 /* okv_server.h — the server's internal types, shared by the HTTP layer
  * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
  * the scheduler (okv_server_sched.c) and the reasoning splitter
- * (okv_think.c), the prefix-cache directory (okv_server_dir.c) and the
- * byte buffer (okv_server_buf.c). Below this one only public offkv headers
+ * (okv_think.c), the prefix-cache directory (okv_server_dir.c), the
+ * token log-probabilities (okv_server_logprobs.c) and the byte buffer
+ * (okv_server_buf.c). Below this one only public offkv headers
  * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
@@ -18,6 +19,9 @@
 #include "offkv_serve.h"
 
 #define SRV_MAX_STOPS 16
+/* The error of a request refused (503) because the server is stopping. */
+#define SRV_SHUTTING_DOWN "the server is shutting down"
+#define SRV_MAX_TOP_LOGPROBS 20   /* OpenAI's bound on top_logprobs */
 
 /* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
 
@@ -58,9 +62,48 @@ void srv_think_init(srv_think *t, bool enabled, bool start_inside);
 void srv_think_push(srv_think *t, const char *text, size_t len, srv_part_fn fn, void *ctx);
 void srv_think_flush(srv_think *t, srv_part_fn fn, void *ctx);
 
+/* ---- log-probabilities (okv_server_logprobs.c) ------------------------------ */
+
+typedef struct srv_top {
+    int32_t id;
+    float logprob;
+} srv_top;
+
+/* One sampled token's log-probability under the model's own distribution
+ * (log-softmax of the raw logits: before temperature, penalties and
+ * truncation, as OpenAI and vLLM report it) and the k most likely tokens,
+ * most likely first (ties: lower id first). */
+typedef struct srv_logprob {
+    int32_t id;
+    float logprob;
+    int n_top;
+    srv_top top[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+
+/* Fills *out for token id of a logits row of vocab floats with k (<=
+ * SRV_MAX_TOP_LOGPROBS) top entries. NaN logits count as -inf. */
+void srv_logprob_of(const float *row, int vocab, int32_t id, int k, srv_logprob *out);
+/* Chat's choices[].logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}. */
+cJSON *srv_logprobs_chat_json(const okv_tok *tok, const srv_logprob *lp, size_t n);
+/* Legacy completions' {tokens, token_logprobs, top_logprobs, text_offset};
+ * *offset is the completion's characters before lp[0] (advanced past lp[n-1]). */
+cJSON *srv_logprobs_legacy_json(const okv_tok *tok, const srv_logprob *lp, size_t n, size_t *offset);
+
 /* ---- requests ------------------------------------------------------------- */
 
 typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+
+/* One of a request's n choices (fields guarded by the request's lock). */
+typedef struct srv_choice {
+    srv_buf content, reasoning;   /* non-streamed: the reply so far */
+    srv_think splitter;
+    bool role_sent, done;
+    const char *finish_reason;
+    int64_t completion_tokens;
+    srv_logprob *lp;              /* one per sampled token (EOS not included), when logprobs are asked for */
+    size_t n_lp, cap_lp, lp_sent; /* lp_sent: entries already streamed */
+    size_t text_offset;           /* legacy logprobs: characters of the streamed entries' tokens */
+} srv_choice;
 
 /* One admitted request, shared by its connection (which waits for output)
  * and the scheduler (which produces it): reference counted, fields after
@@ -72,12 +115,18 @@ typedef struct srv_request {
     char id[48];
     long long created;
     const char *model;            /* borrowed from the server */
+    const char *fingerprint;      /* system_fingerprint, borrowed from the server */
+    const okv_tok *tok;           /* borrowed: token texts of logprobs */
+    int n_vocab;
+    int n_choices;                /* n: choices sharing the prompt's cells (>= 1) */
+    int logprobs;                 /* top entries per token (0..SRV_MAX_TOP_LOGPROBS); -1 = no logprobs */
     int32_t *prompt;
     size_t n_prompt;
     okv_gen_options go;           /* sampling, max_new_tokens, stops (below) */
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
+    okv_grammar *grammar;         /* response_format's constraint (go.grammar points at it), owned; NULL = free text */
     double t_submit;
 
     pthread_mutex_t lock;
@@ -85,17 +134,18 @@ typedef struct srv_request {
     int refs;
     srv_buf out;                  /* bytes ready for the client (SSE events, or the whole JSON body) */
     size_t out_sent;
-    srv_buf content, reasoning;   /* non-streamed: the reply so far */
-    srv_think splitter;
-    bool role_sent;
-    bool done, cancelled;
-    const char *finish_reason;
-    int64_t completion_tokens, cached_tokens;
+    srv_choice *choices;          /* [n_choices] */
+    int n_done;                   /* choices ended */
+    bool done, cancelled;         /* done: every choice ended, out complete; cancelled: the client went away */
+    bool failed;                  /* a choice failed: the others are cancelled */
+    int64_t cached_tokens;
     double t_first;               /* first text, seconds since t_submit's clock; 0 = none yet */
     char error[512];
 } srv_request;
 
 srv_request *srv_request_new(void);
+/* Allocates r's n choices (false: out of memory). */
+bool srv_request_choices(srv_request *r, int n);
 void srv_request_unref(srv_request *r);
 
 /* ---- the scheduler ------------------------------------------------------ */
@@ -108,7 +158,9 @@ typedef struct srv_slot {
     int32_t *ids;                 /* ids its cells hold, in position order */
     size_t n_ids, cap_ids;
     srv_request *req;             /* NULL = a kept entry (or unused) */
-    okv_gen_seq *gen;
+    int choice;                   /* which of req's choices it generates */
+    okv_gen_seq *gen;             /* NULL with req set: a choice waiting to fork choice 0's prompt */
+    const float *row;             /* the logits row being fed (for the logprobs of the token sampled from it) */
     int64_t last_used;            /* admission / finish counter, for LRU */
     int64_t admitted;             /* admission order, for prefill fairness */
     bool on_disk;                 /* a kept entry loaded from (so already in) the prefix-cache directory */
@@ -146,7 +198,10 @@ struct okv_server {
     char *tok_config, *chat_template;  /* bundled texts (NUL-terminated) */
     bool think_template;               /* the template knows <think> */
     okv_gen_defaults defaults;
+    char fingerprint[24];              /* system_fingerprint: "fp_" + the program's digest */
     pthread_mutex_t tok_lock;          /* tokenization and template renders */
+    okv_grammar_vocab *grammar_vocab;  /* token bytes for response_format, built by the first request that needs one
+                                          (under tok_lock; read-only after) */
 
     char key[64];                      /* the cell-pool cache key */
     okv_runner *runner;
@@ -169,6 +224,8 @@ struct okv_server {
     pthread_t sched;
     bool sched_started;
     struct MHD_Daemon *daemon;
+    struct srv_gate *gate;             /* the listening socket, in front of the daemon */
+    int http_requests;                 /* requests between their headers and their reply's end (atomic) */
     int port;
     char *dir;                         /* prefix-cache directory (NULL = none); the scheduler's alone once started */
     uint64_t dir_cap;
@@ -213,16 +270,35 @@ bool srv_dir_load(okv_server *s, int i, srv_slot *into);
 void srv_dir_flush(okv_server *s);
 void srv_dir_free(okv_server *s);
 
+/* ---- the listening socket (okv_server_gate.c) ---------------------------------- */
+
+struct sockaddr_in;
+typedef struct srv_gate srv_gate;
+/* Listens on addr and starts the thread that accepts connections, answers
+ * 400 to those whose first bytes are not an HTTP request line and hands
+ * the others to daemon, within o's connection limits; *port = the port bound. */
+okv_status srv_gate_start(struct MHD_Daemon *daemon, const struct sockaddr_in *addr, const okv_server_options *o,
+                          srv_gate **out, int *port, okv_error *err);
+/* Stops accepting; connections still held are closed. NULL is fine. */
+void srv_gate_stop(srv_gate *g);
+
 /* ---- OpenAI shapes (okv_server_api.c) ----------------------------------------- */
 
 /* Parses and checks a request body into r (prompt tokenized, options set).
  * On failure fills msg (naming the field) and *param, returns the HTTP status. */
 int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
                       size_t msg_len, const char **param);
-/* Called by the scheduler as text arrives and when the sequence ends; both
- * append to r->out (under r->lock, held by the caller). */
-void srv_emit_text(srv_request *r, const char *text, size_t len);
-void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error);
+/* Called by the scheduler as a choice's tokens and text arrive and when it
+ * ends (choice < 0: every choice not ended yet); all append to r->out
+ * (under r->lock, held by the caller). srv_emit_end returns true when it
+ * ended the request's last choice (r->done). cut_short: ended by the server
+ * (the shutdown grace ran out), reported as finish_reason "length" like a
+ * max_tokens limit. */
+void srv_emit_token(srv_request *r, int choice, const float *row, int32_t id);
+void srv_emit_text(srv_request *r, int choice, const char *text, size_t len);
+bool srv_emit_end(srv_request *r, int choice, const okv_gen_stats *st, const char *error, bool cut_short);
+/* "fp_" and the program's digest (okv_program_fingerprint) into out[24]. */
+void srv_fingerprint(const okv_program *p, char out[24]);
 /* {"error": {"message", "type", "param", "code"}} (caller frees). */
 char *srv_error_json(const char *message, const char *type, const char *param);
 char *srv_models_json(const okv_server *s);

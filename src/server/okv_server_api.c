@@ -3,6 +3,11 @@
  * srv_request (a bad field is a 400 that names it), and the replies built
  * from the generated text: one JSON object, or SSE "data:" events
  * (chat.completion.chunk / text_completion) ending with "data: [DONE]".
+ * A request has n choices (srv_choice), each with its own text, reasoning
+ * split, finish and logprobs; streamed chunks name their choice's index,
+ * and a chat choice opens with a chunk holding the role alone. The request
+ * is done when its last choice ends; the first error fails it (one error
+ * event, the other choices cancelled).
  *
  * Sampling starts from the program's defaults (okv_gen_defaults_get: its
  * generation_config.json), and the request's fields override them, as
@@ -96,7 +101,34 @@ static int parse_stops(parse_ctx *c, const cJSON *j, srv_request *r) {
     return 0;
 }
 
-/* The fields both endpoints share: sampling, limits, stop, stream. */
+/* A field that may be absent or null, else must be a string (accepted, not used). */
+static int opt_string(parse_ctx *c, const cJSON *j, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v) || cJSON_IsString(v)) return 0;
+    return bad(c, key, "'%s' must be a string%s", NULL);
+}
+
+/* Chat: logprobs true/false with top_logprobs 0..20 (which needs logprobs
+ * true); completions: logprobs 0..20, the top entries per token. */
+static int parse_logprobs(parse_ctx *c, const cJSON *j, srv_request *r) {
+    int status = 0;
+    long long k = 0;
+    r->logprobs = -1;
+    if (r->kind == SRV_COMPLETION) {
+        if (opt_int(c, j, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &k, &status)) r->logprobs = (int)k;
+        return status ? bad(c, "logprobs", "'%s' must be an integer in [0, 20] (top entries per token)%s", NULL) : 0;
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "logprobs");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) return bad(c, "logprobs", "'%s' must be true or false%s", NULL);
+    bool on = v && cJSON_IsTrue(v);
+    bool has_top = opt_int(c, j, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &k, &status);
+    if (status) return bad(c, "top_logprobs", "'%s' must be an integer in [0, 20]%s", NULL);
+    if (has_top && !on) return bad(c, "top_logprobs", "'%s' needs 'logprobs': true%s", NULL);
+    if (on) r->logprobs = (int)k;
+    return 0;
+}
+
+/* The fields both endpoints share: sampling, limits, stop, stream, n, logprobs. */
 static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
     int status = 0;
     okv_sampler_params sp = s->defaults.sampling;
@@ -113,7 +145,11 @@ static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request
         v = cJSON_GetObjectItemCaseSensitive(so, "include_usage");
         r->include_usage = v && cJSON_IsTrue(v);
     }
-    if (opt_int(c, j, "n", 1, 1, &ll, &status), status) return bad(c, "n", "'%s' must be 1 (one choice per request)%s", NULL);
+    r->n_choices = 1;
+    if (opt_int(c, j, "n", 1, s->max_running, &ll, &status)) r->n_choices = (int)ll;
+    if (status) return bad(c, "n", "'%s' must be an integer in [1, --parallel] (choices run as parallel sequences)%s", NULL);
+    if ((status = parse_logprobs(c, j, r))) return status;
+    if ((status = opt_string(c, j, "user")) || (status = opt_string(c, j, "prompt_cache_key"))) return status;
     long long max_new = s->o.max_tokens_default > 0 ? s->o.max_tokens_default : s->o.ctx_per_seq;
     if (opt_int(c, j, "max_tokens", 1, 1 << 30, &ll, &status)) max_new = ll;
     if (status) return status;
@@ -250,6 +286,50 @@ static int parse_completion(okv_server *s, parse_ctx *c, const cJSON *j, srv_req
     return 0;
 }
 
+/* response_format: "text" (free), "json_object" (any object) or "json_schema"
+ * ({"name", "schema", "strict"}: the schema enforced whether strict or not).
+ * The constraint goes to r->go.grammar; a schema we cannot enforce is a 400
+ * naming the keyword. Must run after parse_common (which sets r->go). */
+static int parse_response_format(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(j, "response_format");
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    const char *type = cJSON_IsString(t) ? t->valuestring : NULL;
+    if (!type) return bad(c, "response_format", "'%s' must be an object with a string 'type'%s", NULL);
+    if (!strcmp(type, "text")) return 0;
+    okv_error err = {0};
+    okv_status st;
+    if (!strcmp(type, "json_object")) {
+        st = okv_grammar_json_object(&r->grammar, &err);
+    } else if (!strcmp(type, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        const cJSON *schema = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+        if (!cJSON_IsObject(js) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(js, "name")))
+            return bad(c, "response_format", "'%s' of type json_schema needs a 'json_schema' object with a string 'name'%s", NULL);
+        if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+            return bad(c, "response_format", "'%s': json_schema.schema must be an object%s", NULL);
+        char *text = schema ? cJSON_PrintUnformatted(schema) : strdup("true");
+        st = text ? okv_grammar_from_schema(text, strlen(text), &r->grammar, &err)
+                  : (snprintf(err.message, sizeof err.message, "out of memory"), OKV_ERR_NOMEM);
+        free(text);
+    } else {
+        return bad(c, "response_format", "'%s' type must be \"text\", \"json_object\" or \"json_schema\"%s", NULL);
+    }
+    if (!st) {
+        pthread_mutex_lock(&s->tok_lock);
+        if (!s->grammar_vocab) st = okv_gen_grammar_vocab(s->tok, s->info.vocab_size, &s->grammar_vocab, &err);
+        pthread_mutex_unlock(&s->tok_lock);
+    }
+    if (st) {
+        char detail[sizeof err.message + 4];
+        snprintf(detail, sizeof detail, ": %s", err.message);
+        return bad(c, "response_format", "'%s'%s", detail);
+    }
+    r->go.grammar = r->grammar;
+    r->go.grammar_vocab = s->grammar_vocab;
+    return 0;
+}
+
 int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len, srv_request *r, char *msg,
                       size_t msg_len, const char **param) {
     parse_ctx c = {msg, msg_len, param};
@@ -260,25 +340,44 @@ int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len
     if (!cJSON_IsObject(j)) { snprintf(msg, msg_len, "the request body must be a JSON object"); status = 400; }
     r->kind = kind;
     if (!status) status = parse_common(s, &c, j, r);
+    if (!status) status = parse_response_format(s, &c, j, r);
     if (!status) status = kind == SRV_CHAT ? parse_chat(s, &c, j, r) : parse_completion(s, &c, j, r);
     cJSON_Delete(j);
+    if (!status && !srv_request_choices(r, r->n_choices)) { snprintf(msg, msg_len, "out of memory"); status = 500; }
     if (!status && r->n_prompt == 0) status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' gives an empty prompt%s", NULL);
     if (!status && r->n_prompt > (size_t)s->o.ctx_per_seq) {
         char detail[128];
         snprintf(detail, sizeof detail, " (%zu tokens; the context holds %d)", r->n_prompt, s->o.ctx_per_seq);
         status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' is longer than the context%s", detail);
     }
-    srv_think_init(&r->splitter, r->think, r->think_inside);
+    for (int i = 0; !status && i < r->n_choices; i++) srv_think_init(&r->choices[i].splitter, r->think, r->think_inside);
+    r->fingerprint = s->fingerprint;
+    r->tok = s->tok;
+    r->n_vocab = s->info.vocab_size;
     return status;
 }
 
 /* ---- replies ------------------------------------------------------------------- */
 
+void srv_fingerprint(const okv_program *p, char out[24]) {
+    uint64_t layout = 0, program = 0;
+    okv_program_fingerprint(p, &layout, &program);
+    snprintf(out, 24, "fp_%016llx", (unsigned long long)(program ^ (layout * 0x9E3779B97F4A7C15ull)));
+}
+
+static int64_t completion_tokens(const srv_request *r) {
+    int64_t n = 0;
+    for (int i = 0; i < r->n_choices; i++) n += r->choices[i].completion_tokens;
+    return n;
+}
+
+/* usage: the prompt once (its cells are shared by every choice), completion tokens of all choices. */
 static cJSON *usage_json(const srv_request *r) {
     cJSON *u = cJSON_CreateObject();
+    int64_t gen = completion_tokens(r);
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)r->completion_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + (double)r->completion_tokens);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)gen);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + (double)gen);
     cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
     cJSON_AddNumberToObject(d, "cached_tokens", (double)r->cached_tokens);
     return u;
@@ -290,6 +389,7 @@ static cJSON *envelope(const srv_request *r, bool chunk) {
     cJSON_AddStringToObject(o, "object", r->kind == SRV_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", r->model);
+    cJSON_AddStringToObject(o, "system_fingerprint", r->fingerprint ? r->fingerprint : "");
     return o;
 }
 
@@ -303,19 +403,32 @@ static void put_event(srv_request *r, cJSON *o) {
     free(text);
 }
 
-/* One streamed chunk: delta text of one part, or (text NULL) the finish. */
-static void put_chunk(srv_request *r, srv_part part, const char *text, size_t len, const char *finish) {
+/* The choice's logprobs entries from lp_sent on (marked sent), in the
+ * request's shape; JSON null when logprobs are off or (streaming) none are new. */
+static cJSON *logprobs_since_sent(const srv_request *r, srv_choice *ch) {
+    size_t n = ch->n_lp - ch->lp_sent;
+    if (r->logprobs < 0 || (r->stream && !n)) return cJSON_CreateNull();
+    const srv_logprob *lp = ch->lp + ch->lp_sent;
+    ch->lp_sent = ch->n_lp;
+    if (r->kind == SRV_CHAT) return srv_logprobs_chat_json(r->tok, lp, n);
+    return srv_logprobs_legacy_json(r->tok, lp, n, &ch->text_offset);
+}
+
+/* One streamed chunk of choice i: delta text of one part, the role alone
+ * (role true: chat's first chunk of a choice), or (text NULL) the finish. */
+static void put_chunk(srv_request *r, int i, srv_part part, const char *text, size_t len, bool role, const char *finish) {
+    srv_choice *c = &r->choices[i];
     cJSON *o = envelope(r, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddNumberToObject(ch, "index", i);
     char *t = text ? strndup(text, len) : NULL;
     if (r->kind == SRV_CHAT) {
         cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
-        if (!r->role_sent) { cJSON_AddStringToObject(delta, "role", "assistant"); r->role_sent = true; }
-        if (t) cJSON_AddStringToObject(delta, part == SRV_REASONING ? "reasoning_content" : "content", t);
-    } else {
-        cJSON_AddStringToObject(ch, "text", t ? t : "");
-        cJSON_AddNullToObject(ch, "logprobs");
-    }
+        if (role) {
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            cJSON_AddStringToObject(delta, "content", "");
+        } else if (t) cJSON_AddStringToObject(delta, part == SRV_REASONING ? "reasoning_content" : "content", t);
+    } else cJSON_AddStringToObject(ch, "text", t ? t : "");
+    cJSON_AddItemToObject(ch, "logprobs", role ? cJSON_CreateNull() : logprobs_since_sent(r, c));
     if (finish) cJSON_AddStringToObject(ch, "finish_reason", finish);
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
@@ -323,14 +436,39 @@ static void put_chunk(srv_request *r, srv_part part, const char *text, size_t le
     put_event(r, o);
 }
 
-static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
-    srv_request *r = ctx;
-    if (r->stream) put_chunk(r, part, text, len, NULL);
-    else srv_buf_put(part == SRV_REASONING ? &r->reasoning : &r->content, text, len);
+/* Chat streams open each choice with a chunk carrying the role alone, as OpenAI does. */
+static void put_role_once(srv_request *r, int i) {
+    if (r->kind != SRV_CHAT || r->choices[i].role_sent) return;
+    r->choices[i].role_sent = true;
+    put_chunk(r, i, SRV_CONTENT, NULL, 0, true, NULL);
 }
 
-void srv_emit_text(srv_request *r, const char *text, size_t len) {
-    if (!r->done) srv_think_push(&r->splitter, text, len, on_part, r);
+typedef struct part_ctx {
+    srv_request *r;
+    int choice;
+} part_ctx;
+
+static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
+    part_ctx *pc = ctx;
+    srv_request *r = pc->r;
+    srv_choice *c = &r->choices[pc->choice];
+    if (!r->stream) { srv_buf_put(part == SRV_REASONING ? &c->reasoning : &c->content, text, len); return; }
+    put_role_once(r, pc->choice);
+    put_chunk(r, pc->choice, part, text, len, false, NULL);
+}
+
+void srv_emit_token(srv_request *r, int choice, const float *row, int32_t id) {
+    srv_choice *c = &r->choices[choice];
+    if (r->done || c->done || r->logprobs < 0 || !row) return;
+    srv_logprob *p = srv_grow(c->lp, &c->cap_lp, c->n_lp + 1, sizeof *p);
+    if (!p) { r->out.oom = true; return; }
+    c->lp = p;
+    srv_logprob_of(row, r->n_vocab, id, r->logprobs, &c->lp[c->n_lp++]);
+}
+
+void srv_emit_text(srv_request *r, int choice, const char *text, size_t len) {
+    part_ctx pc = {r, choice};
+    if (!r->done && !r->choices[choice].done) srv_think_push(&r->choices[choice].splitter, text, len, on_part, &pc);
 }
 
 static const char *finish_reason(const okv_gen_stats *st) {
@@ -338,21 +476,23 @@ static const char *finish_reason(const okv_gen_stats *st) {
     return st->stop == OKV_STOP_MAX_TOKENS || st->stop == OKV_STOP_CONTEXT ? "length" : "stop";
 }
 
-/* The whole non-streamed reply. */
+/* The whole non-streamed reply, every choice by index. */
 static void put_body(srv_request *r) {
-    cJSON *o = envelope(r, false), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ch, "index", 0);
-    if (r->kind == SRV_CHAT) {
-        cJSON *m = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(m, "role", "assistant");
-        cJSON_AddStringToObject(m, "content", r->content.data ? r->content.data : "");
-        if (r->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", r->reasoning.data);
-    } else {
-        cJSON_AddStringToObject(ch, "text", r->content.data ? r->content.data : "");
-        cJSON_AddNullToObject(ch, "logprobs");
+    cJSON *o = envelope(r, false), *choices = cJSON_AddArrayToObject(o, "choices");
+    for (int i = 0; i < r->n_choices; i++) {
+        srv_choice *c = &r->choices[i];
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", i);
+        if (r->kind == SRV_CHAT) {
+            cJSON *m = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(m, "role", "assistant");
+            cJSON_AddStringToObject(m, "content", c->content.data ? c->content.data : "");
+            if (c->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", c->reasoning.data);
+        } else cJSON_AddStringToObject(ch, "text", c->content.data ? c->content.data : "");
+        cJSON_AddItemToObject(ch, "logprobs", logprobs_since_sent(r, c));
+        cJSON_AddStringToObject(ch, "finish_reason", c->finish_reason);
+        cJSON_AddItemToArray(choices, ch);
     }
-    cJSON_AddStringToObject(ch, "finish_reason", r->finish_reason);
-    cJSON_AddItemToArray(choices, ch);
     cJSON_AddItemToObject(o, "usage", usage_json(r));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -361,20 +501,42 @@ static void put_body(srv_request *r) {
     free(text);
 }
 
-void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
-    if (r->done) return;
-    srv_think_flush(&r->splitter, on_part, r);
-    r->finish_reason = finish_reason(st);
-    r->completion_tokens = st ? st->generated_tokens : 0;
-    if (error) snprintf(r->error, sizeof r->error, "%s", error);
+/* Ends choice i: held text flushed, its finish chunk streamed (unless the
+ * request failed); cut_short: "length", as srv_emit_end says. */
+static void end_choice(srv_request *r, int i, const okv_gen_stats *st, bool cut_short) {
+    srv_choice *c = &r->choices[i];
+    part_ctx pc = {r, i};
+    if (!r->failed) srv_think_flush(&c->splitter, on_part, &pc);
+    c->finish_reason = cut_short ? "length" : finish_reason(st);
+    c->completion_tokens = st ? st->generated_tokens : 0;
+    c->done = true;
+    r->n_done++;
+    if (r->stream && !r->failed) {
+        put_role_once(r, i);
+        put_chunk(r, i, SRV_CONTENT, NULL, 0, false, c->finish_reason);
+    }
+}
+
+/* The first error fails the request: streamed, one error event (no finish chunks follow). */
+static void fail_request(srv_request *r, const char *error) {
+    if (r->failed) return;
+    r->failed = true;
+    snprintf(r->error, sizeof r->error, "%s", error);
+    if (!r->stream) return;
+    char *e = srv_error_json(error, "server_error", NULL);
+    srv_buf_puts(&r->out, "data: ");
+    srv_buf_puts(&r->out, e ? e : "{}");
+    srv_buf_puts(&r->out, "\n\n");
+    free(e);
+}
+
+bool srv_emit_end(srv_request *r, int choice, const okv_gen_stats *st, const char *error, bool cut_short) {
+    if (r->done) return false;
+    if (error) fail_request(r, error);
+    for (int i = choice < 0 ? 0 : choice; i < (choice < 0 ? r->n_choices : choice + 1); i++)
+        if (!r->choices[i].done) end_choice(r, i, st, cut_short);
+    if (r->n_done < r->n_choices) return false;
     if (r->stream) {
-        if (error) {
-            char *e = srv_error_json(error, "server_error", NULL);
-            srv_buf_puts(&r->out, "data: ");
-            srv_buf_puts(&r->out, e ? e : "{}");
-            srv_buf_puts(&r->out, "\n\n");
-            free(e);
-        } else put_chunk(r, SRV_CONTENT, NULL, 0, r->finish_reason);
         if (r->include_usage) {
             cJSON *o = envelope(r, true);
             cJSON_AddArrayToObject(o, "choices");
@@ -382,6 +544,7 @@ void srv_emit_end(srv_request *r, const okv_gen_stats *st, const char *error) {
             put_event(r, o);
         }
         srv_buf_puts(&r->out, "data: [DONE]\n\n");
-    } else if (!error) put_body(r);
+    } else if (!r->failed) put_body(r);
     r->done = true;
+    return true;
 }

@@ -21,7 +21,13 @@
  * With a prefix-cache directory (okv_server_dir.c) an evicted entry is
  * written there first, every kept entry is written when the scheduler
  * stops, and a prompt whose stored prefix beats everything in memory loads
- * that file as a kept entry, which is then forked as above. */
+ * that file as a kept entry, which is then forked as above.
+ *
+ * A request with n choices takes n sequences: choice 0 is started as
+ * above, the others reserve slots at admission (so the step never holds
+ * more rows than max_running) and fork choice 0's prompt cells the moment
+ * its prefill ends, sampling their first token from that same logits row:
+ * the prompt is prefilled once. Each choice samples with seed + its index. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +52,12 @@ srv_request *srv_request_new(void) {
     return r;
 }
 
+bool srv_request_choices(srv_request *r, int n) {
+    r->choices = n > 0 ? calloc((size_t)n, sizeof *r->choices) : NULL;
+    r->n_choices = r->choices ? n : 0;
+    return r->choices != NULL;
+}
+
 void srv_request_unref(srv_request *r) {
     if (!r) return;
     pthread_mutex_lock(&r->lock);
@@ -53,10 +65,15 @@ void srv_request_unref(srv_request *r) {
     pthread_mutex_unlock(&r->lock);
     if (left) return;
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    okv_grammar_free(r->grammar);
     free(r->prompt);
     srv_buf_free(&r->out);
-    srv_buf_free(&r->content);
-    srv_buf_free(&r->reasoning);
+    for (int i = 0; r->choices && i < r->n_choices; i++) {   /* (a request refused by parsing has none) */
+        srv_buf_free(&r->choices[i].content);
+        srv_buf_free(&r->choices[i].reasoning);
+        free(r->choices[i].lp);
+    }
+    free(r->choices);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
     free(r);
@@ -159,15 +176,38 @@ static void enforce_byte_cap(okv_server *s) {
     }
 }
 
-/* Text of slot sl's request, as its generator streams it. */
+/* Text of slot sl's choice, as its generator streams it. */
 static void on_text(void *ctx, const char *text, size_t len) {
     srv_slot *sl = ctx;
     srv_request *r = sl->req;
     pthread_mutex_lock(&r->lock);
     if (!r->t_first) r->t_first = srv_now() - r->t_submit;
-    srv_emit_text(r, text, len);
+    srv_emit_text(r, sl->choice, text, len);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
+}
+
+/* A token sampled for slot sl's choice from the row being fed (its logprobs, when asked for). */
+static void on_token(void *ctx, int32_t id) {
+    srv_slot *sl = ctx;
+    srv_request *r = sl->req;
+    for (int i = 0; i < r->go.n_eos; i++)
+        if (r->go.eos_ids[i] == id) return;   /* EOS is not part of the reply */
+    pthread_mutex_lock(&r->lock);
+    srv_emit_token(r, sl->choice, sl->row, id);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Generation options of slot sl's choice: choice k samples with seed + k,
+ * so a seeded request's choices differ and repeat. */
+static okv_gen_options choice_options(const okv_server *s, const srv_request *r, srv_slot *sl) {
+    okv_gen_options go = r->go;
+    go.sampling.seed += (uint64_t)sl->choice;
+    go.context_limit = s->o.ctx_per_seq;
+    go.on_text = on_text;
+    go.on_token = on_token;
+    go.ctx = sl;
+    return go;
 }
 
 /* The sequence (running or kept) sharing the longest prefix with prompt, usable up to *keep tokens. */
@@ -192,9 +232,10 @@ static srv_slot *unused_slot(okv_server *s, const srv_slot *keep) {
     return v;
 }
 
+/* Ends every choice of a request that never ran (or could not start). */
 static void end_request(srv_request *r, const okv_gen_stats *st, const char *error) {
     pthread_mutex_lock(&r->lock);
-    srv_emit_end(r, st, error);
+    srv_emit_end(r, -1, st, error, false);
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
 }
@@ -215,6 +256,32 @@ static void fetch_from_dir(okv_server *s, const srv_request *r, const srv_slot *
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Reserves a slot for each of r's choices after the first (counted as
+ * running from now on, so admission keeps room for them); they fork
+ * choice 0's cells once its prompt is in (start_choices). Each holds a
+ * reference to r. A choice that finds no slot fails the request. */
+static void reserve_choices(okv_server *s, srv_request *r, const srv_slot *src) {
+    for (int k = 1; k < r->n_choices; k++) {
+        srv_slot *sl = unused_slot(s, src);
+        if (!sl) {
+            pthread_mutex_lock(&r->lock);
+            srv_emit_end(r, k, NULL, "no free sequence for another choice", false);
+            pthread_cond_broadcast(&r->cond);
+            pthread_mutex_unlock(&r->lock);
+            continue;
+        }
+        pthread_mutex_lock(&r->lock);
+        r->refs++;
+        pthread_mutex_unlock(&r->lock);
+        pthread_mutex_lock(&s->lock);
+        sl->req = r;
+        sl->choice = k;
+        sl->gen = NULL;
+        sl->last_used = sl->admitted = ++s->admissions;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
 /* Starts r in a sequence: forks the longest cached prefix (or a new
  * sequence) and prepares its generator. False when it must wait for cells;
  * r is ended (and released) when it cannot run at all. */
@@ -225,7 +292,12 @@ static bool start_request(okv_server *s, srv_request *r) {
         fetch_from_dir(s, r, src, keep);
         src = best_prefix(s, r, &keep);
     }
-    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) return false;
+    if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) {
+        /* only the prefix's own entry holds the cells: prefill it all instead (src may go) */
+        if (!src || !make_room(s, (int)r->n_prompt + 1, NULL)) return false;
+        src = NULL;
+        keep = 0;
+    }
     srv_slot *sl = unused_slot(s, src);
     if (!sl) return false;
     okv_error err = {0};
@@ -237,10 +309,8 @@ static bool start_request(okv_server *s, srv_request *r) {
     sl->seq = seq;
     sl->n_ids = 0;
     sl->on_disk = false;
-    okv_gen_options go = r->go;
-    go.context_limit = s->o.ctx_per_seq;
-    go.on_text = on_text;
-    go.ctx = sl;
+    sl->choice = 0;
+    okv_gen_options go = choice_options(s, r, sl);
     okv_status st = append_ids(sl, r->prompt, keep) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
     if (!st) st = okv_gen_seq_create_fed(s->program, s->tok, r->prompt + keep, r->n_prompt - keep, (int)keep, &go,
                                          &sl->gen, &err);
@@ -262,31 +332,37 @@ static bool start_request(okv_server *s, srv_request *r) {
     pthread_mutex_lock(&r->lock);
     r->cached_tokens = (int64_t)keep;
     pthread_mutex_unlock(&r->lock);
+    reserve_choices(s, r, src);
     return true;
 }
 
-/* Ends slot sl's request: reports, keeps its cells as a prefix entry
- * (unless it failed or was cancelled) and releases the request. */
-static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool cancelled) {
+/* How a running choice ends besides an error: on its own, cancelled
+ * (client gone), or cut short when the shutdown grace runs out. */
+typedef enum slot_end { END_NORMAL, END_CANCELLED, END_CUT } slot_end;
+
+/* Ends slot sl's choice: reports (the request's counters once its last
+ * choice ends), keeps its cells as a prefix entry (unless it failed or was
+ * cancelled) and releases its reference to the request. */
+static void finish_slot(okv_server *s, srv_slot *sl, const char *error, slot_end how) {
+    bool cancelled = how == END_CANCELLED;
     srv_request *r = sl->req;
     const okv_gen_stats *st = sl->gen ? okv_gen_seq_stats(sl->gen) : NULL;
-    pthread_mutex_lock(&s->lock);
-    if (st) s->m.generated_tokens += st->generated_tokens;
-    if (cancelled) s->m.requests_cancelled++;
-    else if (!error) s->m.requests_ok++;
-    pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&r->lock);
     double first = r->t_first;
     if (cancelled && !error) error = "cancelled";
-    srv_emit_end(r, st, error);
+    bool complete = srv_emit_end(r, sl->choice, st, error, how == END_CUT);
+    bool gone = cancelled || r->cancelled, ok = !r->failed;
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
-    if (first > 0) {   /* locks are never nested request -> server */
-        pthread_mutex_lock(&s->lock);
+    pthread_mutex_lock(&s->lock);   /* locks are never nested request -> server */
+    if (st) s->m.generated_tokens += st->generated_tokens;
+    if (complete && gone) s->m.requests_cancelled++;
+    else if (complete && ok) s->m.requests_ok++;
+    if (complete && first > 0) {
         s->m.ttft_sum += first;
         s->m.ttft_count++;
-        pthread_mutex_unlock(&s->lock);
     }
+    pthread_mutex_unlock(&s->lock);
     okv_gen_seq_free(sl->gen);
     sl->gen = NULL;
     pthread_mutex_lock(&s->lock);
@@ -303,11 +379,44 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, bool can
     enforce_byte_cap(s);
 }
 
+/* Whether any choice of r has generated a token: running in a slot, or
+ * already ended. */
+static bool request_generated(okv_server *s, srv_request *r) {
+    for (int i = 0; i < s->n_slots; i++) {
+        const srv_slot *sl = &s->slots[i];
+        if (sl->req != r || !sl->gen) continue;
+        const okv_gen_stats *st = okv_gen_seq_stats(sl->gen);
+        if (st && st->generated_tokens > 0) return true;
+    }
+    bool any = false;
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->n_choices; i++) any |= r->choices[i].done && r->choices[i].completion_tokens > 0;
+    pthread_mutex_unlock(&r->lock);
+    return any;
+}
+
+/* The shutdown grace ran out while sl's choice runs: a request that has
+ * generated something ends with it (each choice still running with
+ * finish_reason "length"), one with no token yet (choice 0 still
+ * prefilling: its other choices have not forked) with the 503 of a request
+ * refused while stopping. */
+static void cut_at_grace(okv_server *s, srv_slot *sl) {
+    if (request_generated(s, sl->req)) finish_slot(s, sl, NULL, END_CUT);
+    else finish_slot(s, sl, SRV_SHUTTING_DOWN, END_NORMAL);
+}
+
 static bool is_cancelled(srv_request *r) {
     pthread_mutex_lock(&r->lock);
     bool c = r->cancelled;
     pthread_mutex_unlock(&r->lock);
     return c;
+}
+
+static bool has_failed(srv_request *r) {
+    pthread_mutex_lock(&r->lock);
+    bool f = r->failed;
+    pthread_mutex_unlock(&r->lock);
+    return f;
 }
 
 static int n_running(const okv_server *s) {
@@ -319,7 +428,7 @@ static int n_running(const okv_server *s) {
 /* Moves queued requests into sequences (FIFO) while fewer than max_running
  * run. Called with s->lock held; drops it around each start. */
 static void admit(okv_server *s) {
-    while (s->n_queue && n_running(s) < s->max_running) {
+    while (s->n_queue && n_running(s) + s->queue[0]->n_choices <= s->max_running) {
         srv_request *r = s->queue[0];
         if (is_cancelled(r)) {
             memmove(s->queue, s->queue + 1, (size_t)(--s->n_queue) * sizeof *s->queue);
@@ -340,7 +449,7 @@ static void admit(okv_server *s) {
 static void drain_on_stop(okv_server *s) {
     while (s->n_queue) {
         srv_request *r = s->queue[--s->n_queue];
-        end_request(r, NULL, "the server is shutting down");
+        end_request(r, NULL, SRV_SHUTTING_DOWN);
         srv_request_unref(r);
     }
 }
@@ -373,7 +482,7 @@ static int add_part(okv_server *s, int i, int *T, int *parts, int *rows, int n) 
 static void build_step(okv_server *s, int *T, int *parts, int *rows) {
     *T = *parts = *rows = 0;
     for (int i = 0; i < s->n_slots; i++)
-        if (s->slots[i].req && !okv_gen_seq_prefilling(s->slots[i].gen) && *T < s->step_tokens)
+        if (s->slots[i].gen && !okv_gen_seq_prefilling(s->slots[i].gen) && *T < s->step_tokens)
             add_part(s, i, T, parts, rows, 1);
     int budget = s->o.prefill_chunk > 0 ? s->o.prefill_chunk : s->step_tokens;
     for (;;) {
@@ -382,7 +491,7 @@ static void build_step(okv_server *s, int *T, int *parts, int *rows) {
             srv_slot *sl = &s->slots[i];
             bool taken = false;
             for (int p = 0; p < *parts; p++) taken |= s->b_slot[p] == i;
-            if (sl->req && !taken && okv_gen_seq_prefilling(sl->gen) && (oldest < 0 || sl->admitted < s->slots[oldest].admitted))
+            if (sl->gen && !taken && okv_gen_seq_prefilling(sl->gen) && (oldest < 0 || sl->admitted < s->slots[oldest].admitted))
                 oldest = i;
         }
         int room = s->step_tokens - *T < budget ? s->step_tokens - *T : budget;
@@ -391,12 +500,21 @@ static void build_step(okv_server *s, int *T, int *parts, int *rows) {
     }
 }
 
-static void update_cell_metrics(okv_server *s, int T, int n_seqs) {
+static void update_cell_metrics(okv_server *s) {
     okv_cells_info ci;
     okv_error e;
-    bool ok = !okv_cache_cells(s->key, &ci, &e);
+    if (okv_cache_cells(s->key, &ci, &e)) return;
     pthread_mutex_lock(&s->lock);
-    if (ok) { s->m.cells_used = ci.used_cells; s->m.cells_free = ci.free_cells; s->m.cells_total = ci.n_cells; }
+    s->m.cells_used = ci.used_cells;
+    s->m.cells_free = ci.free_cells;
+    s->m.cells_total = ci.n_cells;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The step counters, taken before the step's replies go out (so a client
+ * that has its reply sees its step counted). */
+static void count_step(okv_server *s, int T, int n_seqs) {
+    pthread_mutex_lock(&s->lock);
     if (T) {
         s->m.steps++;
         s->m.batch_tokens += T;
@@ -404,6 +522,34 @@ static void update_cell_metrics(okv_server *s, int T, int n_seqs) {
     s->m.last_batch_tokens = T;
     s->m.last_batch_seqs = n_seqs;
     pthread_mutex_unlock(&s->lock);
+}
+
+/* Choice 0 (slot src) has just prefilled its prompt and sampled from
+ * row: every other reserved choice of its request forks those cells
+ * (okv_seq_fork, zero copy) and samples its first token from the same row,
+ * so the prompt is prefilled once for all n choices. */
+static void start_choices(okv_server *s, srv_slot *src, const float *row) {
+    srv_request *r = src->req;
+    size_t keep = (size_t)r->cached_tokens;
+    for (int i = 0; r->n_choices > 1 && i < s->n_slots; i++) {
+        srv_slot *sl = &s->slots[i];
+        if (sl->req != r || sl->gen) continue;
+        okv_error err = {0};
+        bool done = false;
+        okv_gen_options go = choice_options(s, r, sl);
+        sl->n_ids = 0;
+        sl->on_disk = false;
+        okv_status st = okv_seq_fork(s->key, src->seq, (int)r->n_prompt, &sl->seq, &err);
+        if (st) sl->seq = -1;
+        if (!st) st = append_ids(sl, r->prompt, r->n_prompt) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
+        if (!st) st = okv_gen_seq_create_fed(s->program, s->tok, r->prompt + keep, r->n_prompt - keep, (int)keep, &go,
+                                             &sl->gen, &err);
+        sl->row = row;
+        if (!st) st = okv_gen_seq_fed(sl->gen, r->n_prompt - keep, row, 0, &done, &err);
+        sl->row = NULL;
+        if (st) finish_slot(s, sl, err.message, END_NORMAL);
+        else if (done) finish_slot(s, sl, NULL, END_NORMAL);
+    }
 }
 
 /* One batched step over every running sequence, each fed its part. */
@@ -416,6 +562,7 @@ static void run_step(okv_server *s) {
     double t0 = srv_now();
     if (!st) st = okv_runner_step_batch(s->runner, s->b_ids, s->b_seqs, s->b_pos, T, s->b_rows, rows, s->b_logits, &err);
     double dt = srv_now() - t0;
+    count_step(s, T, parts);
     int row = 0, t = 0;
     for (int p = 0; p < parts; p++) {
         srv_slot *sl = &s->slots[s->b_slot[p]];
@@ -423,18 +570,21 @@ static void run_step(okv_server *s) {
         bool ends = rows > row && s->b_rows[row] == t + n - 1;
         const float *lg = ends ? s->b_logits + (size_t)row * (size_t)s->info.vocab_size : NULL;
         row += ends;
-        bool done = false;
+        bool done = false, prefilling = okv_gen_seq_prefilling(sl->gen);
         okv_error e2 = {0};
         okv_status fs = st;
         if (!fs) {
+            sl->row = lg;
             if (!append_ids(sl, s->b_ids + t, (size_t)n)) fs = set_error(&e2, OKV_ERR_NOMEM, "out of memory");
             else fs = okv_gen_seq_fed(sl->gen, (size_t)n, lg, dt * n / T, &done, &e2);
+            sl->row = NULL;
+            if (!fs && prefilling && lg) start_choices(s, sl, lg);
         } else e2 = err;
         t += n;
-        if (fs) finish_slot(s, sl, e2.message, false);
-        else if (done) finish_slot(s, sl, NULL, false);
+        if (fs) finish_slot(s, sl, e2.message, END_NORMAL);
+        else if (done) finish_slot(s, sl, NULL, END_NORMAL);
     }
-    update_cell_metrics(s, T, parts);
+    update_cell_metrics(s);
 }
 
 static void *sched_main(void *arg) {
@@ -447,7 +597,8 @@ static void *sched_main(void *arg) {
         if (!n_running(s)) {
             if (s->stopping) { pthread_mutex_unlock(&s->lock); srv_dir_flush(s); break; }
             pthread_mutex_unlock(&s->lock);
-            update_cell_metrics(s, 0, 0);
+            update_cell_metrics(s);
+            count_step(s, 0, 0);
             pthread_mutex_lock(&s->lock);
             if (!s->n_queue && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
             pthread_mutex_unlock(&s->lock);
@@ -456,7 +607,9 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         for (int i = 0; i < s->n_slots; i++) {
             srv_slot *sl = &s->slots[i];
-            if (sl->req && (past_grace || is_cancelled(sl->req))) finish_slot(s, sl, NULL, true);
+            if (sl->req && is_cancelled(sl->req)) finish_slot(s, sl, NULL, END_CANCELLED);
+            else if (sl->req && past_grace) cut_at_grace(s, sl);
+            else if (sl->req && has_failed(sl->req)) finish_slot(s, sl, "cancelled", END_NORMAL);
         }
         run_step(s);
     }

@@ -90,7 +90,7 @@ static uint32_t next_cp(const char *s, size_t n, size_t *i) {
 static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *sc, strlist *in, strlist *out,
                             bool at_start, bool at_end, size_t limit, okv_error *err);
 
-static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
+static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out, bool raw) {
     okv_buf bytes = {0}, text = {0};
     for (size_t t = 0; t < in->n; t++) {
         const char *s = sl_str(in, t);
@@ -107,7 +107,8 @@ static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
             okv_buf_put(&bytes, s, n);
         }
     }
-    tok_utf8_lossy(&text, bytes.data ? bytes.data : "", bytes.len);
+    if (raw) okv_buf_put(&text, bytes.data ? bytes.data : "", bytes.len);
+    else tok_utf8_lossy(&text, bytes.data ? bytes.data : "", bytes.len);
     sl_add(out, text.data ? text.data : "", text.len);
     out->fused = true;
     if (bytes.oom || text.oom) out->oom = true;
@@ -115,15 +116,15 @@ static void dec_bytelevel(const okv_tok *tok, strlist *in, strlist *out) {
     okv_buf_free(&text);
 }
 
-static void flush_byte_run(strlist *out, okv_buf *run, size_t count) {
+static void flush_byte_run(strlist *out, okv_buf *run, size_t count, bool raw) {
     if (!count) return;
-    if (tok_utf8_valid_prefix(run->data, run->len) == run->len) sl_add(out, run->data, run->len);
+    if (raw || tok_utf8_valid_prefix(run->data, run->len) == run->len) sl_add(out, run->data, run->len);
     else
         for (size_t k = 0; k < count; k++) sl_add(out, "\xEF\xBF\xBD", 3);
     run->len = 0;
 }
 
-static void dec_bytefallback(strlist *in, strlist *out) {
+static void dec_bytefallback(strlist *in, strlist *out, bool raw) {
     okv_buf run = {0};
     size_t count = 0;
     for (size_t t = 0; t < in->n; t++) {
@@ -134,11 +135,11 @@ static void dec_bytefallback(strlist *in, strlist *out) {
             count++;
             continue;
         }
-        flush_byte_run(out, &run, count);
+        flush_byte_run(out, &run, count, raw);
         count = 0;
         sl_add(out, sl_str(in, t), in->len[t]);
     }
-    flush_byte_run(out, &run, count);
+    flush_byte_run(out, &run, count, raw);
     if (run.oom) out->oom = true;
     okv_buf_free(&run);
 }
@@ -238,8 +239,8 @@ static okv_status apply_dec(const okv_tok *tok, const tok_dec *d, tok_scratch *s
         sl_free(&b);
         break;
     }
-    case TOK_DEC_BYTELEVEL: dec_bytelevel(tok, in, out); break;
-    case TOK_DEC_BYTEFALLBACK: dec_bytefallback(in, out); out->fused = false; break;
+    case TOK_DEC_BYTELEVEL: dec_bytelevel(tok, in, out, sc->raw_bytes); break;
+    case TOK_DEC_BYTEFALLBACK: dec_bytefallback(in, out, sc->raw_bytes); out->fused = false; break;
     case TOK_DEC_FUSE:
         sl_add(out, in->text.data ? in->text.data : "", in->text.len); /* strings are stored back to back */
         out->fused = true;
@@ -263,7 +264,7 @@ static void collect_tokens(const okv_tok *tok, const int32_t *ids, size_t n, boo
 }
 
 static okv_status decode_window(const okv_tok *tok, const int32_t *ids, size_t n, bool skip_special, bool at_start,
-                                bool at_end, okv_buf *out, okv_error *err) {
+                                bool at_end, bool raw, okv_buf *out, okv_error *err) {
     strlist toks = {0}, res = {0};
     okv_status st = OKV_OK;
     collect_tokens(tok, ids, n, skip_special, &toks);
@@ -276,6 +277,7 @@ static okv_status decode_window(const okv_tok *tok, const int32_t *ids, size_t n
     } else if (!st) {
         tok_scratch sc;
         st = tok_scratch_init(&sc, err);
+        sc.raw_bytes = raw;
         if (!st) st = apply_dec(tok, tok->dec, &sc, &toks, &res, at_start, at_end, tok_expand_max(toks.text.len), err);
         if (!st) okv_buf_put(out, res.text.data, res.text.len);
         tok_scratch_free(&sc);
@@ -292,12 +294,31 @@ okv_status okv_tok_decode(const okv_tok *tok, const int32_t *ids, size_t n, bool
     if (len) *len = 0;
     if (!tok || (!ids && n)) return okv_fail(err, OKV_ERR_INVALID, "okv_tok_decode: NULL argument");
     okv_buf out = {0};
-    okv_status st = decode_window(tok, ids, n, skip_special, true, true, &out, err);
+    okv_status st = decode_window(tok, ids, n, skip_special, true, true, false, &out, err);
     if (!st) okv_buf_put(&out, "", 0); /* make sure there is a NUL-terminated buffer */
     if (!st && out.oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
     if (st) { okv_buf_free(&out); return st; }
     *text = out.data;
     if (len) *len = out.len;
+    return OKV_OK;
+}
+
+/* One token's bytes as they appear inside a text: the decoder chain run on
+ * the token alone, not at the start (no leading-space strip) nor the end,
+ * with byte-level and byte-fallback runs kept raw (a token holding part of
+ * a UTF-8 character gives those bytes, which constrained sampling needs). */
+okv_status okv_tok_token_bytes(const okv_tok *tok, int32_t id, char **bytes, size_t *len, okv_error *err) {
+    *bytes = NULL;
+    *len = 0;
+    if (!tok || id < 0 || (size_t)id >= tok->vocab_size)
+        return okv_fail(err, OKV_ERR_INVALID, "okv_tok_token_bytes: id %d outside the vocabulary", (int)id);
+    okv_buf out = {0};
+    okv_status st = decode_window(tok, &id, 1, false, false, false, true, &out, err);
+    if (!st) okv_buf_put(&out, "", 0);
+    if (!st && out.oom) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory while decoding");
+    if (st) { okv_buf_free(&out); return st; }
+    *bytes = out.data;
+    *len = out.len;
     return OKV_OK;
 }
 
@@ -344,7 +365,7 @@ static bool ends_with_replacement_char(const okv_buf *b) {
 /* Decodes the window into s->out; on success the window is emptied. */
 static okv_status stream_emit(okv_tok_stream *s, bool at_end, okv_error *err) {
     s->out.len = 0;
-    okv_status st = decode_window(s->tok, s->ids, s->n, s->skip_special, s->at_start, at_end, &s->out, err);
+    okv_status st = decode_window(s->tok, s->ids, s->n, s->skip_special, s->at_start, at_end, false, &s->out, err);
     if (st) return st;
     s->n = 0;
     s->at_start = false;
@@ -366,7 +387,7 @@ okv_status okv_tok_stream_push(okv_tok_stream *s, int32_t id, const char **text,
     bool open_run = tok->has_byte_fallback_dec && byte_token(tok->id_str[id], tok->id_len[id]) >= 0;
     if (open_run && s->n < STREAM_MAX_WINDOW) return OKV_OK;
     s->out.len = 0;
-    okv_status st = decode_window(tok, s->ids, s->n, s->skip_special, s->at_start, false, &s->out, err);
+    okv_status st = decode_window(tok, s->ids, s->n, s->skip_special, s->at_start, false, false, &s->out, err);
     if (st) return st;
     if (ends_with_replacement_char(&s->out) && s->n < STREAM_MAX_WINDOW) return OKV_OK; /* maybe incomplete */
     s->n = 0;

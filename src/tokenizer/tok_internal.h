@@ -90,6 +90,7 @@ typedef struct tok_scratch {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit;
+    bool raw_bytes;   /* decoding: byte runs kept as raw bytes, not repaired to U+FFFD (okv_tok_token_bytes) */
 } tok_scratch;
 
 /* ---- components -------------------------------------------------------- */

@@ -8,12 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "mkckpt.h"
+#include "gen_fixture.h"
 #include "offkv_gen.h"
 #include "okv_common.h"
 #include "okv_test.h"
 
-#define TOKDIR "../shared/fixtures/tokenizers/llama3_1/"
 
 static char tmpdir[] = "/tmp/okv-gen-XXXXXX";
 
@@ -25,29 +24,7 @@ static void collect(void *ctx, const char *text, size_t len) {
     b->pieces++;
 }
 
-static char *make_program(void) {
-    okv_mkckpt_spec s;
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.vocab = 128256;
-    s.bos_id = 128000;
-    s.eos_id = 128009;
-    s.seed = 5;
-    char dir[256], path[300];
-    snprintf(dir, sizeof dir, "%s/ckpt", tmpdir);
-    okv_error err = {0};
-    CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    okv_test_copy_file(TOKDIR "tokenizer.json", path);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    okv_test_copy_file(TOKDIR "tokenizer_config.json", path);
-    char *out = malloc(300);
-    snprintf(out, 300, "%s/model.okv", tmpdir);
-    okv_export_options o;
-    okv_export_options_default(&o);
-    o.prefill_chunk_size = 16;
-    CHECK_OK(okv_export(dir, out, &o, &err), &err);
-    return out;
-}
+static char *make_program(void) { return gen_fixture_llama(tmpdir, 5); }
 
 typedef struct env {
     okv_program *p;

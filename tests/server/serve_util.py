@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -100,3 +101,12 @@ def chat_text(events):
             reasoning += d.get("reasoning_content") or ""
             finish = ch.get("finish_reason") or finish
     return content, reasoning, finish
+
+
+def exit_status(failures):
+    """A test script's exit status: 1 (and the count) when checks failed, else 0 with "all passed"."""
+    if failures:
+        print("%d failed" % len(failures), file=sys.stderr)
+        return 1
+    print("all passed")
+    return 0
