@@ -27,3 +27,10 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
     python3 -m pip install -q --break-system-packages openai >/dev/null 2>&1 ||
     echo "setup: could not pip install openai; the server tests will use plain HTTP only" >&2
 fi
+# Structured output is checked with jsonschema from PyPI (tests/server/test_server_schema.py;
+# without it the test's own validator runs and says so).
+if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
+  python3 -m pip install -q jsonschema >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages jsonschema >/dev/null 2>&1 ||
+    echo "setup: could not pip install jsonschema; the structured-output test uses its own validator" >&2
+fi
