@@ -32,6 +32,7 @@
 
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
+#include "okv_vnni256.h"
 
 #define TGT_S "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 #define TGT __attribute__((target(TGT_S)))
@@ -111,17 +112,6 @@ static inline uint32_t u32_at(const uint8_t *p) {
 /* f16 -> f32 is exact: F16C gives okv_f16_to_f32's values, inline. */
 INLINE_TGT float f16_at(const uint8_t *p) { return _cvtsh_ss(u16_at(p)); }
 
-/* acc + u8 c . s8 x per 32-bit lane, in place (as okv_qmatmul_avx512.c:
- * GCC 12 copies accumulators around the intrinsic). */
-INLINE_TGT __m256i dpbusd256(__m256i acc, __m256i c, __m256i x) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(c), "v"(x));
-    return acc;
-}
-/* acc + a.lo16 b.lo16 + a.hi16 b.hi16 per 32-bit lane, in place */
-INLINE_TGT __m256i dpwssd256(__m256i acc, __m256i a, __m256i b) {
-    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-}
 
 INLINE_TGT int32_t hsum256_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -180,7 +170,7 @@ INLINE_TGT __m256i codes32(int type, const uint8_t *b) {
 
 /* Q8_0: vpdpbusd, 8 int32 lanes summing to the block's sum (q + 128) x. */
 INLINE_TGT __m256i dp32(int type, const uint8_t *w, const okv_qb_x32 *x) {
-    return dpbusd256(_mm256_setzero_si256(), codes32(type, w), _mm256_loadu_si256((const __m256i *)x->q));
+    return okv_dpbusd256(_mm256_setzero_si256(), codes32(type, w), _mm256_loadu_si256((const __m256i *)x->q));
 }
 /* Q4 / Q5: vpmaddubsw, 16 int16 lanes (each at most 2 * 31 * 127), reduced
  * two levels in int16 (4 lanes: at most 31496) before vpmaddwd by ones:
@@ -355,7 +345,7 @@ INLINE_TGT __m256i sb_ints(int type, const uint8_t *w, const okv_qb_x256 *x, __m
             }
             __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq8 + 64 * c)));
             __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq8 + 64 * c + 32)));
-            Ac[c] = dpwssd256(_mm256_madd_epi16(p0, bcast_w(s16, 2 * c)), p1, bcast_w(s16, 2 * c + 1));
+            Ac[c] = okv_dpwssd256(_mm256_madd_epi16(p0, bcast_w(s16, 2 * c)), p1, bcast_w(s16, 2 * c + 1));
         }
         /* mins: sum_g mn_g (bsum_2g + bsum_2g+1), mn as int16 pairs */
         __m128i mb = _mm_cvtsi64_si128((long long)mn);
@@ -397,7 +387,7 @@ INLINE_TGT __m256i sb_ints(int type, const uint8_t *w, const okv_qb_x256 *x, __m
             }
             __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(xq8 + 32 * j)));
             __m256i S = bcast_w(so, j);
-            Ac[j % 4] = j < 4 ? _mm256_madd_epi16(p, S) : dpwssd256(Ac[j % 4], p, S);
+            Ac[j % 4] = j < 4 ? _mm256_madd_epi16(p, S) : okv_dpwssd256(Ac[j % 4], p, S);
         }
         *M = _mm256_madd_epi16(bs, type == OKV_QB_Q2_K ? mn16 : sc16);
     }

@@ -24,22 +24,11 @@
 #include "okv_common.h"
 #include "okv_kernels_internal.h"
 #include "okv_qbmm_x8.h"
+#include "okv_vnni256.h"
 
 #define TGT_S "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"
 #define INLINE_TGT static inline __attribute__((always_inline, target(TGT_S)))
 #define TGT __attribute__((target(TGT_S)))
-
-/* acc + u8 c . s8 x per 32-bit lane (asm: GCC 12 copies accumulators
- * around the intrinsic). */
-INLINE_TGT __m256i dpbusd(__m256i acc, __m256i c, __m256i x) {
-    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(c), "v"(x));
-    return acc;
-}
-/* acc + a.lo16 b.lo16 + a.hi16 b.hi16 per 32-bit lane */
-INLINE_TGT __m256i dpwssd(__m256i acc, __m256i a, __m256i b) {
-    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-    return acc;
-}
 
 /* ---- 32-element types: group block = d[8] (16 bytes), then the codes ---- */
 
@@ -54,8 +43,8 @@ TGT void okv_qb_dot8_q4_0_avx512(const uint8_t *wg, const void *xq, int nb, floa
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m256i v = x8_load(wg + 16 + 32 * j);
-            s0 = dpbusd(s0, _mm256_and_si256(v, m4), x8_bcast4(x[b].q + 4 * j));
-            s1 = dpbusd(s1, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x8_bcast4(x[b].q + 16 + 4 * j));
+            s0 = okv_dpbusd256(s0, _mm256_and_si256(v, m4), x8_bcast4(x[b].q + 4 * j));
+            s1 = okv_dpbusd256(s1, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), x8_bcast4(x[b].q + 16 + 4 * j));
         }
         __m256i is = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(8 * x[b].qsum));
         __m256 dd = _mm256_mul_ps(x8_f16(wg), _mm256_set1_ps(x[b].d));
@@ -73,8 +62,8 @@ TGT void okv_qb_dot8_q8_0_avx512(const uint8_t *wg, const void *xq, int nb, floa
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int j = 0; j < 8; j += 2) {
-            s0 = dpbusd(s0, _mm256_xor_si256(x8_load(wg + 16 + 32 * j), flip), x8_bcast4(x[b].q + 4 * j));
-            s1 = dpbusd(s1, _mm256_xor_si256(x8_load(wg + 48 + 32 * j), flip), x8_bcast4(x[b].q + 4 * j + 4));
+            s0 = okv_dpbusd256(s0, _mm256_xor_si256(x8_load(wg + 16 + 32 * j), flip), x8_bcast4(x[b].q + 4 * j));
+            s1 = okv_dpbusd256(s1, _mm256_xor_si256(x8_load(wg + 48 + 32 * j), flip), x8_bcast4(x[b].q + 4 * j + 4));
         }
         __m256i is = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), _mm256_set1_epi32(128 * x[b].qsum));
         __m256 dd = _mm256_mul_ps(x8_f16(wg), _mm256_set1_ps(x[b].d));
@@ -113,10 +102,10 @@ INLINE_TGT void dot8_k45(const uint8_t *wg, const void *xq, int nb, float out[8]
                     wl = _mm256_or_si256(wl, x8_q5k_bit(hw, 2 * c));
                     wh = _mm256_or_si256(wh, x8_q5k_bit(hw, 2 * c + 1));
                 }
-                a0 = dpbusd(a0, vl, x8_bcast4(xq0 + 4 * u));
-                a1 = dpbusd(a1, vh, x8_bcast4(xq0 + 32 + 4 * u));
-                b0 = dpbusd(b0, wl, x8_bcast4(xq0 + 4 * u + 4));
-                b1 = dpbusd(b1, wh, x8_bcast4(xq0 + 36 + 4 * u));
+                a0 = okv_dpbusd256(a0, vl, x8_bcast4(xq0 + 4 * u));
+                a1 = okv_dpbusd256(a1, vh, x8_bcast4(xq0 + 32 + 4 * u));
+                b0 = okv_dpbusd256(b0, wl, x8_bcast4(xq0 + 4 * u + 4));
+                b1 = okv_dpbusd256(b1, wh, x8_bcast4(xq0 + 36 + 4 * u));
             }
             a0 = _mm256_add_epi32(a0, b0);
             a1 = _mm256_add_epi32(a1, b1);
@@ -129,7 +118,7 @@ INLINE_TGT void dot8_k45(const uint8_t *wg, const void *xq, int nb, float out[8]
         __m256i mp[4], xs[4];
         x8_q4k_min_pairs(mn, xb, mp, xs);
         __m256i macc = _mm256_setzero_si256();
-        for (int i = 0; i < 4; i++) macc = dpwssd(macc, mp[i], xs[i]);
+        for (int i = 0; i < 4; i++) macc = okv_dpwssd256(macc, mp[i], xs[i]);
         __m256 dx = _mm256_set1_ps(xb->d), dmin = x8_f16(wg + 16);
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(x8_f16(wg), dx), _mm256_cvtepi32_ps(isum)));
         /* the plain dot subtracts only when dmin != 0 or the min sum is */
