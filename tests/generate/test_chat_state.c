@@ -12,51 +12,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "mkckpt.h"
+#include "gen_fixture.h"
 #include "offkv_gen.h"
 #include "okv_common.h"
 #include "okv_test.h"
 
-#define TOKDIR "../shared/fixtures/tokenizers/llama3_1/"
 #define MAX_NEW 10
 
 static char tmpdir[] = "/tmp/okv-chatstate-XXXXXX";
 static const char *turns[3] = { "Hello", "And then?", "Tell me more." };
-
-static void copy_file(const char *from, const char *to) {
-    char *data;
-    size_t len;
-    okv_error err;
-    if (okv_read_file(from, &data, &len, &err)) { fprintf(stderr, "%s\n", err.message); exit(1); }
-    FILE *f = fopen(to, "wb");
-    fwrite(data, 1, len, f);
-    fclose(f);
-    free(data);
-}
-
-static void make_program(uint64_t seed, const char *out) {
-    okv_mkckpt_spec s;
-    okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
-    s.vocab = 128256;
-    s.bos_id = 128000;
-    s.eos_id = 128009;
-    s.seed = seed;
-    char dir[300], path[340];
-    snprintf(dir, sizeof dir, "%s/ckpt%llu", tmpdir, (unsigned long long)seed);
-    okv_error err = {0};
-    CHECK_OK(okv_mkckpt_write(&s, dir, &err), &err);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    copy_file(TOKDIR "tokenizer.json", path);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    copy_file(TOKDIR "tokenizer_config.json", path);
-    okv_export_options o;
-    okv_export_options_default(&o);
-    o.prefill_chunk_size = 16;
-    CHECK_OK(okv_export(dir, out, &o, &err), &err);
-}
 
 /* A program, its tokenizer, a key and a session over it. */
 typedef struct env {
@@ -213,13 +181,16 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "save")) return child_save(argv[2], argv[3], argv[4]);
     if (argc == 6 && !strcmp(argv[1], "load")) return child_load(argv[2], argv[3], argv[4], argv[5]);
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
-    char program[300], other[300];
-    snprintf(program, sizeof program, "%s/a.okv", tmpdir);
-    snprintf(other, sizeof other, "%s/b.okv", tmpdir);
-    make_program(5, program);
-    make_program(6, other);
+    char da[300], db[300];
+    snprintf(da, sizeof da, "%s/a", tmpdir);
+    snprintf(db, sizeof db, "%s/b", tmpdir);
+    mkdir(da, 0755);
+    mkdir(db, 0755);
+    char *program = gen_fixture_llama(da, 5), *other = gen_fixture_llama(db, 6);
     check_dtype(program, other, "f32");
     check_dtype(program, other, "bf16");
+    free(program);
+    free(other);
     okv_test_rm_tree(tmpdir);
     return okv_test_finish();
 }
