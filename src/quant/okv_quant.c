@@ -169,7 +169,6 @@ okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t
         v.blocks = W;
         v.row_bytes = (size_t)(K / b->elems) * (size_t)b->bytes;
         v.x8 = s->x8;
-        v.K = K;
         return v;
     }
     v.bits = s->bits;
@@ -450,7 +449,7 @@ void okv_qview_block_range(const okv_qview *v, int64_t n, int64_t e0, int64_t e1
     uint8_t blk[256]; /* one block in file order (the largest is Q6_K's 210 bytes) */
     for (int64_t c = e0 / b->elems; c * b->elems < e1; c++) {
         int64_t lo = c * b->elems, a = lo > e0 ? lo : e0, z = lo + b->elems < e1 ? lo + b->elems : e1;
-        okv_qblock_x8_row(v->block, v->blocks, v->K, n, c, c + 1, blk);
+        okv_qblock_x8_row(v->block, v->blocks, (int64_t)v->groups * v->group, n, c, c + 1, blk);
         okv_qblock_dequant_range(v->block, blk, a - lo, z - lo, dst + (a - e0));
     }
 }

@@ -96,7 +96,6 @@ typedef struct okv_qview {
     const uint8_t *blocks;   /* block W: row r at blocks + r * row_bytes (x8: see okv_qblock_x8.c) */
     size_t row_bytes;
     bool x8;
-    int64_t K;
 } okv_qview;
 enum { OKV_QSB_GROUPS = 16 }; /* groups per superblock (one 32-bit lane each) */
 okv_qview okv_quant_view(const okv_qscheme *s, const void *W, int64_t N, int64_t K);
