@@ -134,31 +134,44 @@ def test_connection_exhaustion(program):
 
 
 def test_long_waits_not_cut(program):
-    """--idle-timeout 1 and --parallel 1: while A streams 1900 tokens (some
-    seconds), B (non-streamed) and C (streamed, so its headers go out and
-    then nothing until its first token) wait in the queue behind it, silent
-    far longer than the timeout; all three complete."""
-    s = Server(OFFKV, program, "--parallel", "1", "--idle-timeout", "1", "--ctx-per-seq", "2048", "--max-queue", "4")
+    """--idle-timeout 1 and --parallel 1: while streams A1..Ak of 1900 tokens
+    each run one after another, B (non-streamed) and C (streamed, so its
+    headers go out and then nothing until its first token) wait in the queue
+    behind them, silent far longer than the timeout; all complete. k is
+    chosen from one timed 1900-token reply so that the wait exceeds 2 s on a
+    fast CPU as well as under a sanitizer."""
+    s = Server(OFFKV, program, "--parallel", "1", "--idle-timeout", "1", "--ctx-per-seq", "2048", "--max-queue", "10")
     try:
+        t0 = time.time()
+        code, r = s.post("/v1/chat/completions", chat("Go on", max_tokens=1900))
+        one = time.time() - t0
+        check(code == 200 and r["usage"]["completion_tokens"] == 1900, "a 1900-token reply outlasts the 1 s idle timeout")
+        k = max(1, min(8, int(3.0 / max(one, 0.05)) + 1))
         res = {}
 
         def stream(name, body):
             res[name] = s.stream("/v1/chat/completions", body)
-        ta = threading.Thread(target=stream, args=("a", chat("Go on", max_tokens=1900, stream=True)))
-        ta.start()
-        time.sleep(0.3)
+        threads = []
+        for i in range(k):
+            t = threading.Thread(target=stream, args=("a%d" % i, chat("Go on", max_tokens=1900, stream=True)))
+            t.start()
+            threads.append(t)
+            time.sleep(0.1)
+        time.sleep(0.2)
         tc = threading.Thread(target=stream, args=("c", chat("Queued and streamed", max_tokens=8, stream=True)))
         tc.start()
+        threads.append(tc)
         t_b = time.time()
         code, r = s.post("/v1/chat/completions", chat("Queued behind", max_tokens=8))
         waited = time.time() - t_b
-        ta.join(120)
-        tc.join(120)
-        for name, n in (("a", 1900), ("c", 8)):
+        for t in threads:
+            t.join(240)
+        for name, n in [("a%d" % i, 1900) for i in range(k)] + [("c", 8)]:
             events, done = res.get(name, ([], False))
             check(done and chat_text(events)[2] == "length", "stream %s completes (%d tokens asked)" % (name, n))
         check(code == 200 and r["usage"]["completion_tokens"] == 8, "the queued request is answered: %s %s" % (code, r))
-        check(waited > 2, "the queued request waited %.1f s, over twice the 1 s idle timeout" % waited)
+        check(waited > 2, "the queued request waited %.1f s behind %d streams (one reply %.1f s), over twice the 1 s idle timeout"
+              % (waited, k, one))
     finally:
         check(s.stop() == 0, "long-wait server exits 0")
 
