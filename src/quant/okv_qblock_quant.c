@@ -67,7 +67,8 @@
 /* round(v) clamped to [lo, hi], ties to even, without a library call (the
  * clamp first, so |v| < 2^22 and the product is already rounded to f32). */
 static inline float rnd(float v, float lo, float hi) {
-    v = v > hi ? hi : v < lo ? lo : v;
+    v = v < hi ? v : hi; /* each a single min / max instruction, so the loops vectorise */
+    v = v > lo ? v : lo;
     return (v + 0x1.8p23f) - 0x1.8p23f;
 }
 
