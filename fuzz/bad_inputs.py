@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """bad_inputs.py [BUILD_DIR] — feeds one example of each class of bad input
-to the built `offkv` and prints README's table of what each gets: the first
-line of stderr (chat-render, a batch tool, reports per-line errors as JSON on
-stdout instead) and the exit code (and whether stderr had more lines). The
-inputs are made from the fuzz seeds in a temporary directory, so the table
-is regenerated, not written by hand, whenever the behaviour changes."""
+to the built `offkv` and prints the table in docs/reliability.md of what
+each gets: the first line of stderr (chat-render, a batch tool, reports
+per-line errors as JSON on stdout instead) and the exit code (and whether
+stderr had more lines). The inputs are made from the fuzz seeds in a
+temporary directory, so the table is regenerated, not written by hand,
+whenever the behaviour changes."""
 import json, os, struct, subprocess, sys, tempfile, zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
