@@ -81,13 +81,18 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     return ret;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *message, const char *param) {
+static enum MHD_Result reply_error_code(struct MHD_Connection *c, unsigned status, const char *message, const char *param,
+                                        const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
-    char *body = srv_error_json(message, type, param);
+    char *body = srv_error_json_code(message, type, param, code);
     enum MHD_Result ret = body ? reply(c, status, JSON_TYPE, body, strlen(body)) : MHD_NO;
     free(body);
     return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *message, const char *param) {
+    return reply_error_code(c, status, message, param, NULL);
 }
 
 static enum MHD_Result reply_json(struct MHD_Connection *c, char *body) {
@@ -216,11 +221,19 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
     srv_request *r = srv_request_new();
     if (!r) return reply_error(c, 500, "out of memory", NULL);
     char msg[1024];
-    const char *param = NULL;
-    int status = srv_parse_request(s, kind, cs->body.data ? cs->body.data : "", cs->body.len, r, msg, sizeof msg, &param);
-    if (status) { srv_request_unref(r); return reply_error(c, (unsigned)status, msg, param); }
-    new_id(r, kind == SRV_CHAT ? "chatcmpl" : "cmpl");
+    const char *param = NULL, *body = cs->body.data ? cs->body.data : "";
+    /* the prefix-cache affinity a router hashes on; the body's prompt_cache_key wins */
+    r->affinity = srv_affinity_hash(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Prompt-Cache-Key"));
+    int status = kind == SRV_RESPONSE ? srv_parse_responses(s, body, cs->body.len, r, msg, sizeof msg, &param)
+                                      : srv_parse_request(s, kind, body, cs->body.len, r, msg, sizeof msg, &param);
+    if (status) {
+        enum MHD_Result ret = reply_error_code(c, (unsigned)status, msg, param, r->err_code);
+        srv_request_unref(r);
+        return ret;
+    }
+    new_id(r, kind == SRV_CHAT ? "chatcmpl" : kind == SRV_RESPONSE ? "resp" : "cmpl");
     r->model = s->model_name;
+    if (kind == SRV_RESPONSE) srv_resp_begin(r);
     r->t_submit = srv_now();
     bool stopping = false;
     if (!srv_submit(s, r, &stopping)) {
@@ -277,7 +290,7 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
         return reply(c, stopping ? 503 : 200, JSON_TYPE, body, strlen(body));
     }
     bool known = !strcmp(url, "/metrics") || !strcmp(url, "/v1/models") || !strcmp(url, "/v1/chat/completions") ||
-                 !strcmp(url, "/v1/completions");
+                 !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/responses");
     if (!known) return reply_error(c, 404, "no such endpoint", NULL);
     if (!authorized(s, c)) return reply_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL);
     if (!strcmp(url, "/metrics")) {
@@ -290,7 +303,8 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
     if (!strcmp(url, "/v1/models")) return get ? reply_json(c, srv_models_json(s)) : reply_error(c, 405, "use GET or HEAD", NULL);
     if (!post) return reply_error(c, 405, "use POST", NULL);
     if (cs->too_large) return reply_too_large(s, c);
-    return completions(s, c, version, strcmp(url, "/v1/chat/completions") ? SRV_COMPLETION : SRV_CHAT, cs);
+    srv_kind kind = !strcmp(url, "/v1/chat/completions") ? SRV_CHAT : !strcmp(url, "/v1/responses") ? SRV_RESPONSE : SRV_COMPLETION;
+    return completions(s, c, version, kind, cs);
 }
 
 /* A browser's CORS preflight: 204, the methods and the headers it asked for
