@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -400,7 +401,36 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     if (!tmpl && s->tok_config && !okv_chat_config_parse(s->tok_config, &cfg, &e2)) tmpl = cfg.chat_template;
     s->think_template = tmpl && strstr(tmpl, "<think>");
     okv_chat_config_free(&cfg);
-    if (s->o.ctx_per_seq <= 0 || s->o.ctx_per_seq > s->info.max_ctx_len) s->o.ctx_per_seq = s->info.max_ctx_len;
+    if (s->o.ctx_per_seq > s->info.max_ctx_len) {   /* positions past it have no trained (or exported) meaning */
+        err->status = OKV_ERR_INVALID;
+        snprintf(err->message, sizeof err->message, "ctx_per_seq (--ctx-per-seq) %d is larger than %s's max context (max_ctx_len %d)",
+                 s->o.ctx_per_seq, s->o.program_path, s->info.max_ctx_len);
+        return OKV_ERR_INVALID;
+    }
+    if (s->o.ctx_per_seq <= 0) s->o.ctx_per_seq = s->info.max_ctx_len;
+    return OKV_OK;
+}
+
+/* Refuses a plan whose cells cannot exist: fewer than one step of the
+ * program, or (bytes_per_cell known) K/V for every running sequence's
+ * whole context beyond the machine's physical memory. */
+static okv_status check_plan(const okv_server *s, int64_t cells, okv_error *err) {
+    err->status = OKV_ERR_INVALID;
+    if (cells < s->info.prefill_chunk_size) {
+        snprintf(err->message, sizeof err->message,
+                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d = %lld cells is fewer than one step of the program "
+                 "(prefill_chunk_size %d)", s->o.parallel, s->o.ctx_per_seq, (long long)cells, s->info.prefill_chunk_size);
+        return OKV_ERR_INVALID;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double need = s->bytes_per_cell * (double)cells, have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > have) {
+        snprintf(err->message, sizeof err->message,
+                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d needs %.1f GiB of K/V cache; the machine has %.1f GiB",
+                 s->o.parallel, s->o.ctx_per_seq, need / (1 << 30), have / (1 << 30));
+        return OKV_ERR_INVALID;
+    }
+    err->status = OKV_OK;
     return OKV_OK;
 }
 
@@ -413,6 +443,8 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     co.mode = OKV_CACHE_CELLS;
     co.max_capacity = s->o.ctx_per_seq;
     int64_t cells = (int64_t)s->o.parallel * s->o.ctx_per_seq;
+    okv_status st = check_plan(s, cells, err);
+    if (st) return st;
     co.n_cells = cells > (1 << 30) ? 1 << 30 : (int)cells;
     co.max_seqs = s->o.parallel * 2 + 16 < OKV_MAX_SEQS ? s->o.parallel * 2 + 16 : OKV_MAX_SEQS;
     co.initial_capacity = co.n_cells < 256 ? co.n_cells : 256;
@@ -421,11 +453,12 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     okv_runner_options ro = s->o.runner;
     ro.max_logit_rows = s->max_running;
     snprintf(s->key, sizeof s->key, "serve-%p", (void *)s);
-    okv_status st = okv_cache_install(s->key, s->program, &co, err);
+    st = okv_cache_install(s->key, s->program, &co, err);
     if (st) { s->key[0] = 0; return st; }
     size_t bytes = 0;
     okv_error e;
     s->bytes_per_cell = okv_cache_bytes(s->key, &bytes, &e) ? 0 : (double)bytes / co.initial_capacity;
+    if ((st = check_plan(s, cells, err))) return st;
     st = okv_runner_create(s->program, s->key, &ro, &s->runner, err);
     if (st) return st;
     s->n_slots = co.max_seqs;

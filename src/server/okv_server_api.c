@@ -369,10 +369,9 @@ int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len
     cJSON_Delete(j);
     if (!status && !srv_request_choices(r, r->n_choices)) { snprintf(msg, msg_len, "out of memory"); status = 500; }
     if (!status && r->n_prompt == 0) status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' gives an empty prompt%s", NULL);
-    if (!status && r->n_prompt >= (size_t)s->o.ctx_per_seq) {   /* no position left for the reply's first token */
-        char detail[160];
-        snprintf(detail, sizeof detail, " (%zu tokens; the context holds %d, the prompt and at least one reply token)",
-                 r->n_prompt, s->o.ctx_per_seq);
+    if (!status && r->n_prompt > (size_t)s->o.ctx_per_seq) {   /* (a prompt filling it still samples one token) */
+        char detail[128];
+        snprintf(detail, sizeof detail, " (%zu tokens; the context holds %d)", r->n_prompt, s->o.ctx_per_seq);
         status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' is longer than the context%s", detail);
         r->err_code = "context_length_exceeded";
     }
