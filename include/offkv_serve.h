@@ -1,6 +1,6 @@
 /* offkv_serve.h — `offkv serve`: an OpenAI-compatible HTTP server over one
- * program (POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics). It is a layer above generation and uses only
+ * program (POST /v1/chat/completions, POST /v1/completions, POST
+ * /v1/responses, GET /v1/models, GET /health, GET /metrics). It is a layer above generation and uses only
  * the public API: one scheduler thread runs up to `parallel` sequences of
  * one cell-pool cache key with continuous batching (one
  * okv_runner_step_batch per iteration: every decoding sequence's next
@@ -39,7 +39,8 @@ typedef struct okv_server_options {
     const char *host;            /* IPv4 address to bind; NULL = 127.0.0.1 */
     int port;                    /* 0 = any free port (see okv_server_port) */
     int parallel;                /* sequences served at once (default 4) */
-    int ctx_per_seq;             /* positions per sequence (0 = the program's max_ctx_len) */
+    int ctx_per_seq;             /* positions per sequence (0 = the program's max_ctx_len; more is refused, as is
+                                    a parallel x ctx_per_seq plan under one step or past physical memory) */
     int max_queue;               /* requests waiting for a slot before 429 (default 64) */
     size_t max_body_bytes;       /* request bodies over this get 413 (default 1 MiB) */
     int prefill_chunk;           /* largest prefill step between other sequences' decode steps (default 64) */

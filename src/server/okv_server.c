@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
@@ -81,13 +82,18 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const ch
     return ret;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *message, const char *param) {
+static enum MHD_Result reply_error_code(struct MHD_Connection *c, unsigned status, const char *message, const char *param,
+                                        const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 429 ? "rate_limit_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
-    char *body = srv_error_json(message, type, param);
+    char *body = srv_error_json_code(message, type, param, code);
     enum MHD_Result ret = body ? reply(c, status, JSON_TYPE, body, strlen(body)) : MHD_NO;
     free(body);
     return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, const char *message, const char *param) {
+    return reply_error_code(c, status, message, param, NULL);
 }
 
 static enum MHD_Result reply_json(struct MHD_Connection *c, char *body) {
@@ -216,11 +222,19 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
     srv_request *r = srv_request_new();
     if (!r) return reply_error(c, 500, "out of memory", NULL);
     char msg[1024];
-    const char *param = NULL;
-    int status = srv_parse_request(s, kind, cs->body.data ? cs->body.data : "", cs->body.len, r, msg, sizeof msg, &param);
-    if (status) { srv_request_unref(r); return reply_error(c, (unsigned)status, msg, param); }
-    new_id(r, kind == SRV_CHAT ? "chatcmpl" : "cmpl");
+    const char *param = NULL, *body = cs->body.data ? cs->body.data : "";
+    /* the prefix-cache affinity a router hashes on; the body's prompt_cache_key wins */
+    r->affinity = srv_affinity_hash(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Prompt-Cache-Key"));
+    int status = kind == SRV_RESPONSE ? srv_parse_responses(s, body, cs->body.len, r, msg, sizeof msg, &param)
+                                      : srv_parse_request(s, kind, body, cs->body.len, r, msg, sizeof msg, &param);
+    if (status) {
+        enum MHD_Result ret = reply_error_code(c, (unsigned)status, msg, param, r->err_code);
+        srv_request_unref(r);
+        return ret;
+    }
+    new_id(r, kind == SRV_CHAT ? "chatcmpl" : kind == SRV_RESPONSE ? "resp" : "cmpl");
     r->model = s->model_name;
+    if (kind == SRV_RESPONSE) srv_resp_begin(r);
     r->t_submit = srv_now();
     bool stopping = false;
     if (!srv_submit(s, r, &stopping)) {
@@ -277,7 +291,7 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
         return reply(c, stopping ? 503 : 200, JSON_TYPE, body, strlen(body));
     }
     bool known = !strcmp(url, "/metrics") || !strcmp(url, "/v1/models") || !strcmp(url, "/v1/chat/completions") ||
-                 !strcmp(url, "/v1/completions");
+                 !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/responses");
     if (!known) return reply_error(c, 404, "no such endpoint", NULL);
     if (!authorized(s, c)) return reply_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL);
     if (!strcmp(url, "/metrics")) {
@@ -290,7 +304,8 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
     if (!strcmp(url, "/v1/models")) return get ? reply_json(c, srv_models_json(s)) : reply_error(c, 405, "use GET or HEAD", NULL);
     if (!post) return reply_error(c, 405, "use POST", NULL);
     if (cs->too_large) return reply_too_large(s, c);
-    return completions(s, c, version, strcmp(url, "/v1/chat/completions") ? SRV_COMPLETION : SRV_CHAT, cs);
+    srv_kind kind = !strcmp(url, "/v1/chat/completions") ? SRV_CHAT : !strcmp(url, "/v1/responses") ? SRV_RESPONSE : SRV_COMPLETION;
+    return completions(s, c, version, kind, cs);
 }
 
 /* A browser's CORS preflight: 204, the methods and the headers it asked for
@@ -386,7 +401,36 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     if (!tmpl && s->tok_config && !okv_chat_config_parse(s->tok_config, &cfg, &e2)) tmpl = cfg.chat_template;
     s->think_template = tmpl && strstr(tmpl, "<think>");
     okv_chat_config_free(&cfg);
-    if (s->o.ctx_per_seq <= 0 || s->o.ctx_per_seq > s->info.max_ctx_len) s->o.ctx_per_seq = s->info.max_ctx_len;
+    if (s->o.ctx_per_seq > s->info.max_ctx_len) {   /* positions past it have no trained (or exported) meaning */
+        err->status = OKV_ERR_INVALID;
+        snprintf(err->message, sizeof err->message, "ctx_per_seq (--ctx-per-seq) %d is larger than %s's max context (max_ctx_len %d)",
+                 s->o.ctx_per_seq, s->o.program_path, s->info.max_ctx_len);
+        return OKV_ERR_INVALID;
+    }
+    if (s->o.ctx_per_seq <= 0) s->o.ctx_per_seq = s->info.max_ctx_len;
+    return OKV_OK;
+}
+
+/* Refuses a plan whose cells cannot exist: fewer than one step of the
+ * program, or (bytes_per_cell known) K/V for every running sequence's
+ * whole context beyond the machine's physical memory. */
+static okv_status check_plan(const okv_server *s, int64_t cells, okv_error *err) {
+    err->status = OKV_ERR_INVALID;
+    if (cells < s->info.prefill_chunk_size) {
+        snprintf(err->message, sizeof err->message,
+                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d = %lld cells is fewer than one step of the program "
+                 "(prefill_chunk_size %d)", s->o.parallel, s->o.ctx_per_seq, (long long)cells, s->info.prefill_chunk_size);
+        return OKV_ERR_INVALID;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double need = s->bytes_per_cell * (double)cells, have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > have) {
+        snprintf(err->message, sizeof err->message,
+                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d needs %.1f GiB of K/V cache; the machine has %.1f GiB",
+                 s->o.parallel, s->o.ctx_per_seq, need / (1 << 30), have / (1 << 30));
+        return OKV_ERR_INVALID;
+    }
+    err->status = OKV_OK;
     return OKV_OK;
 }
 
@@ -399,6 +443,8 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     co.mode = OKV_CACHE_CELLS;
     co.max_capacity = s->o.ctx_per_seq;
     int64_t cells = (int64_t)s->o.parallel * s->o.ctx_per_seq;
+    okv_status st = check_plan(s, cells, err);
+    if (st) return st;
     co.n_cells = cells > (1 << 30) ? 1 << 30 : (int)cells;
     co.max_seqs = s->o.parallel * 2 + 16 < OKV_MAX_SEQS ? s->o.parallel * 2 + 16 : OKV_MAX_SEQS;
     co.initial_capacity = co.n_cells < 256 ? co.n_cells : 256;
@@ -407,11 +453,12 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     okv_runner_options ro = s->o.runner;
     ro.max_logit_rows = s->max_running;
     snprintf(s->key, sizeof s->key, "serve-%p", (void *)s);
-    okv_status st = okv_cache_install(s->key, s->program, &co, err);
+    st = okv_cache_install(s->key, s->program, &co, err);
     if (st) { s->key[0] = 0; return st; }
     size_t bytes = 0;
     okv_error e;
     s->bytes_per_cell = okv_cache_bytes(s->key, &bytes, &e) ? 0 : (double)bytes / co.initial_capacity;
+    if ((st = check_plan(s, cells, err))) return st;
     st = okv_runner_create(s->program, s->key, &ro, &s->runner, err);
     if (st) return st;
     s->n_slots = co.max_seqs;

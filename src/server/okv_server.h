@@ -2,8 +2,8 @@
  * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
  * the scheduler (okv_server_sched.c) and the reasoning splitter
  * (okv_think.c), the prefix-cache directory (okv_server_dir.c), the
- * token log-probabilities (okv_server_logprobs.c) and the byte buffer
- * (okv_server_buf.c). Below this one only public offkv headers
+ * token log-probabilities (okv_server_logprobs.c), the Responses API
+ * (okv_server_responses.c) and the byte buffer (okv_server_buf.c). Below this one only public offkv headers
  * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
@@ -91,7 +91,11 @@ cJSON *srv_logprobs_legacy_json(const okv_tok *tok, const srv_logprob *lp, size_
 
 /* ---- requests ------------------------------------------------------------- */
 
-typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1 } srv_kind;
+/* SRV_RESPONSE: /v1/responses, parsed into a chat request (okv_server_responses.c)
+ * and answered in the Responses shapes by that file's emitters. */
+typedef enum srv_kind { SRV_CHAT = 0, SRV_COMPLETION = 1, SRV_RESPONSE = 2 } srv_kind;
+
+struct srv_resp;
 
 /* One of a request's n choices (fields guarded by the request's lock). */
 typedef struct srv_choice {
@@ -128,6 +132,9 @@ typedef struct srv_request {
     bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
     okv_grammar *grammar;         /* response_format's constraint (go.grammar points at it), owned; NULL = free text */
     double t_submit;
+    uint64_t affinity;            /* prompt_cache_key (or X-Prompt-Cache-Key, or user) hashed; 0 = none */
+    const char *err_code;         /* a parse refusal's OpenAI error code ("context_length_exceeded"), or NULL */
+    struct srv_resp *resp;        /* SRV_RESPONSE: the reply's items and echoed fields (guarded by lock), owned */
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -161,6 +168,7 @@ typedef struct srv_slot {
     int choice;                   /* which of req's choices it generates */
     okv_gen_seq *gen;             /* NULL with req set: a choice waiting to fork choice 0's prompt */
     const float *row;             /* the logits row being fed (for the logprobs of the token sampled from it) */
+    uint64_t affinity;            /* its request's affinity (kept with the entry), 0 = none */
     int64_t last_used;            /* admission / finish counter, for LRU */
     int64_t admitted;             /* admission order, for prefill fairness */
     bool on_disk;                 /* a kept entry loaded from (so already in) the prefix-cache directory */
@@ -179,6 +187,7 @@ typedef struct srv_disk_entry {
 typedef struct srv_metrics {
     int64_t requests, requests_ok, requests_cancelled, requests_rejected;
     int64_t prompt_tokens, cached_tokens, generated_tokens, prefix_hits, prefix_evictions;
+    int64_t affinity_hits;        /* forks whose source had the request's affinity key */
     int64_t steps, batch_tokens;
     int64_t disk_loads, disk_writes, disk_removed;
     int disk_files;
@@ -299,8 +308,30 @@ void srv_emit_text(srv_request *r, int choice, const char *text, size_t len);
 bool srv_emit_end(srv_request *r, int choice, const okv_gen_stats *st, const char *error, bool cut_short);
 /* "fp_" and the program's digest (okv_program_fingerprint) into out[24]. */
 void srv_fingerprint(const okv_program *p, char out[24]);
-/* {"error": {"message", "type", "param", "code"}} (caller frees). */
+/* {"error": {"message", "type", "param", "code"}} (caller frees); code NULL is JSON null. */
 char *srv_error_json(const char *message, const char *type, const char *param);
+char *srv_error_json_code(const char *message, const char *type, const char *param, const char *code);
+/* FNV-1a of a prompt-cache affinity key (never 0; NULL or "" give 0). */
+uint64_t srv_affinity_hash(const char *key);
 char *srv_models_json(const okv_server *s);
+
+
+/* ---- the Responses API (okv_server_responses.c) ---------------------------------- */
+
+/* Parses a /v1/responses body into r: converted to the chat request the
+ * chat path parses (srv_parse_request), r->kind then SRV_RESPONSE. Errors
+ * as srv_parse_request's, naming the Responses field. */
+int srv_parse_responses(okv_server *s, const char *body, size_t len, srv_request *r, char *msg, size_t msg_len,
+                        const char **param);
+/* Once r has its id, model and created (before submission): the id in
+ * OpenAI's "resp_" form and, streamed, the response.created and
+ * response.in_progress events. */
+void srv_resp_begin(srv_request *r);
+/* srv_emit_token / srv_emit_text / srv_emit_end for a SRV_RESPONSE request
+ * (those call these): the same contract, the Responses shapes. */
+void srv_resp_token(srv_request *r, int choice, int32_t id);
+void srv_resp_text(srv_request *r, int choice, const char *text, size_t len);
+bool srv_resp_end(srv_request *r, int choice, const okv_gen_stats *st, const char *error, bool cut_short);
+void srv_resp_free(struct srv_resp *p);
 
 #endif

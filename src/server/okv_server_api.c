@@ -7,7 +7,9 @@
  * split, finish and logprobs; streamed chunks name their choice's index,
  * and a chat choice opens with a chunk holding the role alone. The request
  * is done when its last choice ends; the first error fails it (one error
- * event, the other choices cancelled).
+ * event, the other choices cancelled). /v1/responses requests
+ * (okv_server_responses.c) are parsed here as the chat requests they are
+ * converted to, and srv_emit_* hand them to that file's emitters.
  *
  * Sampling starts from the program's defaults (okv_gen_defaults_get: its
  * generation_config.json), and the request's fields override them, as
@@ -19,16 +21,28 @@
 
 #include "okv_server.h"
 
-char *srv_error_json(const char *message, const char *type, const char *param) {
+char *srv_error_json_code(const char *message, const char *type, const char *param, const char *code) {
     cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "message", message);
     cJSON_AddStringToObject(e, "type", type);
     if (param) cJSON_AddStringToObject(e, "param", param);
     else cJSON_AddNullToObject(e, "param");
-    cJSON_AddNullToObject(e, "code");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
+}
+
+char *srv_error_json(const char *message, const char *type, const char *param) {
+    return srv_error_json_code(message, type, param, NULL);
+}
+
+uint64_t srv_affinity_hash(const char *key) {
+    if (!key || !*key) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h ? h : 1;
 }
 
 char *srv_models_json(const okv_server *s) {
@@ -108,6 +122,15 @@ static int opt_string(parse_ctx *c, const cJSON *j, const char *key) {
     return bad(c, key, "'%s' must be a string%s", NULL);
 }
 
+/* The prefix-cache affinity: prompt_cache_key, else what the caller set
+ * (the X-Prompt-Cache-Key header), else user. */
+static void parse_affinity(const cJSON *j, srv_request *r) {
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "prompt_cache_key");
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "user");
+    if (cJSON_IsString(k) && *k->valuestring) r->affinity = srv_affinity_hash(k->valuestring);
+    else if (!r->affinity && cJSON_IsString(u)) r->affinity = srv_affinity_hash(u->valuestring);
+}
+
 /* Chat: logprobs true/false with top_logprobs 0..20 (which needs logprobs
  * true); completions: logprobs 0..20, the top entries per token. */
 static int parse_logprobs(parse_ctx *c, const cJSON *j, srv_request *r) {
@@ -150,6 +173,7 @@ static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request
     if (status) return bad(c, "n", "'%s' must be an integer in [1, --parallel] (choices run as parallel sequences)%s", NULL);
     if ((status = parse_logprobs(c, j, r))) return status;
     if ((status = opt_string(c, j, "user")) || (status = opt_string(c, j, "prompt_cache_key"))) return status;
+    parse_affinity(j, r);
     long long max_new = s->o.max_tokens_default > 0 ? s->o.max_tokens_default : s->o.ctx_per_seq;
     if (opt_int(c, j, "max_tokens", 1, 1 << 30, &ll, &status)) max_new = ll;
     if (status) return status;
@@ -345,10 +369,11 @@ int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len
     cJSON_Delete(j);
     if (!status && !srv_request_choices(r, r->n_choices)) { snprintf(msg, msg_len, "out of memory"); status = 500; }
     if (!status && r->n_prompt == 0) status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' gives an empty prompt%s", NULL);
-    if (!status && r->n_prompt > (size_t)s->o.ctx_per_seq) {
+    if (!status && r->n_prompt > (size_t)s->o.ctx_per_seq) {   /* (a prompt filling it still samples one token) */
         char detail[128];
         snprintf(detail, sizeof detail, " (%zu tokens; the context holds %d)", r->n_prompt, s->o.ctx_per_seq);
         status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' is longer than the context%s", detail);
+        r->err_code = "context_length_exceeded";
     }
     for (int i = 0; !status && i < r->n_choices; i++) srv_think_init(&r->choices[i].splitter, r->think, r->think_inside);
     r->fingerprint = s->fingerprint;
@@ -458,6 +483,7 @@ static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
 }
 
 void srv_emit_token(srv_request *r, int choice, const float *row, int32_t id) {
+    if (r->kind == SRV_RESPONSE) srv_resp_token(r, choice, id);
     srv_choice *c = &r->choices[choice];
     if (r->done || c->done || r->logprobs < 0 || !row) return;
     srv_logprob *p = srv_grow(c->lp, &c->cap_lp, c->n_lp + 1, sizeof *p);
@@ -467,6 +493,7 @@ void srv_emit_token(srv_request *r, int choice, const float *row, int32_t id) {
 }
 
 void srv_emit_text(srv_request *r, int choice, const char *text, size_t len) {
+    if (r->kind == SRV_RESPONSE) { srv_resp_text(r, choice, text, len); return; }
     part_ctx pc = {r, choice};
     if (!r->done && !r->choices[choice].done) srv_think_push(&r->choices[choice].splitter, text, len, on_part, &pc);
 }
@@ -531,6 +558,7 @@ static void fail_request(srv_request *r, const char *error) {
 }
 
 bool srv_emit_end(srv_request *r, int choice, const okv_gen_stats *st, const char *error, bool cut_short) {
+    if (r->kind == SRV_RESPONSE) return srv_resp_end(r, choice, st, error, cut_short);
     if (r->done) return false;
     if (error) fail_request(r, error);
     for (int i = choice < 0 ? 0 : choice; i < (choice < 0 ? r->n_choices : choice + 1); i++)

@@ -12,7 +12,8 @@
  * Prefix reuse: a finished sequence stays in the key as a prefix-cache
  * entry holding its ids' cells. A new prompt forks (okv_seq_fork, zero
  * copy) the running or kept sequence sharing its longest prefix and
- * prefills only the rest; entries are evicted least recently used first
+ * prefills only the rest (of equally long ones, preferring one whose
+ * request had the same prompt_cache_key); entries are evicted least recently used first
  * when sequence ids or cells are needed, or when their positions'
  * bytes pass prefix_cache_bytes. An entry whose ids are a prefix of a newer
  * entry's is dropped (the newer one holds those cells). Cancelled or failed
@@ -66,6 +67,7 @@ void srv_request_unref(srv_request *r) {
     if (left) return;
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     okv_grammar_free(r->grammar);
+    srv_resp_free(r->resp);
     free(r->prompt);
     srv_buf_free(&r->out);
     for (int i = 0; r->choices && i < r->n_choices; i++) {   /* (a request refused by parsing has none) */
@@ -210,7 +212,9 @@ static okv_gen_options choice_options(const okv_server *s, const srv_request *r,
     return go;
 }
 
-/* The sequence (running or kept) sharing the longest prefix with prompt, usable up to *keep tokens. */
+/* The sequence (running or kept) sharing the longest prefix with prompt,
+ * usable up to *keep tokens; among equally long ones, one whose request
+ * had r's affinity key (prompt_cache_key). */
 static srv_slot *best_prefix(okv_server *s, const srv_request *r, size_t *keep) {
     srv_slot *best = NULL;
     size_t best_n = 0;
@@ -218,7 +222,8 @@ static srv_slot *best_prefix(okv_server *s, const srv_request *r, size_t *keep) 
         srv_slot *sl = &s->slots[i];
         if (sl->seq < 0) continue;
         size_t n = common_prefix(sl->ids, sl->n_ids, r->prompt, r->n_prompt);
-        if (n > best_n) { best = sl; best_n = n; }
+        bool kin = r->affinity && sl->affinity == r->affinity && best && best->affinity != r->affinity;
+        if (n > best_n || (n && n == best_n && kin)) { best = sl; best_n = n; }
     }
     *keep = best_n < r->n_prompt ? best_n : r->n_prompt - 1;  /* one token left to prefill gives the logits */
     return *keep ? best : NULL;
@@ -252,6 +257,7 @@ static void fetch_from_dir(okv_server *s, const srv_request *r, const srv_slot *
     if (!srv_dir_load(s, di, into)) return;
     pthread_mutex_lock(&s->lock);
     into->req = NULL;
+    into->affinity = 0;   /* the files keep no key */
     into->last_used = ++s->admissions;
     pthread_mutex_unlock(&s->lock);
 }
@@ -310,6 +316,7 @@ static bool start_request(okv_server *s, srv_request *r) {
     sl->n_ids = 0;
     sl->on_disk = false;
     sl->choice = 0;
+    sl->affinity = r->affinity;
     okv_gen_options go = choice_options(s, r, sl);
     okv_status st = append_ids(sl, r->prompt, keep) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
     if (!st) st = okv_gen_seq_create_fed(s->program, s->tok, r->prompt + keep, r->n_prompt - keep, (int)keep, &go,
@@ -319,6 +326,7 @@ static bool start_request(okv_server *s, srv_request *r) {
     if (!st) {
         s->m.cached_tokens += (int64_t)keep;
         if (keep) s->m.prefix_hits++;
+        if (keep && src && r->affinity && src->affinity == r->affinity) s->m.affinity_hits++;
         sl->req = r;
         sl->last_used = sl->admitted = ++s->admissions;
     }
@@ -539,6 +547,7 @@ static void start_choices(okv_server *s, srv_slot *src, const float *row) {
         okv_gen_options go = choice_options(s, r, sl);
         sl->n_ids = 0;
         sl->on_disk = false;
+        sl->affinity = r->affinity;
         okv_status st = okv_seq_fork(s->key, src->seq, (int)r->n_prompt, &sl->seq, &err);
         if (st) sl->seq = -1;
         if (!st) st = append_ids(sl, r->prompt, r->n_prompt) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
@@ -670,6 +679,7 @@ char *srv_metrics_text(okv_server *s) {
     metric(&o, "offkv_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m.prompt_tokens);
     metric(&o, "offkv_prompt_tokens_cached_total", "counter", "Prompt tokens served from forked cells (not recomputed).", (double)m.cached_tokens);
     metric(&o, "offkv_prefix_cache_hits_total", "counter", "Requests that forked a cached prefix.", (double)m.prefix_hits);
+    metric(&o, "offkv_prefix_cache_affinity_hits_total", "counter", "Forks whose source had the request's prompt_cache_key.", (double)m.affinity_hits);
     metric(&o, "offkv_prefix_cache_evictions_total", "counter", "Prefix-cache entries evicted.", (double)m.prefix_evictions);
     metric(&o, "offkv_generated_tokens_total", "counter", "Tokens generated.", (double)m.generated_tokens);
     metric(&o, "offkv_steps_total", "counter", "Batched steps run.", (double)m.steps);
