@@ -218,7 +218,11 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
     char msg[1024];
     const char *param = NULL;
     int status = srv_parse_request(s, kind, cs->body.data ? cs->body.data : "", cs->body.len, r, msg, sizeof msg, &param);
-    if (status) { srv_request_unref(r); return reply_error(c, (unsigned)status, msg, param); }
+    if (status) {   /* param may point into r (a tool's field name): reply first */
+        enum MHD_Result res = reply_error(c, (unsigned)status, msg, param);
+        srv_request_unref(r);
+        return res;
+    }
     new_id(r, kind == SRV_CHAT ? "chatcmpl" : "cmpl");
     r->model = s->model_name;
     r->t_submit = srv_now();
@@ -385,6 +389,8 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     const char *tmpl = s->chat_template;
     if (!tmpl && s->tok_config && !okv_chat_config_parse(s->tok_config, &cfg, &e2)) tmpl = cfg.chat_template;
     s->think_template = tmpl && strstr(tmpl, "<think>");
+    s->tool_syntax = srv_tools_syntax(tmpl);
+    s->template_tools = srv_tools_template_renders(tmpl);
     okv_chat_config_free(&cfg);
     if (s->o.ctx_per_seq <= 0 || s->o.ctx_per_seq > s->info.max_ctx_len) s->o.ctx_per_seq = s->info.max_ctx_len;
     return OKV_OK;
