@@ -306,7 +306,7 @@ okv_status srv_tools_grammar(const srv_tools *t, srv_tool_syntax syn, okv_gramma
         snprintf(heads[n], sizeof heads[n], "%s{\"name\": \"%s\", \"%s\": ", open, t->fns[i].name, key);
         frames[n] = (okv_grammar_frame){heads[n], t->fns[i].parameters, tail};
     }
-    int max = t->parallel && syn == SRV_SYNTAX_TAGGED && t->choice == SRV_TOOLS_REQUIRED ? 8 : 1;
+    int max = t->parallel && syn == SRV_SYNTAX_TAGGED && t->choice == SRV_TOOLS_REQUIRED ? SRV_MAX_FORCED_CALLS : 1;
     okv_status st = okv_grammar_framed(frames, n, 1, max, out, err);
     if (st) {
         /* name the function whose schema failed: try each alone */

@@ -31,6 +31,7 @@
 
 #define SRV_MAX_TOOLS 64            /* functions per request (a forced call's grammar alternatives) */
 #define SRV_TOOL_NAME_MAX 64        /* OpenAI: [a-zA-Z0-9_-]{1,64} */
+#define SRV_MAX_FORCED_CALLS 4      /* calls a forced parallel reply may hold */
 
 typedef enum srv_tool_choice {
     SRV_TOOLS_AUTO = 0,   /* the model decides; calls are parsed out of its reply */
@@ -66,7 +67,7 @@ void srv_tools_free(srv_tools *t);
 bool srv_tools_active(const srv_tools *t);
 /* The forced call's grammar (choice required or named): the family's call
  * syntax, arguments valid under the function's parameters schema; at most
- * one call unless parallel (then up to 8, tagged syntax only). A schema
+ * one call unless parallel (then up to SRV_MAX_FORCED_CALLS, tagged syntax only). A schema
  * the grammar cannot enforce fails with err naming the function. */
 okv_status srv_tools_grammar(const srv_tools *t, srv_tool_syntax syn, okv_grammar **out, okv_error *err);
 
