@@ -298,7 +298,9 @@ static int parse_chat(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *
     free(vars);
     if (st) return bad(c, "messages", "'%s' could not be rendered with the model's chat template: %s", err.message);
     r->think = s->think_template;
-    r->think_inside = r->think && r->n_prompt && prompt_opens_think(s, r->prompt, r->n_prompt);
+    bool forced = r->tools.choice == SRV_TOOLS_REQUIRED || r->tools.choice == SRV_TOOLS_NAMED;
+    /* a forced call begins at once: no reasoning comes first, even in an opened <think> */
+    r->think_inside = r->think && !forced && r->n_prompt && prompt_opens_think(s, r->prompt, r->n_prompt);
     return 0;
 }
 

@@ -23,6 +23,7 @@ a system message).
   arguments) reassemble to the non-streamed calls, finish_reason
   "tool_calls", no content;
 - tool_choice "none" renders no tools (the prompt equals the tool-less one);
+- a template that opened <think> still gets a forced call as tool_calls;
 - a bad tool, tool_choice or tool message is a 400 whose param names it;
 - the openai client's tools / tool_choice reach the server and its
   message.tool_calls parse.
@@ -307,6 +308,16 @@ def main_generated(offkv, mkckpt):
         llama, lcfg = make_program(mkckpt, offkv, tmp, "llama31", "llama", 128256, 128000, 128009, "llama3_1",
                                    template=open(LLAMA31).read())
         plain, _ = make_program(mkckpt, offkv, tmp, "plain", "llama", 128256, 128000, 128009, "llama3_1")
+        thinker, _ = make_program(mkckpt, offkv, tmp, "thinker", "qwen3", 151669, 151643, 151645, "qwen3",
+                                  template=qcfg["chat_template"] + "{%- if add_generation_prompt %}<think>\n{%- endif %}")
+        s = Server(offkv, thinker, "--deterministic", "--parallel", "1", "--ctx-per-seq", "1024")
+        try:   # the prompt opened <think>: a forced call is still a call, not reasoning
+            r = s.post("/v1/chat/completions", chat_body(ROUND_TRIP[:2], tools=TOOLS, tool_choice="required", max_tokens=300,
+                                                         parallel_tool_calls=False))[1]
+            check_calls("thinker", r["choices"][0], most=1)
+            check(not r["choices"][0]["message"].get("reasoning_content"), "thinker: no reasoning before a forced call")
+        finally:
+            check(s.stop() == 0, "thinker server exits 0")
         for prog, cfg, label, bos in ((qwen, qcfg, "qwen3", None), (llama, lcfg, "llama3.1", "<|begin_of_text|>"),
                                       (plain, None, "generic", None)):
             s = Server(offkv, prog, "--deterministic", "--parallel", "2", "--ctx-per-seq", "1024")
