@@ -66,20 +66,34 @@ static int parse_tool(srv_tools *t, const cJSON *e, int i, char *msg, size_t msg
     if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function")))
         return fail(t, msg, msg_len, param, field, "must be \"function\" (the only tool type supported)");
     snprintf(field, sizeof field, "tools[%d].function", i);
+    bool flat = !fn && cJSON_GetObjectItemCaseSensitive(e, "name");   /* the Responses API's {"type", "name", ...} */
+    if (flat) fn = e;
     if (!cJSON_IsObject(fn)) return fail(t, msg, msg_len, param, field, "must be an object");
+    if (flat) snprintf(field, sizeof field, "tools[%d]", i);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-    snprintf(field, sizeof field, "tools[%d].function.name", i);
+    char base[24];   /* "tools[63].function" at most */
+    snprintf(base, sizeof base, "%.20s", field);
+    snprintf(field, sizeof field, "%s.name", base);
     if (!cJSON_IsString(name) || !valid_name(name->valuestring))
         return fail(t, msg, msg_len, param, field, "must be a string of 1 to 64 characters a-z, A-Z, 0-9, _ or -");
     if (find_tool(t, name->valuestring) >= 0) return fail(t, msg, msg_len, param, field, "names a function given twice");
     const cJSON *ps = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-    snprintf(field, sizeof field, "tools[%d].function.parameters", i);
+    snprintf(field, sizeof field, "%s.parameters", base);
     if (ps && !cJSON_IsNull(ps) && !cJSON_IsObject(ps)) return fail(t, msg, msg_len, param, field, "must be a JSON Schema object");
     srv_tool *f = &t->fns[t->n];
     f->name = strdup(name->valuestring);
     f->parameters = cJSON_IsObject(ps) && ps->child ? cJSON_PrintUnformatted(ps) : strdup("{\"type\":\"object\"}");
     t->n++;
-    if (!f->name || !f->parameters) return fail(t, msg, msg_len, param, "tools", "could not be stored: out of memory");
+    /* the template sees the chat shape {"type": "function", "function": {...}} */
+    cJSON *entry = flat ? cJSON_CreateObject() : cJSON_Duplicate(e, true);
+    if (entry && flat) {
+        cJSON_AddStringToObject(entry, "type", "function");
+        cJSON *copy = cJSON_Duplicate(fn, true);
+        if (copy) cJSON_DeleteItemFromObjectCaseSensitive(copy, "type");
+        cJSON_AddItemToObject(entry, "function", copy);
+    }
+    if (entry) cJSON_AddItemToArray(t->list, entry);
+    if (!f->name || !f->parameters || !entry) return fail(t, msg, msg_len, param, "tools", "could not be stored: out of memory");
     return 0;
 }
 
@@ -97,6 +111,7 @@ static int parse_choice(srv_tools *t, const cJSON *v, char *msg, size_t msg_len,
         return 0;
     }
     const cJSON *fn = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "function") : NULL;
+    if (!fn && cJSON_IsObject(v)) fn = v;   /* the Responses API's {"type": "function", "name"} */
     const cJSON *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
     const cJSON *type = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
     if (!cJSON_IsString(name) || (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "function"))))
@@ -116,13 +131,12 @@ int srv_tools_parse(const cJSON *body, srv_tools *t, char *msg, size_t msg_len, 
         int n = cJSON_IsArray(tools) ? cJSON_GetArraySize(tools) : -1;
         if (n < 0 || n > SRV_MAX_TOOLS) return fail(t, msg, msg_len, param, "tools", "must be an array of at most 64 tools");
         t->fns = calloc(n ? (size_t)n : 1, sizeof *t->fns);
-        if (!t->fns) return fail(t, msg, msg_len, param, "tools", "could not be stored: out of memory");
+        t->list = cJSON_CreateArray();
+        if (!t->fns || !t->list) return fail(t, msg, msg_len, param, "tools", "could not be stored: out of memory");
         int i = 0, st;
         const cJSON *e;
         cJSON_ArrayForEach(e, tools)
             if ((st = parse_tool(t, e, i++, msg, msg_len, param))) return st;
-        if (n && !(t->list = cJSON_Duplicate(tools, true)))
-            return fail(t, msg, msg_len, param, "tools", "could not be stored: out of memory");
     }
     const cJSON *par = cJSON_GetObjectItemCaseSensitive(body, "parallel_tool_calls");
     if (par && !cJSON_IsNull(par)) {
@@ -264,9 +278,10 @@ bool srv_tools_system_note(const srv_tools *t, cJSON *messages) {
                                 "Functions:");
     cJSON_ArrayForEach(e, t->list) {
         char *fn = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, "function"));
-        if (fn) n += (size_t)snprintf(note + n, cap - n, "\n%s", fn);
+        if (fn && n < cap) n += (size_t)snprintf(note + n, cap - n, "\n%s", fn);
         free(fn);
     }
+    if (n >= cap) n = cap - 1;   /* (cap counts every line; a cut note would still be a string) */
     cJSON *first = cJSON_GetArrayItem(messages, 0);
     const cJSON *role = first ? cJSON_GetObjectItemCaseSensitive(first, "role") : NULL;
     const cJSON *content = first ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;

@@ -52,14 +52,16 @@ typedef struct srv_tools {
     char param[48];       /* the field a srv_tools_parse failure names (*param points here) */
     srv_tool *fns;
     int n;
-    cJSON *list;          /* the tools array as sent (what the template's `tools` sees) */
+    cJSON *list;          /* the tools as sent, in the chat shape (what the template's `tools` sees) */
     srv_tool_choice choice;
     int named;            /* SRV_TOOLS_NAMED: index into fns */
     bool parallel;        /* parallel_tool_calls (default true): more than one call allowed */
 } srv_tools;
 
 /* Reads "tools", "tool_choice" and "parallel_tool_calls" of a request body
- * into *t. 0, or 400 with msg naming the field and *param set to it
+ * into *t. Tools come in the chat shape {"type": "function", "function":
+ * {"name", ...}} or the Responses API's flat {"type": "function", "name",
+ * ...} (list holds the chat shape either way); tool_choice likewise. 0, or 400 with msg naming the field and *param set to it
  * (e.g. "tools[1].function.name", "tool_choice"). *t is freed on failure. */
 int srv_tools_parse(const cJSON *body, srv_tools *t, char *msg, size_t msg_len, const char **param);
 void srv_tools_free(srv_tools *t);

@@ -71,6 +71,16 @@ static void test_fields(void) {
           t.n == 1 && !strcmp(t.fns[0].parameters, "{\"type\":\"object\"}"));
     srv_tools_free(&t);
 
+    /* the Responses API's flat shape: listed for the template in the chat shape */
+    CHECK(parse_body("{\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}],"
+                     "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"}}", &t, &param, msg) == 0);
+    char *listed = t.list ? cJSON_PrintUnformatted(t.list) : NULL;
+    CHECKF(t.n == 1 && t.choice == SRV_TOOLS_NAMED && listed &&
+           !strcmp(listed, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}]"),
+           "flat tools listed as %s", listed ? listed : "(null)");
+    free(listed);
+    srv_tools_free(&t);
+    refused("{\"tools\":[{\"type\":\"function\",\"name\":\"\"}]}", "tools[0].name");
     refused("{\"tools\":{}}", "tools");
     refused("{\"tools\":[" WEATHER_TOOL ",{\"type\":\"function\",\"function\":{\"description\":\"x\"}}]}", "tools[1].function.name");
     refused("{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"has space\"}}]}", "tools[0].function.name");
