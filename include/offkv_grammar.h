@@ -64,6 +64,24 @@ typedef struct okv_grammar okv_grammar;
 okv_status okv_grammar_from_schema(const char *schema, size_t len, okv_grammar **out, okv_error *err);
 /* Any JSON object (OpenAI's response_format {"type": "json_object"}). */
 okv_status okv_grammar_json_object(okv_grammar **out, okv_error *err);
+
+/* One alternative of a run of framed values: the literal head (which picks
+ * the alternative), a JSON value valid under the schema, the literal tail.
+ * All three NUL-terminated; head and tail non-empty. */
+typedef struct okv_grammar_frame {
+    const char *head;
+    const char *schema;   /* JSON Schema text, as okv_grammar_from_schema takes it */
+    const char *tail;
+} okv_grammar_frame;
+
+/* min_count..max_count framed values, each one of the n (1..64)
+ * alternatives, with up to OKV_GRAMMAR_MAX_WS whitespace bytes between two
+ * values (none before the first or inside head and tail): the shape of a
+ * model's tool calls, e.g. head "<tool_call>\n{\"name\": \"f\", \"arguments\": "
+ * and tail "}\n</tool_call>". No head may be a prefix of another
+ * (OKV_ERR_INVALID); a schema is refused as okv_grammar_from_schema refuses it. */
+okv_status okv_grammar_framed(const okv_grammar_frame *alts, int n, int min_count, int max_count, okv_grammar **out,
+                              okv_error *err);
 void okv_grammar_free(okv_grammar *g);
 
 typedef struct okv_grammar_match okv_grammar_match;

@@ -34,3 +34,11 @@ if ! python3 -c 'import jsonschema' >/dev/null 2>&1; then
     python3 -m pip install -q --break-system-packages jsonschema >/dev/null 2>&1 ||
     echo "setup: could not pip install jsonschema; the structured-output test uses its own validator" >&2
 fi
+# The tool-call test renders the templates with Python Jinja2 (as HF's
+# apply_chat_template does) to compare prompts (tests/server/test_server_tools.py;
+# without it that comparison is skipped and says so).
+if ! python3 -c 'import jinja2' >/dev/null 2>&1; then
+  python3 -m pip install -q jinja2 >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages jinja2 >/dev/null 2>&1 ||
+    echo "setup: could not pip install jinja2; the tool-call test skips its template comparison" >&2
+fi

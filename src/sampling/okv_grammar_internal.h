@@ -25,7 +25,10 @@ typedef enum gn_kind {
     GN_NUMBER,   /* JSON number */
     GN_INTEGER,  /* JSON number without fraction or exponent */
     GN_LITERALS, /* one of lits[lit_off .. lit_off+n_lits): canonical JSON texts (enum, const, true/false/null) */
-    GN_ANYOF     /* one of alts[alt_off .. alt_off+n_alts), chosen by the value's first byte */
+    GN_ANYOF,    /* one of alts[alt_off .. alt_off+n_alts), chosen by the value's first byte */
+    GN_FRAMED    /* min_items..max_items framed values (okv_grammar_framed): alternative i is the
+                    literal lits[lit_off + 2i] (its head, which picks it), a value of node
+                    alts[alt_off + i], then the literal lits[lit_off + 2i + 1] (its tail) */
 } gn_kind;
 
 /* The fixed nodes. */
@@ -47,7 +50,7 @@ typedef struct gn_node {
     int64_t min_items, max_items;
     int64_t min_len, max_len;   /* string */
     int32_t lit_off, n_lits;    /* literals */
-    int32_t alt_off, n_alts;    /* anyOf */
+    int32_t alt_off, n_alts;    /* anyOf, framed */
     uint8_t first[32];          /* bit set of the bytes a value of this node can start with */
 } gn_node;
 
@@ -93,10 +96,10 @@ typedef struct gm_frame {
     uint8_t ws;       /* whitespace bytes in the current gap */
     uint8_t aux;      /* string: \u hex digits read, or UTF-8 continuation bytes still due */
     uint8_t lo, hi;   /* string: range of the next UTF-8 continuation byte */
-    int32_t key;      /* object: index (in the node's properties) of the value being read */
-    uint32_t count;   /* string: characters; array: elements; key/literal: bytes matched; number: digits of the part */
-    uint64_t seen;    /* object: properties present */
-    uint64_t cand;    /* object key being read / literal: candidates still matching */
+    int32_t key;      /* object: index (in the node's properties) of the value being read; framed: the alternative */
+    uint32_t count;   /* string: characters; array: elements; key/literal/head/tail: bytes matched; number: digits of the part */
+    uint64_t seen;    /* object: properties present; framed: values completed */
+    uint64_t cand;    /* object key being read / literal / framed head: candidates still matching */
 } gm_frame;
 
 typedef struct gm_state {

@@ -8,7 +8,9 @@
  * that byte), a string or container pops itself on its closing byte, and a
  * number or a literal that can be followed by more characters ("1" vs
  * "12") stays open until a byte that cannot continue it, which it passes
- * on to its parent. A byte either is taken or rejected; rejection leaves
+ * on to its parent. A run of framed values (tool calls) is a container
+ * whose frame matches each head and tail itself and pushes the value
+ * between them. A byte either is taken or rejected; rejection leaves
  * the frames garbage, so every caller feeds a copy: the mask walk copies
  * the state once per trie node anyway, and okv_grammar_match_feed commits
  * a trial copy only when every byte was taken.
@@ -30,7 +32,8 @@ typedef enum gm_phase {
     A_START, A_OPEN, A_NEXT, A_COMMA,                         /* array: '[' ... ']' */
     S_START, S_BODY, S_ESC, S_HEX, S_UTF8,                    /* string */
     N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXPSIGN, N_EXPDIG, /* number */
-    L_BODY                                                    /* literal set */
+    L_BODY,                                                   /* literal set */
+    F_HEAD, F_VALUE, F_TAIL, F_NEXT                           /* framed values: head, value, tail, between */
 } gm_phase;
 
 typedef enum gm_result {
@@ -88,7 +91,7 @@ static gm_result push_value(const okv_grammar *g, gm_state *s, int32_t node, uns
     int32_t id = resolve(g, node, c);
     if (id < 0) return GM_REJECT;
     const gn_node *n = &g->nodes[id];
-    bool container = n->kind == GN_OBJECT || n->kind == GN_ARRAY;
+    bool container = n->kind == GN_OBJECT || n->kind == GN_ARRAY || n->kind == GN_FRAMED;
     if (s->depth + (container ? 1 : 0) >= GM_MAX_FRAMES) return GM_REJECT;
     gm_frame *f = &s->f[s->depth++];
     memset(f, 0, sizeof *f);
@@ -99,6 +102,7 @@ static gm_result push_value(const okv_grammar *g, gm_state *s, int32_t node, uns
     case GN_STRING: f->phase = S_START; break;
     case GN_NUMBER:
     case GN_INTEGER: f->phase = N_START; break;
+    case GN_FRAMED: f->phase = F_HEAD; f->cand = low_bits(n->n_alts); break;
     default: f->phase = L_BODY; f->cand = low_bits(n->n_lits); break;
     }
     return GM_PUSH;
@@ -349,6 +353,61 @@ static gm_result step_literal(const okv_grammar *g, gm_frame *f, unsigned char c
     return lits_complete(g, n, f) == next ? GM_END : GM_TAKE;
 }
 
+/* ---- framed values ------------------------------------------------------------------ */
+
+/* A byte of a head: narrows the candidates; the head that ends here (heads
+ * are prefix-free, so at most one) picks the alternative. */
+static gm_result head_byte(const okv_grammar *g, const gn_node *n, gm_frame *f, unsigned char c) {
+    uint64_t next = 0;
+    for (uint64_t m = f->cand; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        const gn_lit *h = &g->lits[n->lit_off + 2 * i];
+        if (f->count < h->len && (unsigned char)h->text[f->count] == c) next |= 1ull << i;
+    }
+    if (!next) return GM_REJECT;
+    f->cand = next;
+    f->count++;
+    for (uint64_t m = next; m; m &= m - 1) {
+        int i = __builtin_ctzll(m);
+        if (g->lits[n->lit_off + 2 * i].len == f->count) {
+            f->key = i;
+            set_phase(f, F_VALUE);
+            break;
+        }
+    }
+    return GM_TAKE;
+}
+
+static gm_result step_framed(const okv_grammar *g, gm_state *s, gm_frame *f, unsigned char c) {
+    const gn_node *n = &g->nodes[f->node];
+    switch ((gm_phase)f->phase) {
+    case F_HEAD: return head_byte(g, n, f, c);
+    case F_VALUE:
+        f->count = 0;
+        set_phase(f, F_TAIL);
+        return push_value(g, s, g->alts[n->alt_off + f->key], c);
+    case F_TAIL: {
+        const gn_lit *t = &g->lits[n->lit_off + 2 * f->key + 1];
+        if (f->count >= t->len || (unsigned char)t->text[f->count] != c) return GM_REJECT;
+        if (++f->count < t->len) return GM_TAKE;
+        f->seen++;
+        if ((int64_t)f->seen >= n->max_items) return GM_END;
+        set_phase(f, F_NEXT);
+        return GM_TAKE;
+    }
+    case F_NEXT:
+        if (is_ws(c)) return gap_ws(f);
+        if (gn_first_has(n, c)) {
+            f->cand = low_bits(n->n_alts);
+            f->count = 0;
+            set_phase(f, F_HEAD);
+            return head_byte(g, n, f, c);
+        }
+        return (int64_t)f->seen >= n->min_items ? GM_PASS : GM_REJECT;
+    default: return GM_REJECT;
+    }
+}
+
 /* ---- the stack ---------------------------------------------------------------------- */
 
 static gm_result step(const okv_grammar *g, gm_state *s, gm_frame *f, unsigned char c) {
@@ -364,6 +423,7 @@ static gm_result step(const okv_grammar *g, gm_state *s, gm_frame *f, unsigned c
     case GN_NUMBER:
     case GN_INTEGER: return step_number(g, f, c);
     case GN_LITERALS: return step_literal(g, f, c);
+    case GN_FRAMED: return step_framed(g, s, f, c);
     default: return GM_REJECT;   /* GN_ANY / GN_ANYOF never get a frame: resolve() replaced them */
     }
 }
@@ -409,7 +469,8 @@ bool gm_feed_byte(const okv_grammar *g, gm_state *s, unsigned char c) {
 }
 
 /* True when the value may end here: the root's value is closed, or the only
- * open frame is a number or literal that is complete as it stands. */
+ * open frame is a number or literal that is complete as it stands, or a run
+ * of framed values between two values with enough of them. */
 static bool state_accepting(const okv_grammar *g, const gm_state *s) {
     if (s->f[0].phase != R_AFTER) return false;
     if (s->depth == 1) return true;
@@ -417,6 +478,7 @@ static bool state_accepting(const okv_grammar *g, const gm_state *s) {
     const gm_frame *f = &s->f[1];
     const gn_node *n = &g->nodes[f->node];
     if (n->kind == GN_NUMBER || n->kind == GN_INTEGER) return number_complete(f);
+    if (n->kind == GN_FRAMED) return f->phase == F_NEXT && (int64_t)f->seen >= n->min_items;
     return n->kind == GN_LITERALS && lits_complete(g, n, f) != 0;
 }
 

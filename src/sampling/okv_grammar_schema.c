@@ -1,5 +1,7 @@
 /* okv_grammar_schema.c — compiling a JSON Schema into the flat grammar the
- * matcher walks (okv_grammar_internal.h), and the any-JSON-object grammar.
+ * matcher walks (okv_grammar_internal.h), the any-JSON-object grammar, and
+ * runs of framed values (a literal head, a schema's value, a literal tail:
+ * the shape of a model's tool calls).
  *
  * The schema is untrusted input (a request body): its text size, nesting
  * depth, node count, properties per object, enum size and literal length
@@ -510,5 +512,78 @@ okv_status okv_grammar_json_object(okv_grammar **out, okv_error *err) {
     if (st) return st;
     c.g->root = GN_FIX_OBJECT;
     *out = c.g;
+    return OKV_OK;
+}
+
+/* Heads must be non-empty and prefix-free (the matcher picks the alternative
+ * when its head ends); tails non-empty (the run's end is then visible). */
+static okv_status check_frames(const okv_grammar_frame *alts, int n, okv_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (!alts[i].head || !*alts[i].head || !alts[i].tail || !*alts[i].tail || !alts[i].schema)
+            return okv_fail(err, OKV_ERR_INVALID, "framed value %d: empty head or tail, or no schema", i);
+        size_t li = strlen(alts[i].head);
+        if (li > GN_MAX_LIT_BYTES || strlen(alts[i].tail) > GN_MAX_LIT_BYTES)
+            return okv_fail(err, OKV_ERR_UNSUPPORTED, "framed value %d: head or tail longer than %d bytes", i, GN_MAX_LIT_BYTES);
+        for (int j = 0; j < n; j++) {
+            size_t lj = strlen(alts[j].head);
+            if (j != i && li <= lj && !memcmp(alts[i].head, alts[j].head, li))
+                return okv_fail(err, OKV_ERR_INVALID, "framed value %d's head is a prefix of value %d's", i, j);
+        }
+    }
+    return OKV_OK;
+}
+
+/* Compiles an alternative's schema (its own $ref root) into c->g: its node, or -1. */
+static int32_t compile_frame_schema(compiler *c, const okv_grammar_frame *a) {
+    cJSON *doc = NULL;
+    size_t len = strlen(a->schema);
+    if (len > OKV_GRAMMAR_MAX_SCHEMA)
+        return okv_fail(c->err, OKV_ERR_UNSUPPORTED, "JSON Schema of %zu bytes (at most %d)", len, OKV_GRAMMAR_MAX_SCHEMA), -1;
+    if (okv_json_parse(a->schema, len, &doc, "JSON Schema", c->err)) return -1;
+    c->doc = doc;
+    snprintf(c->path, sizeof c->path, "#");
+    int32_t id = compile(c, doc, 1);
+    c->doc = NULL;
+    cJSON_Delete(doc);
+    return id;
+}
+
+okv_status okv_grammar_framed(const okv_grammar_frame *alts, int n, int min_count, int max_count, okv_grammar **out,
+                              okv_error *err) {
+    *out = NULL;
+    if (!alts || n < 1 || n > GN_MAX_LITS)
+        return okv_fail(err, OKV_ERR_INVALID, "framed values: %d alternatives (1 to %d)", n, GN_MAX_LITS);
+    if (min_count < 1 || max_count < min_count)
+        return okv_fail(err, OKV_ERR_INVALID, "framed values: count range [%d, %d]", min_count, max_count);
+    okv_status st = check_frames(alts, n, err);
+    if (st) return st;
+    compiler c;
+    if ((st = grammar_start(&c, out, err))) return st;
+    int32_t kids[GN_MAX_LITS];
+    for (int i = 0; i < n && !st; i++)
+        if ((kids[i] = compile_frame_schema(&c, &alts[i])) < 0) st = err->status ? err->status : OKV_ERR_INVALID;
+    int32_t lit_off = c.g->n_lits;   /* heads and tails, in pairs, after any enum literals of the schemas */
+    for (int i = 0; i < n && !st; i++)
+        if (add_lit(&c, alts[i].head, strlen(alts[i].head)) < 0 || add_lit(&c, alts[i].tail, strlen(alts[i].tail)) < 0)
+            st = err->status;
+    okv_grammar *g = c.g;
+    int32_t *v = st ? NULL : okv_grow(g->alts, &g->cap_alts, (size_t)g->n_alts + (size_t)n, sizeof *v);
+    if (!st && !v) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
+    int32_t id = st ? -1 : new_node(&c, GN_FRAMED);
+    if (!st && id < 0) st = err->status;
+    if (st) { okv_grammar_free(g); return st; }
+    g->alts = v;
+    gn_node *node = &g->nodes[id];
+    node->alt_off = g->n_alts;
+    node->n_alts = n;
+    node->lit_off = lit_off;
+    node->min_items = min_count;
+    node->max_items = max_count;
+    for (int i = 0; i < n; i++) {
+        g->alts[g->n_alts++] = kids[i];
+        gn_first_add(node, (unsigned char)alts[i].head[0]);
+    }
+    g->root = id;
+    *out = g;
     return OKV_OK;
 }

@@ -227,7 +227,7 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
     r->affinity = srv_affinity_hash(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Prompt-Cache-Key"));
     int status = kind == SRV_RESPONSE ? srv_parse_responses(s, body, cs->body.len, r, msg, sizeof msg, &param)
                                       : srv_parse_request(s, kind, body, cs->body.len, r, msg, sizeof msg, &param);
-    if (status) {
+    if (status) {   /* param may point into r (a tool's field name): reply first */
         enum MHD_Result ret = reply_error_code(c, (unsigned)status, msg, param, r->err_code);
         srv_request_unref(r);
         return ret;
@@ -400,6 +400,8 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     const char *tmpl = s->chat_template;
     if (!tmpl && s->tok_config && !okv_chat_config_parse(s->tok_config, &cfg, &e2)) tmpl = cfg.chat_template;
     s->think_template = tmpl && strstr(tmpl, "<think>");
+    s->tool_syntax = srv_tools_syntax(tmpl);
+    s->template_tools = srv_tools_template_renders(tmpl);
     okv_chat_config_free(&cfg);
     if (s->o.ctx_per_seq > s->info.max_ctx_len) {   /* positions past it have no trained (or exported) meaning */
         err->status = OKV_ERR_INVALID;

@@ -3,7 +3,8 @@
  * the scheduler (okv_server_sched.c) and the reasoning splitter
  * (okv_think.c), the prefix-cache directory (okv_server_dir.c), the
  * token log-probabilities (okv_server_logprobs.c), the Responses API
- * (okv_server_responses.c) and the byte buffer (okv_server_buf.c). Below this one only public offkv headers
+ * (okv_server_responses.c), the byte buffer (okv_server_buf.c) and, in
+ * okv_server_tools.h, function tools. Below this one only public offkv headers
  * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
@@ -17,6 +18,7 @@
 
 #include "offkv_gen.h"
 #include "offkv_serve.h"
+#include "okv_server_tools.h"
 
 #define SRV_MAX_STOPS 16
 /* The error of a request refused (503) because the server is stopping. */
@@ -107,6 +109,10 @@ typedef struct srv_choice {
     srv_logprob *lp;              /* one per sampled token (EOS not included), when logprobs are asked for */
     size_t n_lp, cap_lp, lp_sent; /* lp_sent: entries already streamed */
     size_t text_offset;           /* legacy logprobs: characters of the streamed entries' tokens */
+    srv_tool_stream tool_split;   /* content split into text and tool calls (request's tools active) */
+    srv_tool_call *calls;         /* non-streamed: the calls so far (owned strings) */
+    int n_calls;                  /* calls found (streamed ones too) */
+    size_t cap_calls;
 } srv_choice;
 
 /* One admitted request, shared by its connection (which waits for output)
@@ -131,6 +137,8 @@ typedef struct srv_request {
     int n_stops;
     bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
     okv_grammar *grammar;         /* response_format's constraint (go.grammar points at it), owned; NULL = free text */
+    srv_tools tools;              /* tools, tool_choice, parallel_tool_calls (owned) */
+    bool tools_on;                /* replies are split into text and tool calls */
     double t_submit;
     uint64_t affinity;            /* prompt_cache_key (or X-Prompt-Cache-Key, or user) hashed; 0 = none */
     const char *err_code;         /* a parse refusal's OpenAI error code ("context_length_exceeded"), or NULL */
@@ -206,6 +214,8 @@ struct okv_server {
     okv_tok *tok;
     char *tok_config, *chat_template;  /* bundled texts (NUL-terminated) */
     bool think_template;               /* the template knows <think> */
+    srv_tool_syntax tool_syntax;       /* the template's tool-call syntax */
+    bool template_tools;               /* the template renders `tools` itself */
     okv_gen_defaults defaults;
     char fingerprint[24];              /* system_fingerprint: "fp_" + the program's digest */
     pthread_mutex_t tok_lock;          /* tokenization and template renders */

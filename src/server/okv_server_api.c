@@ -11,6 +11,10 @@
  * (okv_server_responses.c) are parsed here as the chat requests they are
  * converted to, and srv_emit_* hand them to that file's emitters.
  *
+ * Chat requests with tools (okv_server_tools.h) send each choice's content
+ * through a tool split: calls the model writes become message.tool_calls
+ * (streamed as delta.tool_calls chunks) with finish_reason "tool_calls".
+ *
  * Sampling starts from the program's defaults (okv_gen_defaults_get: its
  * generation_config.json), and the request's fields override them, as
  * `offkv run` flags do. */
@@ -205,43 +209,26 @@ static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request
     return 0;
 }
 
-/* A message's content: a string, or an array of {"type": "text", "text": ...} parts joined. */
-static char *content_text(const cJSON *content) {
-    if (cJSON_IsString(content)) return strdup(content->valuestring);
-    if (cJSON_IsNull(content)) return strdup("");
-    if (!cJSON_IsArray(content)) return NULL;
-    srv_buf o = {0};
-    const cJSON *part;
-    cJSON_ArrayForEach(part, content) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t)) { srv_buf_free(&o); return NULL; }
-        srv_buf_puts(&o, t->valuestring);
-    }
-    return srv_buf_detach(&o);
-}
-
-/* messages -> a clean [{role, content}] array for the template. */
-static int parse_messages(parse_ctx *c, const cJSON *j, char **out) {
+/* messages -> a clean array for the template: role, content, and the tool
+ * fields (tool_calls, tool_call_id, name) as srv_tools_message keeps them. */
+static int parse_messages(parse_ctx *c, const cJSON *j, cJSON **out) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
     if (!msgs) return bad(c, "messages", "'%s' is required%s", NULL);
     if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs)) return bad(c, "messages", "'%s' must be a non-empty array%s", NULL);
     cJSON *clean = cJSON_CreateArray();
+    int i = 0;
     cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        char *text = cJSON_IsObject(m) ? content_text(cJSON_GetObjectItemCaseSensitive(m, "content")) : NULL;
-        if (!cJSON_IsString(role) || !text) {
-            free(text);
+        char why[160], detail[192];
+        cJSON *e = srv_tools_message(m, why, sizeof why);
+        if (!e) {
             cJSON_Delete(clean);
-            return bad(c, "messages", "'%s': each message needs a string 'role' and a string (or text parts) 'content'%s", NULL);
+            snprintf(detail, sizeof detail, "[%d] %s", i, why);
+            return bad(c, "messages", "'%s'%s", detail);
         }
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "role", role->valuestring);
-        cJSON_AddStringToObject(e, "content", text);
         cJSON_AddItemToArray(clean, e);
-        free(text);
+        i++;
     }
-    *out = cJSON_PrintUnformatted(clean);
-    cJSON_Delete(clean);
+    *out = clean;
     return 0;
 }
 
@@ -262,15 +249,70 @@ static bool prompt_opens_think(okv_server *s, const int32_t *ids, size_t n) {
     return open;
 }
 
+/* The token bytes constrained sampling needs, built by the first request that needs them. */
+static okv_status ensure_grammar_vocab(okv_server *s, okv_error *err) {
+    okv_status st = OKV_OK;
+    pthread_mutex_lock(&s->tok_lock);
+    if (!s->grammar_vocab) st = okv_gen_grammar_vocab(s->tok, s->info.vocab_size, &s->grammar_vocab, err);
+    pthread_mutex_unlock(&s->tok_lock);
+    return st;
+}
+
+/* tools / tool_choice / parallel_tool_calls (okv_server_tools.h): a forced
+ * call (required, a named function) constrains the output with the
+ * template family's call syntax. Runs after parse_response_format. */
+static int parse_tools(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
+    int status = srv_tools_parse(j, &r->tools, c->msg, c->msg_len, c->param);
+    if (status) return status;
+    bool forced = r->tools.choice == SRV_TOOLS_REQUIRED || r->tools.choice == SRV_TOOLS_NAMED;
+    if (forced && r->grammar)
+        return bad(c, "tool_choice", "'%s' forcing a call cannot be combined with a response_format schema%s", NULL);
+    r->tools_on = srv_tools_active(&r->tools) && !r->grammar;
+    if (!forced) return 0;
+    okv_error err = {0};
+    okv_status st = srv_tools_grammar(&r->tools, s->tool_syntax, &r->grammar, &err);
+    if (!st) st = ensure_grammar_vocab(s, &err);
+    if (st) {
+        char detail[sizeof err.message + 4];
+        snprintf(detail, sizeof detail, ": %s", err.message);
+        return bad(c, "tools", "'%s'%s", detail);
+    }
+    r->go.grammar = r->grammar;
+    r->go.grammar_vocab = s->grammar_vocab;
+    return 0;
+}
+
+/* The template's extra variables: chat_template_kwargs, and `tools` when
+ * the template renders them (HF's apply_chat_template puts both in the
+ * context the same way). NULL with *status set on a bad field. */
+static char *template_vars(okv_server *s, parse_ctx *c, const cJSON *j, const srv_request *r, int *status) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    bool tools = srv_tools_active(&r->tools) && s->template_tools;
+    *status = 0;
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw)) { *status = bad(c, "chat_template_kwargs", "'%s' must be an object%s", NULL); return NULL; }
+    if (!tools && (!kw || cJSON_IsNull(kw))) return NULL;
+    cJSON *vars = kw && cJSON_IsObject(kw) ? cJSON_Duplicate(kw, true) : cJSON_CreateObject();
+    if (vars && tools) {
+        cJSON_DeleteItemFromObjectCaseSensitive(vars, "tools");
+        cJSON_AddItemToObject(vars, "tools", cJSON_Duplicate(r->tools.list, true));
+    }
+    char *text = vars ? cJSON_PrintUnformatted(vars) : NULL;
+    cJSON_Delete(vars);
+    if (!text) *status = bad(c, "messages", "'%s': out of memory%s", NULL);
+    return text;
+}
+
 static int parse_chat(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
     char *msgs = NULL, *vars = NULL;
-    int status = parse_messages(c, j, &msgs);
-    if (status) return status;
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
-    if (kw && !cJSON_IsNull(kw)) {
-        if (!cJSON_IsObject(kw)) { free(msgs); return bad(c, "chat_template_kwargs", "'%s' must be an object%s", NULL); }
-        vars = cJSON_PrintUnformatted(kw);
-    }
+    cJSON *clean = NULL;
+    int status = parse_messages(c, j, &clean);
+    if (!status) status = parse_tools(s, c, j, r);
+    if (!status && srv_tools_active(&r->tools) && !s->template_tools && !srv_tools_system_note(&r->tools, clean))
+        status = bad(c, "tools", "'%s': out of memory%s", NULL);
+    if (!status) vars = template_vars(s, c, j, r, &status);
+    if (!status && !(msgs = cJSON_PrintUnformatted(clean))) status = bad(c, "messages", "'%s': out of memory%s", NULL);
+    cJSON_Delete(clean);
+    if (status) { free(vars); return status; }
     okv_gen_prompt_args pa = {OKV_CHAT_TEMPLATE, NULL, NULL, vars, s->tok_config, s->chat_template, s->info.bos_id, msgs};
     okv_error err = {0};
     pthread_mutex_lock(&s->tok_lock);
@@ -280,7 +322,9 @@ static int parse_chat(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *
     free(vars);
     if (st) return bad(c, "messages", "'%s' could not be rendered with the model's chat template: %s", err.message);
     r->think = s->think_template;
-    r->think_inside = r->think && r->n_prompt && prompt_opens_think(s, r->prompt, r->n_prompt);
+    bool forced = r->tools.choice == SRV_TOOLS_REQUIRED || r->tools.choice == SRV_TOOLS_NAMED;
+    /* a forced call begins at once: no reasoning comes first, even in an opened <think> */
+    r->think_inside = r->think && !forced && r->n_prompt && prompt_opens_think(s, r->prompt, r->n_prompt);
     return 0;
 }
 
@@ -339,11 +383,7 @@ static int parse_response_format(okv_server *s, parse_ctx *c, const cJSON *j, sr
     } else {
         return bad(c, "response_format", "'%s' type must be \"text\", \"json_object\" or \"json_schema\"%s", NULL);
     }
-    if (!st) {
-        pthread_mutex_lock(&s->tok_lock);
-        if (!s->grammar_vocab) st = okv_gen_grammar_vocab(s->tok, s->info.vocab_size, &s->grammar_vocab, &err);
-        pthread_mutex_unlock(&s->tok_lock);
-    }
+    if (!st) st = ensure_grammar_vocab(s, &err);
     if (st) {
         char detail[sizeof err.message + 4];
         snprintf(detail, sizeof detail, ": %s", err.message);
@@ -375,7 +415,11 @@ int srv_parse_request(okv_server *s, srv_kind kind, const char *body, size_t len
         status = bad(&c, kind == SRV_CHAT ? "messages" : "prompt", "'%s' is longer than the context%s", detail);
         r->err_code = "context_length_exceeded";
     }
-    for (int i = 0; !status && i < r->n_choices; i++) srv_think_init(&r->choices[i].splitter, r->think, r->think_inside);
+    uint64_t seed = (uint64_t)(srv_now() * 1e9) ^ ((uint64_t)(uintptr_t)r << 16);   /* tool call ids */
+    for (int i = 0; !status && i < r->n_choices; i++) {
+        srv_think_init(&r->choices[i].splitter, r->think, r->think_inside);
+        srv_tool_stream_init(&r->choices[i].tool_split, &r->tools, seed + (uint64_t)i * 0x9E3779B97F4A7C15ull);
+    }
     r->fingerprint = s->fingerprint;
     r->tok = s->tok;
     r->n_vocab = s->info.vocab_size;
@@ -473,13 +517,63 @@ typedef struct part_ctx {
     int choice;
 } part_ctx;
 
-static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
-    part_ctx *pc = ctx;
+static void put_part(part_ctx *pc, srv_part part, const char *text, size_t len) {
     srv_request *r = pc->r;
     srv_choice *c = &r->choices[pc->choice];
     if (!r->stream) { srv_buf_put(part == SRV_REASONING ? &c->reasoning : &c->content, text, len); return; }
     put_role_once(r, pc->choice);
     put_chunk(r, pc->choice, part, text, len, false, NULL);
+}
+
+static void on_tool_text(void *ctx, const char *text, size_t len) { put_part(ctx, SRV_CONTENT, text, len); }
+
+/* A tool call of the reply: kept for the body, or streamed as two
+ * delta.tool_calls chunks (id, type and name; then the arguments). */
+static void on_tool_call(void *ctx, int index, const srv_tool_call *call) {
+    part_ctx *pc = ctx;
+    srv_request *r = pc->r;
+    srv_choice *c = &r->choices[pc->choice];
+    if (!r->stream) {
+        srv_tool_call *v = srv_grow(c->calls, &c->cap_calls, (size_t)c->n_calls + 1, sizeof *v);
+        char *name = strdup(call->name), *args = strdup(call->arguments);
+        if (!v || !name || !args) { free(name); free(args); r->out.oom = true; return; }
+        c->calls = v;
+        c->calls[c->n_calls] = *call;
+        c->calls[c->n_calls].name = name;
+        c->calls[c->n_calls++].arguments = args;
+        return;
+    }
+    put_role_once(r, pc->choice);
+    c->n_calls++;
+    for (int piece = 0; piece < 2; piece++) {
+        cJSON *o = envelope(r, true), *choices = cJSON_AddArrayToObject(o, "choices"), *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", pc->choice);
+        cJSON *tc = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(cJSON_AddObjectToObject(ch, "delta"), "tool_calls"), tc);
+        cJSON_AddNumberToObject(tc, "index", index);
+        if (piece == 0) {
+            cJSON_AddStringToObject(tc, "id", call->id);
+            cJSON_AddStringToObject(tc, "type", "function");
+            cJSON_AddStringToObject(fn, "name", call->name);
+        }
+        cJSON_AddStringToObject(fn, "arguments", piece == 0 ? "" : call->arguments);
+        cJSON_AddItemToObject(tc, "function", fn);
+        cJSON_AddItemToObject(ch, "logprobs", piece == 0 ? logprobs_since_sent(r, c) : cJSON_CreateNull());
+        cJSON_AddNullToObject(ch, "finish_reason");
+        cJSON_AddItemToArray(choices, ch);
+        put_event(r, o);
+    }
+}
+
+static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
+    part_ctx *pc = ctx;
+    srv_request *r = pc->r;
+    if (part == SRV_CONTENT && r->tools_on) {
+        srv_tool_sink sink = {on_tool_text, on_tool_call, pc};
+        srv_tool_stream_push(&r->choices[pc->choice].tool_split, text, len, &sink);
+        return;
+    }
+    put_part(pc, part, text, len);
 }
 
 void srv_emit_token(srv_request *r, int choice, const float *row, int32_t id) {
@@ -503,6 +597,21 @@ static const char *finish_reason(const okv_gen_stats *st) {
     return st->stop == OKV_STOP_MAX_TOKENS || st->stop == OKV_STOP_CONTEXT ? "length" : "stop";
 }
 
+/* message.tool_calls: [{id, type, function: {name, arguments}}]. */
+static cJSON *tool_calls_json(const srv_choice *c) {
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; k < c->n_calls; k++) {
+        cJSON *tc = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+        cJSON_AddStringToObject(tc, "id", c->calls[k].id);
+        cJSON_AddStringToObject(tc, "type", "function");
+        cJSON_AddStringToObject(fn, "name", c->calls[k].name);
+        cJSON_AddStringToObject(fn, "arguments", c->calls[k].arguments);
+        cJSON_AddItemToObject(tc, "function", fn);
+        cJSON_AddItemToArray(a, tc);
+    }
+    return a;
+}
+
 /* The whole non-streamed reply, every choice by index. */
 static void put_body(srv_request *r) {
     cJSON *o = envelope(r, false), *choices = cJSON_AddArrayToObject(o, "choices");
@@ -513,8 +622,10 @@ static void put_body(srv_request *r) {
         if (r->kind == SRV_CHAT) {
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", c->content.data ? c->content.data : "");
+            if (c->n_calls && !c->content.len) cJSON_AddNullToObject(m, "content");   /* as OpenAI: calls alone */
+            else cJSON_AddStringToObject(m, "content", c->content.data ? c->content.data : "");
             if (c->reasoning.len) cJSON_AddStringToObject(m, "reasoning_content", c->reasoning.data);
+            if (c->n_calls) cJSON_AddItemToObject(m, "tool_calls", tool_calls_json(c));
         } else cJSON_AddStringToObject(ch, "text", c->content.data ? c->content.data : "");
         cJSON_AddItemToObject(ch, "logprobs", logprobs_since_sent(r, c));
         cJSON_AddStringToObject(ch, "finish_reason", c->finish_reason);
@@ -534,7 +645,12 @@ static void end_choice(srv_request *r, int i, const okv_gen_stats *st, bool cut_
     srv_choice *c = &r->choices[i];
     part_ctx pc = {r, i};
     if (!r->failed) srv_think_flush(&c->splitter, on_part, &pc);
+    if (!r->failed && r->tools_on) {
+        srv_tool_sink sink = {on_tool_text, on_tool_call, &pc};
+        srv_tool_stream_end(&c->tool_split, &sink);
+    }
     c->finish_reason = cut_short ? "length" : finish_reason(st);
+    if (c->n_calls && !strcmp(c->finish_reason, "stop")) c->finish_reason = "tool_calls";
     c->completion_tokens = st ? st->generated_tokens : 0;
     c->done = true;
     r->n_done++;

@@ -74,7 +74,14 @@ void srv_request_unref(srv_request *r) {
         srv_buf_free(&r->choices[i].content);
         srv_buf_free(&r->choices[i].reasoning);
         free(r->choices[i].lp);
+        srv_tool_stream_free(&r->choices[i].tool_split);
+        for (int k = 0; k < r->choices[i].n_calls && r->choices[i].calls; k++) {
+            free(r->choices[i].calls[k].name);
+            free(r->choices[i].calls[k].arguments);
+        }
+        free(r->choices[i].calls);
     }
+    srv_tools_free(&r->tools);
     free(r->choices);
     pthread_mutex_destroy(&r->lock);
     pthread_cond_destroy(&r->cond);
