@@ -22,8 +22,11 @@
  * response.in_progress, per item output_item.added, content_part.added,
  * its text deltas, the text's done, content_part.done, output_item.done,
  * then response.completed (or response.incomplete at max_output_tokens,
- * or error + response.failed). Function-call output items are not made
- * here: the model's calls are parsed by the chat path's tool-call code. */
+ * or error + response.failed). With tools the answer text goes through
+ * the chat path's tool-call split (okv_server_tools.c) first: each call
+ * it finds becomes a "function_call" output item (streamed: added, one
+ * function_call_arguments.delta with the whole arguments, their done,
+ * item done), and a reply of calls alone has no message item. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +35,13 @@
 
 #include "okv_server.h"
 
-/* One output item: the reasoning text or the assistant's message. */
+/* One output item: the reasoning text, the assistant's message or a function call. */
 typedef struct resp_item {
-    srv_part part;        /* SRV_REASONING: a "reasoning" item; SRV_CONTENT: a "message" */
+    srv_part part;        /* SRV_REASONING: a "reasoning" item; SRV_CONTENT: a "message" (or call) */
+    bool call;            /* a "function_call" item: call_id, name, arguments */
     char id[64];
+    char call_id[32];
+    char *name, *arguments;   /* owned */
     const char *status;   /* set when closed: "completed" or "incomplete" */
     srv_buf text;
 } resp_item;
@@ -46,13 +52,18 @@ struct srv_resp {
     resp_item *items;
     size_t n_items, cap_items;
     bool open;            /* the last item still takes text (streamed: its "added" events are out) */
+    int n_calls;          /* function_call items */
     int64_t reasoning_tokens;
 };
 
 void srv_resp_free(struct srv_resp *p) {
     if (!p) return;
     cJSON_Delete(p->echo);
-    for (size_t i = 0; i < p->n_items; i++) srv_buf_free(&p->items[i].text);
+    for (size_t i = 0; i < p->n_items; i++) {
+        srv_buf_free(&p->items[i].text);
+        free(p->items[i].name);
+        free(p->items[i].arguments);
+    }
     free(p->items);
     free(p);
 }
@@ -396,7 +407,9 @@ int srv_parse_responses(okv_server *s, const char *body, size_t len, srv_request
 
 /* ---- replies ------------------------------------------------------------------------- */
 
-static const char *item_type(const resp_item *it) { return it->part == SRV_REASONING ? "reasoning" : "message"; }
+static const char *item_type(const resp_item *it) {
+    return it->call ? "function_call" : it->part == SRV_REASONING ? "reasoning" : "message";
+}
 
 /* The choice's logprobs entries since the last sent (marked sent), Responses' shape: [{token, logprob, bytes, top_logprobs}]. */
 static cJSON *logprobs_since_sent(const srv_request *r) {
@@ -427,6 +440,12 @@ static cJSON *item_json(const srv_request *r, const resp_item *it, const char *s
     cJSON_AddStringToObject(o, "id", it->id);
     cJSON_AddStringToObject(o, "type", item_type(it));
     cJSON_AddStringToObject(o, "status", status);
+    if (it->call) {   /* {id, type, status, call_id, name, arguments} */
+        cJSON_AddStringToObject(o, "call_id", it->call_id);
+        cJSON_AddStringToObject(o, "name", it->name);
+        cJSON_AddStringToObject(o, "arguments", complete ? it->arguments : "");
+        return o;
+    }
     if (it->part == SRV_CONTENT) cJSON_AddStringToObject(o, "role", "assistant");
     else cJSON_AddArrayToObject(o, "summary");
     cJSON *content = cJSON_AddArrayToObject(o, "content");
@@ -564,9 +583,8 @@ static void close_item(srv_request *r, const char *status) {
     put_item_event(r, i, "response.output_item.done", status, true);
 }
 
-/* Splitter output: text of one part, into the open item of that part (a new one when the part changes). */
-static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
-    srv_request *r = ctx;
+/* Text of one part into the open item of that part (a new one when the part changes). */
+static void put_text(srv_request *r, srv_part part, const char *text, size_t len) {
     struct srv_resp *p = r->resp;
     if (part == SRV_REASONING) r->choices[0].lp_sent = r->choices[0].n_lp;   /* logprobs go with output_text */
     if (!p->open || p->items[p->n_items - 1].part != part) {
@@ -582,6 +600,55 @@ static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
     if (part == SRV_CONTENT) cJSON_AddItemToObject(o, "logprobs", r->logprobs >= 0 ? logprobs_since_sent(r) : cJSON_CreateArray());
     free(t);
     put_event(r, o);
+}
+
+/* The tool split's text: the message's. */
+static void on_tool_text(void *ctx, const char *text, size_t len) { put_text(ctx, SRV_CONTENT, text, len); }
+
+/* The tool split's call `index`: a function_call item of its own, complete at once. */
+static void on_tool_call(void *ctx, int index, const srv_tool_call *call) {
+    (void)index;
+    srv_request *r = ctx;
+    struct srv_resp *p = r->resp;
+    close_item(r, "completed");
+    resp_item *items = srv_grow(p->items, &p->cap_items, p->n_items + 1, sizeof *items);
+    if (!items) { r->out.oom = true; return; }
+    p->items = items;
+    size_t i = p->n_items;
+    resp_item *it = &items[i];
+    *it = (resp_item){.part = SRV_CONTENT, .call = true, .status = "completed"};
+    it->name = strdup(call->name);
+    it->arguments = strdup(call->arguments);
+    if (!it->name || !it->arguments) { free(it->name); free(it->arguments); r->out.oom = true; return; }
+    p->n_items++;
+    snprintf(it->call_id, sizeof it->call_id, "%s", call->id);
+    const char *tail = strchr(r->id, '_');
+    snprintf(it->id, sizeof it->id, "fc_%s_%zu", tail ? tail + 1 : r->id, i);
+    r->resp->n_calls++;
+    if (!r->stream) return;
+    put_item_event(r, i, "response.output_item.added", "in_progress", false);
+    cJSON *o = new_event(r, "response.function_call_arguments.delta");
+    cJSON_AddStringToObject(o, "item_id", it->id);
+    cJSON_AddNumberToObject(o, "output_index", (double)i);
+    cJSON_AddStringToObject(o, "delta", it->arguments);
+    put_event(r, o);
+    o = new_event(r, "response.function_call_arguments.done");
+    cJSON_AddStringToObject(o, "item_id", it->id);
+    cJSON_AddNumberToObject(o, "output_index", (double)i);
+    cJSON_AddStringToObject(o, "arguments", it->arguments);
+    put_event(r, o);
+    put_item_event(r, i, "response.output_item.done", "completed", true);
+}
+
+/* Splitter output: answer text goes through the tool split when tools are on. */
+static void on_part(void *ctx, srv_part part, const char *text, size_t len) {
+    srv_request *r = ctx;
+    if (part == SRV_CONTENT && r->tools_on) {
+        srv_tool_sink sink = {on_tool_text, on_tool_call, r};
+        srv_tool_stream_push(&r->choices[0].tool_split, text, len, &sink);
+        return;
+    }
+    put_text(r, part, text, len);
 }
 
 void srv_resp_begin(srv_request *r) {
@@ -625,6 +692,10 @@ bool srv_resp_end(srv_request *r, int choice, const okv_gen_stats *st, const cha
         srv_choice *c = &r->choices[i];
         if (c->done) continue;
         if (!r->failed) srv_think_flush(&c->splitter, on_part, r);
+        if (!r->failed && r->tools_on) {
+            srv_tool_sink sink = {on_tool_text, on_tool_call, r};
+            srv_tool_stream_end(&c->tool_split, &sink);
+        }
         c->finish_reason = cut_by_length(st, cut_short) ? "length" : "stop";
         c->completion_tokens = st ? st->generated_tokens : 0;
         c->done = true;
@@ -636,7 +707,9 @@ bool srv_resp_end(srv_request *r, int choice, const okv_gen_stats *st, const cha
         if (r->stream) put_failure(r);
     } else {
         struct srv_resp *p = r->resp;
-        if (!p->n_items || p->items[p->n_items - 1].part != SRV_CONTENT) {   /* every reply has its message */
+        bool has_message = false;
+        for (size_t i = 0; i < p->n_items; i++) has_message |= p->items[i].part == SRV_CONTENT && !p->items[i].call;
+        if (!has_message && !p->n_calls) {   /* every reply has its message, or its calls */
             close_item(r, "completed");
             open_item(r, SRV_CONTENT);
         }

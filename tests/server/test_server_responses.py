@@ -145,6 +145,42 @@ def test_function_items(s):
     check(r["tools"][0]["name"] == "get_weather", "tools echoed flat: %s" % r["tools"])
 
 
+def test_function_call_output(s):
+    """With tool_choice "required" the model's call comes back as a
+    function_call output item equal to chat's tool_calls for the same
+    request (greedy), streamed as added / arguments delta / done events."""
+    params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    flat = [{"type": "function", "name": "get_weather", "description": "Weather now", "parameters": params}]
+    r = responses(s, input="Weather in Paris?", tools=flat, tool_choice="required", max_output_tokens=300)
+    c = chat_reply(s, [{"role": "user", "content": "Weather in Paris?"}], max_tokens=300, tool_choice="required",
+                   tools=[{"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": params}}])
+    want = [(t["function"]["name"], t["function"]["arguments"]) for t in c["choices"][0]["message"].get("tool_calls") or []]
+    calls = [it for it in r["output"] if it["type"] == "function_call"]
+    got = [(it["name"], it["arguments"]) for it in calls]
+    check(want and got == want, "function_call items %s == chat tool_calls %s (chat: %s)" % (got, want, str(c["choices"][0])[:400]))
+    check(all(it["call_id"].startswith("call_") and it["id"].startswith("fc_") and it["status"] == "completed" for it in calls),
+          "function_call item fields: %s" % calls)
+    check(all(json.loads(a).get("city") is not None for _, a in got), "arguments parse and name the city: %s" % got)
+    if c["choices"][0]["message"]["content"] is None:
+        check(not [it for it in r["output"] if it["type"] == "message"], "a reply of calls alone has no message item: %s" % r["output"])
+    code, events = sse(s, "/v1/responses", {"model": "m", "temperature": 0, "input": "Weather in Paris?", "tools": flat,
+                                             "tool_choice": "required", "max_output_tokens": 300, "stream": True})
+    check(code == 200, "streamed function call: %s" % code)
+    if code != 200:
+        return
+    kinds = [e for e, _ in events]
+    added = [d["item"] for e, d in events if e == "response.output_item.added" and d["item"]["type"] == "function_call"]
+    deltas = "".join(d["delta"] for e, d in events if e == "response.function_call_arguments.delta")
+    done = [d["item"] for e, d in events if e == "response.output_item.done" and d["item"]["type"] == "function_call"]
+    check(len(added) == len(got) and all(a["arguments"] == "" for a in added), "function_call items added empty: %s" % added)
+    check(deltas == "".join(a for _, a in got), "argument deltas %r reassemble to %r" % (deltas, got))
+    check([(d["name"], d["arguments"]) for d in done] == got, "streamed items done %s == %s" % (done, got))
+    final = events[-1][1]["response"] if events else {}
+    check(kinds and kinds[-1] in ("response.completed", "response.incomplete") and
+          [(it["name"], it["arguments"]) for it in final.get("output", []) if it["type"] == "function_call"] == got,
+          "the final Response carries the calls: %s" % kinds[-3:])
+
+
 def test_stream(s, plain_text):
     """Streamed: the events in order, "event:" = type, sequence_number 0..n-1,
     deltas joined == done text == the non-streamed text."""
@@ -399,6 +435,7 @@ def main():
             test_affinity(s)
             text = test_shape_and_equivalence(s)
             test_function_items(s)
+            test_function_call_output(s)
             test_stream(s, text)
             test_text_format(s)
             test_logprobs(s)
