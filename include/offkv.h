@@ -172,6 +172,11 @@ typedef struct okv_cache_options {
                                     shared by all sequences; 0 = max_capacity.
                                     A windowed cache gets min(n_cells,
                                     max_seqs * (window + chunk - 1) + chunk) */
+    int max_step;                /* the most tokens one step writes (chunk above):
+                                    1..prefill_chunk_size, 0 = prefill_chunk_size.
+                                    A smaller step lets n_cells be smaller than
+                                    the program's chunk (a server of a few short
+                                    sequences); the runner's steps must fit it */
 } okv_cache_options;
 
 void okv_cache_options_default(okv_cache_options *o);

@@ -175,6 +175,7 @@ typedef struct okv_kv_options {
     bool cells;                /* cell pool for many sequences (okv_kv_cells) */
     int max_seqs;              /* cells: 1..OKV_CELLS_MAX_SEQS, 0 = 64 */
     int32_t n_cells;           /* cells: full-history tables' cells, 0 = capacity */
+    int32_t max_step;          /* most tokens per step, 1..prefill_chunk_size; 0 = prefill_chunk_size */
 } okv_kv_options;
 
 void okv_kv_options_default(okv_kv_options *o);

@@ -143,7 +143,7 @@ void okv_seq_table_free(okv_seq_table *t) {
 okv_status okv_seq_table_check_batch(const okv_seq_table *t, const int32_t *seqs, const int32_t *positions, int32_t T,
                                      int32_t *count, okv_error *err) {
     if (T < 1 || T > t->max_write)
-        return okv_fail(err, OKV_ERR_INVALID, "batched step: %d tokens, must be in [1, %d] (prefill_chunk_size)", T,
+        return okv_fail(err, OKV_ERR_INVALID, "batched step: %d tokens, must be in [1, %d] (the step size: max_step, else prefill_chunk_size)", T,
                         t->max_write);
     if (!seqs || !positions) return okv_fail(err, OKV_ERR_INVALID, "batched step: seqs or positions missing");
     for (int32_t i = 0; i < T; i++)

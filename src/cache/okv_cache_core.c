@@ -78,7 +78,7 @@ int32_t okv_policy_oldest_after_write(const okv_policy *p, int32_t oldest_held, 
 
 okv_status okv_seq_check_step(const okv_seq *s, const int32_t *positions, int32_t T, okv_error *err) {
     if (T < 1 || T > s->max_write)
-        return okv_fail(err, OKV_ERR_INVALID, "kv step: %d tokens, must be in [1, %d] (prefill_chunk_size)",
+        return okv_fail(err, OKV_ERR_INVALID, "kv step: %d tokens, must be in [1, %d] (the step size: max_step, else prefill_chunk_size)",
                         T, s->max_write);
     if (!positions)
         return okv_fail(err, OKV_ERR_INVALID, "kv step: positions missing");

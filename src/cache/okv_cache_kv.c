@@ -81,6 +81,9 @@ static okv_status check_options(const okv_layout *l, const okv_kv_options *o, ok
     if (o->max_capacity < 0 || o->max_capacity > l->max_ctx_len)
         return okv_fail(err, OKV_ERR_INVALID, "kv options: max_capacity %d outside [0, max_ctx_len %d]",
                         o->max_capacity, l->max_ctx_len);
+    if (o->max_step < 0 || o->max_step > l->prefill_chunk_size)
+        return okv_fail(err, OKV_ERR_INVALID, "kv options: max_step %d outside [0, prefill_chunk_size %d]", o->max_step,
+                        l->prefill_chunk_size);
     if (o->initial_capacity < 0)
         return okv_fail(err, OKV_ERR_INVALID, "kv options: initial_capacity %d is negative", o->initial_capacity);
     if (o->n_windows_override < 0 || (o->n_windows_override > 0 && !o->windows_override))
@@ -100,9 +103,9 @@ static int effective_window(const okv_layout *l, const okv_kv_options *o, int c)
     return l->windows[c];
 }
 
-/* Sets up cache c's policy and geometry (no pools yet). */
+/* Sets up cache c's policy and geometry (no pools yet); steps write at most max_step tokens. */
 static okv_status init_cache(okv_cache *c, int idx, const okv_layout *l, const okv_kv_options *o,
-                             int32_t capacity, int32_t initial, okv_error *err) {
+                             int32_t capacity, int32_t initial, int32_t max_step, okv_error *err) {
     int window = effective_window(l, o, idx);
     c->kv_heads = l->kv_heads[idx];
     c->head_dim = l->head_dims[idx];
@@ -110,11 +113,11 @@ static okv_status init_cache(okv_cache *c, int idx, const okv_layout *l, const o
     c->v_dtype = o->v_dtype;
     c->oldest = 0;
     if (window > 0) {
-        c->policy = okv_policy_ring_capped(window, l->prefill_chunk_size, capacity);
+        c->policy = okv_policy_ring_capped(window, max_step, capacity);
         c->slots_alloc = c->policy.slots;
     } else {
         c->policy = okv_policy_flat(capacity);
-        c->policy.max_write = l->prefill_chunk_size;
+        c->policy.max_write = max_step;
         c->slots_alloc = initial;
     }
     if (pool_bytes(c, false, c->policy.slots) == 0 || pool_bytes(c, true, c->policy.slots) == 0 ||
@@ -177,7 +180,8 @@ okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, ok
     okv_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return okv_fail(err, OKV_ERR_NOMEM, "kv set: out of memory");
     pthread_mutex_init(&kv->lock, NULL);
-    kv->seq = (okv_seq){ 0, capacity, layout->prefill_chunk_size };
+    int32_t max_step = opt->max_step ? opt->max_step : layout->prefill_chunk_size;
+    kv->seq = (okv_seq){ 0, capacity, max_step };
     kv->max_pool_bytes = opt->max_pool_bytes;
     st = copy_layout(&kv->layout, layout, err);
     if (st != OKV_OK) goto fail;
@@ -189,7 +193,7 @@ okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, ok
         goto fail;
     }
     for (int c = 0; c < kv->n_caches; c++) {
-        st = init_cache(&kv->caches[c], c, layout, opt, capacity, initial, err);
+        st = init_cache(&kv->caches[c], c, layout, opt, capacity, initial, max_step, err);
         if (st != OKV_OK) goto fail;
     }
     if (opt->cells) {

@@ -66,7 +66,7 @@ okv_status okv_kv_cells_create(okv_kv *kv, const okv_kv_options *opt, okv_error 
     int32_t n_cells = opt->n_cells ? opt->n_cells : kv->seq.capacity;
     int32_t mw = kv->seq.max_write;
     if (n_cells < mw)
-        return okv_fail(err, OKV_ERR_INVALID, "kv options: n_cells %d is smaller than one step (prefill_chunk_size %d)",
+        return okv_fail(err, OKV_ERR_INVALID, "kv options: n_cells %d is smaller than one step (max_step, else prefill_chunk_size: %d)",
                         n_cells, mw);
     okv_kv_cells *kc = calloc(1, sizeof *kc);
     if (!kc) return okv_fail(err, OKV_ERR_NOMEM, "cell pool: out of memory");

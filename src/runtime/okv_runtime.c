@@ -116,6 +116,7 @@ okv_status okv_cache_install(const char *key, const okv_program *p, const okv_ca
     ko.cells = o->mode == OKV_CACHE_CELLS;
     ko.max_seqs = o->max_seqs;
     ko.n_cells = o->n_cells;
+    ko.max_step = o->max_step;
     return okv_registry_install(key, &p->pf->layout, &ko, err);
 }
 
@@ -241,7 +242,7 @@ struct okv_runner {
     okv_threadpool *tp;
     const okv_kernels *k;
     bool ref_attn;
-    int max_T;            /* largest step (the program's prefill_chunk_size) */
+    int max_T;            /* largest step: the program's prefill_chunk_size, or the caches' smaller max_step */
     int max_logit_rows;   /* largest number of logit rows a step may ask for */
     float *arena;
     size_t *offset;       /* [n_values] float offset of each value in the arena */
@@ -462,8 +463,12 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
         bool same = a->n_caches == b->n_caches;
         for (int c = 0; same && c < a->n_caches; c++)
             same = a->kv_heads[c] == b->kv_heads[c] && a->head_dims[c] == b->head_dims[c];
-        if (!same || r->kv->seq.max_write < r->max_T)
+        if (!same)
             st = okv_fail(err, OKV_ERR_INVALID, "cache key '%s' was built for a different layout than this program", cache_key);
+        if (r->kv->seq.max_write < r->max_T) {   /* the caches take smaller steps (okv_cache_options.max_step) */
+            r->max_T = r->kv->seq.max_write;
+            if (r->max_logit_rows > r->max_T) r->max_logit_rows = r->max_T;
+        }
     } else r->kv = NULL;
     if (!st) {
         r->tp = okv_threadpool_create(o->n_threads);
@@ -916,7 +921,7 @@ static okv_status check_ids(const okv_runner *r, const int32_t *ids, int T, okv_
 okv_status okv_runner_step(okv_runner *r, const int32_t *ids, const int32_t *positions, int T, okv_logits_rows rows,
                            float *logits, okv_error *err) {
     if (T < 1 || T > r->max_T)
-        return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens: must be 1..%d (the program's prefill_chunk_size)", T, r->max_T);
+        return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens: must be 1..%d (the step size: prefill_chunk_size, or the caches' max_step)", T, r->max_T);
     if (rows == OKV_LOGITS_ALL && T > r->max_logit_rows)
         return okv_fail(err, OKV_ERR_INVALID, "step of %d tokens asks for all logit rows, but this runner was created for at "
                         "most %d (okv_runner_options.max_logit_rows)", T, r->max_logit_rows);

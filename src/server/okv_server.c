@@ -413,15 +413,25 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     return OKV_OK;
 }
 
-/* Refuses a plan whose cells cannot exist: fewer than one step of the
- * program, or (bytes_per_cell known) K/V for every running sequence's
- * whole context beyond the machine's physical memory. */
+/* The largest step: the program's chunk, or every cell when there are
+ * fewer (a few short sequences: --parallel 1 --ctx-per-seq 256 under a
+ * 512-token chunk), so steps never need more cells than exist. */
+static int step_size(const okv_server *s, int64_t cells) {
+    return cells < s->info.prefill_chunk_size ? (int)cells : s->info.prefill_chunk_size;
+}
+
+/* Refuses a plan whose cells cannot exist: fewer than --prefill-chunk
+ * (one step's prompt tokens) or than --parallel, or (bytes_per_cell known)
+ * K/V for every running sequence's whole context beyond the machine's
+ * physical memory. */
 static okv_status check_plan(const okv_server *s, int64_t cells, okv_error *err) {
     err->status = OKV_ERR_INVALID;
-    if (cells < s->info.prefill_chunk_size) {
+    if (cells < s->o.prefill_chunk || cells < s->o.parallel) {
         snprintf(err->message, sizeof err->message,
-                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d = %lld cells is fewer than one step of the program "
-                 "(prefill_chunk_size %d)", s->o.parallel, s->o.ctx_per_seq, (long long)cells, s->info.prefill_chunk_size);
+                 "parallel (--parallel) %d x ctx_per_seq (--ctx-per-seq) %d = %lld cells is fewer than %s (%d)",
+                 s->o.parallel, s->o.ctx_per_seq, (long long)cells,
+                 cells < s->o.prefill_chunk ? "one step's prompt tokens, prefill_chunk (--prefill-chunk)" : "the sequences",
+                 cells < s->o.prefill_chunk ? s->o.prefill_chunk : s->o.parallel);
         return OKV_ERR_INVALID;
     }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -450,7 +460,8 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     co.n_cells = cells > (1 << 30) ? 1 << 30 : (int)cells;
     co.max_seqs = s->o.parallel * 2 + 16 < OKV_MAX_SEQS ? s->o.parallel * 2 + 16 : OKV_MAX_SEQS;
     co.initial_capacity = co.n_cells < 256 ? co.n_cells : 256;
-    s->step_tokens = s->info.prefill_chunk_size;
+    s->step_tokens = step_size(s, cells);
+    co.max_step = s->step_tokens;
     s->max_running = s->o.parallel < s->step_tokens ? s->o.parallel : s->step_tokens;
     okv_runner_options ro = s->o.runner;
     ro.max_logit_rows = s->max_running;

@@ -406,8 +406,8 @@ def test_startup_refusals(program, big):
     check(rc == 1 and len(lines) == 1 and "--ctx-per-seq" in lines[0] and "4096" in lines[0] and "max_ctx_len 512" in lines[0],
           "--ctx-per-seq past max_ctx_len: %s %s" % (rc, lines))
     rc, lines = start_refused(program, "--ctx-per-seq", "8", "--parallel", "1")
-    check(rc == 1 and len(lines) == 1 and "--ctx-per-seq" in lines[0] and "prefill_chunk_size 16" in lines[0],
-          "cells fewer than one step: %s %s" % (rc, lines))
+    check(rc == 1 and len(lines) == 1 and "--ctx-per-seq" in lines[0] and "--prefill-chunk" in lines[0] and "(64)" in lines[0],
+          "cells fewer than one step's prompt tokens: %s %s" % (rc, lines))
     with open("/proc/meminfo") as f:
         gib = int(f.readline().split()[1]) / (1 << 20)
     parallel = int(2 * gib) + 2   # this program's K/V: 1 KiB per position, so parallel x 1 Mi positions = parallel GiB
@@ -417,6 +417,27 @@ def test_startup_refusals(program, big):
     rc, lines = start_refused(big, "--ctx-per-seq", "1048576", "--parallel", str(parallel))
     check(rc == 1 and len(lines) == 1 and "--parallel" in lines[0] and "GiB of K/V cache" in lines[0],
           "K/V beyond the machine's memory: %s %s" % (rc, lines))
+
+
+def test_small_plan(program):
+    """--parallel 1 --ctx-per-seq 12 --prefill-chunk 8: fewer cells than the
+    program's 16-token chunk, so its steps are capped at the 12 cells; it
+    starts, and a 10-token prompt (two prefill steps) gives the greedy
+    tokens a roomy server gives."""
+    body = {"model": "m", "prompt": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "max_tokens": 2, "temperature": 0, "logprobs": 0}
+    replies = []
+    for args in (("--parallel", "1", "--ctx-per-seq", "12", "--prefill-chunk", "8"), ("--parallel", "1", "--ctx-per-seq", "64")):
+        s = Server(OFFKV, program, "--deterministic", *args)
+        try:
+            code, r = s.post("/v1/completions", body)
+            check(code == 200 and r["usage"]["completion_tokens"] == 2, "%s: %s %s" % (" ".join(args), code, str(r)[:300]))
+            replies.append(r["choices"][0]["text"] if code == 200 else None)
+            code, r = s.post("/v1/completions", dict(body, prompt=list(range(1, 14))))
+            check(code == 400 and r["error"]["code"] == "context_length_exceeded" or args[3] != "12",
+                  "13 tokens into 12 cells: %s %s" % (code, str(r)[:200]))
+        finally:
+            check(s.stop() == 0, "small-plan server exits 0")
+    check(replies[0] is not None and replies[0] == replies[1], "12 cells and 64 cells give the same greedy text: %r" % replies)
 
 
 def main():
@@ -429,6 +450,7 @@ def main():
         subprocess.run([OFFKV, "export", os.path.join(tmp, "llama"), "-o", big, "--dtype", "fp32", "--max-ctx-len", "1048576",
                         "--prefill-chunk-size", "16"], check=True, stderr=subprocess.DEVNULL)
         test_startup_refusals(program, big)
+        test_small_plan(program)
         s = Server(OFFKV, program, "--deterministic", "--parallel", "2", "--ctx-per-seq", "256", "--prefill-chunk", "8")
         thinker = Server(OFFKV, thinker_prog, "--deterministic", "--parallel", "1", "--ctx-per-seq", "256")
         try:
