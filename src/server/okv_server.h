@@ -2,8 +2,8 @@
  * (okv_server.c), the OpenAI request/response shapes (okv_server_api.c),
  * the scheduler (okv_server_sched.c) and the reasoning splitter
  * (okv_think.c), the prefix-cache directory (okv_server_dir.c), the
- * token log-probabilities (okv_server_logprobs.c) and the byte buffer
- * (okv_server_buf.c). Below this one only public offkv headers
+ * token log-probabilities (okv_server_logprobs.c), the Redis prefix tier
+ * (okv_server_redis.c) and the byte buffer (okv_server_buf.c). Below this one only public offkv headers
  * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
@@ -22,6 +22,9 @@
 /* The error of a request refused (503) because the server is stopping. */
 #define SRV_SHUTTING_DOWN "the server is shutting down"
 #define SRV_MAX_TOP_LOGPROBS 20   /* OpenAI's bound on top_logprobs */
+/* The affinity key a load balancer hashes on (prompt_cache_key as a header). */
+#define SRV_AFFINITY_HEADER "X-Prompt-Cache-Key"
+#define SRV_MAX_AFFINITY 256
 
 /* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
 
@@ -128,6 +131,7 @@ typedef struct srv_request {
     bool think, think_inside;     /* split reasoning; the prompt already opened <think> */
     okv_grammar *grammar;         /* response_format's constraint (go.grammar points at it), owned; NULL = free text */
     double t_submit;
+    char affinity[SRV_MAX_AFFINITY + 1]; /* the X-Prompt-Cache-Key header ("" = none) */
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -164,6 +168,7 @@ typedef struct srv_slot {
     int64_t last_used;            /* admission / finish counter, for LRU */
     int64_t admitted;             /* admission order, for prefill fairness */
     bool on_disk;                 /* a kept entry loaded from (so already in) the prefix-cache directory */
+    bool in_redis;                /* a kept entry loaded from, or already written to, the Redis tier */
 } srv_slot;
 
 /* One file of the prefix-cache directory: a kept entry's sequence state
@@ -183,6 +188,7 @@ typedef struct srv_metrics {
     int64_t disk_loads, disk_writes, disk_removed;
     int disk_files;
     uint64_t disk_bytes;
+    int64_t redis_loads, redis_writes, redis_misses, redis_errors;
     int last_batch_tokens, last_batch_seqs;
     int cells_used, cells_free, cells_total;
     double ttft_sum;
@@ -233,6 +239,8 @@ struct okv_server {
     int n_disk;
     size_t cap_disk;
     int64_t last_stamp;
+    int64_t dir_seen;                  /* the directory's mtime when the index was last brought up to date */
+    struct srv_redis *redis;           /* the Redis prefix tier (NULL = none); the scheduler's alone once started */
 };
 
 double srv_now(void);
@@ -249,6 +257,19 @@ void srv_log(okv_server *s, const char *fmt, ...) __attribute__((format(printf, 
 
 /* ---- the prefix-cache directory (okv_server_dir.c) ----------------------------- */
 
+/* Fewer shared tokens than this are prefilled rather than loaded from a tier. */
+#define SRV_MIN_GAIN 16
+#define SRV_FNV_OFFSET 1469598103934665603ULL
+/* A kept entry's ids as the extra blob of its state ("OKVSRVP1", u32 count,
+ * i32 ids, little-endian; heap, *len bytes), and back: the blob's ids (heap)
+ * if it is one of ours holding exactly len_seq ids within the vocabulary,
+ * else NULL. */
+unsigned char *srv_ids_blob(const int32_t *ids, size_t n, size_t *len);
+int32_t *srv_blob_ids(const okv_server *s, const unsigned char *b, size_t len, int len_seq, size_t *n);
+/* FNV-1a over the ids' little-endian bytes, from h (SRV_FNV_OFFSET: a fresh hash). */
+uint64_t srv_fnv_ids_from(uint64_t h, const int32_t *ids, size_t n);
+uint64_t srv_fnv_ids(const int32_t *ids, size_t n);
+
 /* Creates the directory if missing and indexes its files (each loaded once
  * into the key to check it, then dropped): a corrupt or truncated one is
  * removed, one of another program or cache setup is left alone, both with
@@ -261,14 +282,33 @@ void srv_dir_store(okv_server *s, srv_slot *sl);
 /* The stored entry sharing the most (more than `have`) leading ids with
  * prompt: its index (true), or false if none shares more. */
 bool srv_dir_best(okv_server *s, const int32_t *prompt, size_t n_prompt, size_t have, int *index);
+/* Brings the index up to date with files other servers sharing the
+ * directory published or removed since it was last read (cheap when the
+ * directory has not changed). */
+void srv_dir_refresh(okv_server *s);
 /* Cells loading stored entry i takes. */
 int srv_dir_cells(const okv_server *s, int i);
 /* Loads stored entry i into unused slot `into` as a kept entry; false if it
- * cannot be (a corrupt file is removed from the directory, with a note). */
+ * cannot be (a corrupt file is removed from the directory, with a note; one
+ * gone meanwhile is dropped from the index). */
 bool srv_dir_load(okv_server *s, int i, srv_slot *into);
 /* At a graceful stop: every kept entry stored, least recently used first. */
 void srv_dir_flush(okv_server *s);
 void srv_dir_free(okv_server *s);
+
+/* ---- the Redis prefix tier (okv_server_redis.c) -------------------------------- */
+
+/* Connects to prefix_cache_redis when set (a server that cannot be reached
+ * is noted and retried later, never fatal); fails only on a malformed
+ * address or a build without hiredis. */
+okv_status srv_redis_open(okv_server *s, okv_error *err);
+/* Loads the stored entry sharing the most leading ids with prompt (more than
+ * `have` + SRV_MIN_GAIN) into unused slot `into` as a kept entry; false on a
+ * miss or any failure (noted). */
+bool srv_redis_fetch(okv_server *s, const int32_t *prompt, size_t n_prompt, size_t have, srv_slot *into);
+/* Writes kept entry sl (unless it came from, or already went to, Redis). */
+void srv_redis_store(okv_server *s, srv_slot *sl);
+void srv_redis_free(okv_server *s);
 
 /* ---- the listening socket (okv_server_gate.c) ---------------------------------- */
 
