@@ -11,7 +11,8 @@
 #            [--dir DIR] [--redis-port R] [--state DIR] [-- offkv serve options...]
 #   -n N           replicas (default 2), on ports B+1 .. B+N (B default 8100)
 #   --port P       nginx's port (default 8100)
-#   --dir DIR      the shared --prefix-cache-dir (default: STATE/prefix-cache)
+#   --dir DIR      the shared --prefix-cache-dir (default: STATE/prefix-cache;
+#                  "none": no directory, e.g. to share through Redis alone)
 #   --redis-port R start redis-server on 127.0.0.1:R and give the replicas
 #                  --prefix-cache-redis 127.0.0.1:R
 #   --state DIR    where configs, logs and pids go (default: a new temp dir);
@@ -84,17 +85,19 @@ if [ -n "$redis_port" ]; then
   serve_extra+=(--prefix-cache-redis "127.0.0.1:$redis_port")
 fi
 
+dir_args=(--prefix-cache-dir "$dir" --prefix-cache-dir-shared)
+[ "$dir" = none ] && dir_args=()
 : > "$state/offkv-replicas.conf"
 for i in $(seq 1 "$n"); do
   p=$((base + i))
   # behind nginx every connection comes from 127.0.0.1: no per-address cap
   "$offkv" serve "$program" --host 127.0.0.1 --port "$p" --max-connections-per-ip 0 \
-    --prefix-cache-dir "$dir" --prefix-cache-dir-shared "${serve_extra[@]}" "$@" > "$state/replica$i.log" 2>&1 &
+    "${dir_args[@]}" "${serve_extra[@]}" "$@" > "$state/replica$i.log" 2>&1 &
   pids+=($!)
   echo "replica$i $! $p" >> "$state/pids.pending"
   echo "server 127.0.0.1:$p max_fails=2 fail_timeout=10s;" >> "$state/offkv-replicas.conf"
 done
-i=0
+
 while read -r name pid p; do wait_healthy "$p" "$pid" "$name"; done < "$state/pids.pending"
 
 sed "s/listen 127\.0\.0\.1:8100;/listen 127.0.0.1:$port;/" "$here/nginx/offkv.conf" > "$state/offkv.conf"
@@ -107,7 +110,10 @@ pid $state/nginx.pid;
 error_log $state/nginx-error.log;
 events { worker_connections 1024; }
 http {
-    access_log $state/nginx-access.log;
+    # which replica served each request (upstream: several when retried)
+    log_format offkv '\$remote_addr [\$time_local] "\$request" \$status key="\$http_x_prompt_cache_key" '
+                     'upstream=\$upstream_addr upstream_status=\$upstream_status \$request_time';
+    access_log $state/nginx-access.log offkv;
     client_body_temp_path $state/tmp/body;
     proxy_temp_path $state/tmp/proxy;
     fastcgi_temp_path $state/tmp/fastcgi;
