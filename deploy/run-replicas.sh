@@ -15,13 +15,15 @@
 #                  "none": no directory, e.g. to share through Redis alone)
 #   --redis-port R start redis-server on 127.0.0.1:R and give the replicas
 #                  --prefix-cache-redis 127.0.0.1:R
+#   --njs          take the affinity key from the body's prompt_cache_key /
+#                  user too (nginx/offkv-key-njs.conf; needs libnginx-mod-http-js)
 #   --state DIR    where configs, logs and pids go (default: a new temp dir);
 #                  STATE/pids lists "name pid port" once everything is up
 #   OFFKV=path     the offkv binary (default: build/src/cli/offkv of this repo)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 offkv="${OFFKV:-$here/../build/src/cli/offkv}"
-n=2 port=8100 base="" dir="" redis_port="" state=""
+n=2 port=8100 base="" dir="" redis_port="" state="" njs=0
 program=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,6 +33,7 @@ while [ $# -gt 0 ]; do
     --dir) dir="$2"; shift 2 ;;
     --redis-port) redis_port="$2"; shift 2 ;;
     --state) state="$2"; shift 2 ;;
+    --njs) njs=1; shift ;;
     --) shift; break ;;
     -*) echo "run-replicas: unknown option $1" >&2; exit 2 ;;
     *) program="$1"; shift ;;
@@ -102,16 +105,27 @@ while read -r name pid p; do wait_healthy "$p" "$pid" "$name"; done < "$state/pi
 
 sed "s/listen 127\.0\.0\.1:8100;/listen 127.0.0.1:$port;/" "$here/nginx/offkv.conf" > "$state/offkv.conf"
 grep -q "listen 127.0.0.1:$port;" "$state/offkv.conf" || { echo "run-replicas: offkv.conf has no 'listen 127.0.0.1:8100;' line to set" >&2; exit 1; }
+load_njs=""
+if [ "$njs" = 1 ]; then
+  njs_so=/usr/lib/nginx/modules/ngx_http_js_module.so
+  [ -f "$njs_so" ] || { echo "run-replicas: --njs needs $njs_so (apt-get install libnginx-mod-http-js)" >&2; exit 2; }
+  load_njs="load_module $njs_so;"
+  cp "$here/nginx/offkv-key-njs.conf" "$state/offkv-key.conf"
+  cp "$here/nginx/offkv-key.js" "$state/offkv-key.js"
+else
+  cp "$here/nginx/offkv-key-header.conf" "$state/offkv-key.conf"
+fi
 mkdir -p "$state/tmp"
 cat > "$state/nginx.conf" <<EOF
 # written by deploy/run-replicas.sh: deploy/nginx/offkv.conf with this run's ports
+$load_njs
 worker_processes 1;
 pid $state/nginx.pid;
 error_log $state/nginx-error.log;
 events { worker_connections 1024; }
 http {
     # which replica served each request (upstream: several when retried)
-    log_format offkv '\$remote_addr [\$time_local] "\$request" \$status key="\$http_x_prompt_cache_key" '
+    log_format offkv '\$remote_addr [\$time_local] "\$request" \$status key="\$offkv_affinity" '
                      'upstream=\$upstream_addr upstream_status=\$upstream_status \$request_time';
     access_log $state/nginx-access.log offkv;
     client_body_temp_path $state/tmp/body;

@@ -16,11 +16,13 @@ greedy) and Debian's nginx; then the same with Redis as the shared tier.
   replica is dead, are retried by nginx on B and succeed.
 - Redis (when redis-server is installed and offkv was built with hiredis):
   the same load across replicas with no shared directory, through a
-  redis-server this test starts on a loopback port (Redis load counted).
+  redis-server this test starts on a loopback port (Redis load counted);
+  with nginx's njs module (libnginx-mod-http-js) the key travels as the
+  body's prompt_cache_key and deploy/nginx/offkv-key.js finds it.
 
 SKIP (77) when nginx is not installed; the Redis part says so and is
-skipped alone when redis-server or hiredis is missing (scripts/setup.sh
-installs all three, so CI runs everything).
+skipped alone when redis-server or hiredis is missing, the njs part when
+the module is (scripts/setup.sh installs them all, so CI runs everything).
 
 usage: test_server_replicas.py OFFKV OKV_MKCKPT"""
 import http.client
@@ -176,20 +178,27 @@ class Replicas:
                 pass
 
 
-def shared_load(rs, tier_metric, what):
-    """The long prompt on replica A (cold), then on replica B through the tier: (A, B, keys) or None."""
+def shared_load(rs, tier_metric, what, in_body=False):
+    """The long prompt on replica A (cold), then on replica B through the tier: (A, B, keys) or None.
+    in_body: the key travels as the body's prompt_cache_key (nginx's njs rule reads it), not as the header."""
     keys = rs.keys_on_two_replicas()
     if not check(len(keys) == 2, "%s: two keys on different replicas (%s)" % (what, keys)):
         return None
     (a, ka), (b, kb) = sorted(keys.items())
-    status, text = request(rs.port, "POST", "/v1/chat/completions", chat(), key=ka)
+
+    def ask(key):
+        if in_body:
+            return request(rs.port, "POST", "/v1/chat/completions", chat(prompt_cache_key=key))
+        return request(rs.port, "POST", "/v1/chat/completions", chat(), key=key)
+
+    status, text = ask(ka)
     check(status == 200 and rs.served_by() == a, "%s: key %s served by %s: %s %s" % (what, ka, a, status, text[:200]))
     r1 = json.loads(text)
     u1 = r1["usage"]
     check(u1["prompt_tokens"] > 300 and u1["prompt_tokens_details"]["cached_tokens"] < 20, "%s: A prefills: %s" % (what, u1))
     # A writes its entry as the request ends (after the reply): wait for it, not for a time
     check(wait_metric_at_least(rs.ports[a], tier_metric + "_writes_total", 1) >= 1, "%s: A wrote its entry" % what)
-    status, text = request(rs.port, "POST", "/v1/chat/completions", chat(), key=kb)
+    status, text = ask(kb)
     check(status == 200 and rs.served_by() == b, "%s: key %s served by %s: %s" % (what, kb, b, status))
     r2 = json.loads(text)
     u2 = r2["usage"]
@@ -285,10 +294,14 @@ def main():
                     print("SKIP (Redis part): this offkv was built without hiredis (apt-get install libhiredis-dev)",
                           file=sys.stderr)
                 else:
-                    rs = Replicas(tmp, "redis", program, extra_run=["--dir", "none"],
+                    njs = os.path.exists("/usr/lib/nginx/modules/ngx_http_js_module.so")
+                    if not njs:
+                        print("SKIP (njs key from the body): libnginx-mod-http-js is not installed; the Redis part "
+                              "sends the key as the header", file=sys.stderr)
+                    rs = Replicas(tmp, "redis", program, extra_run=["--dir", "none"] + (["--njs"] if njs else []),
                                   serve=["--prefix-cache-redis", "127.0.0.1:%d" % rport, "--prefix-cache-redis-ttl", "600"])
                     try:
-                        shared_load(rs, "offkv_prefix_cache_redis", "redis")
+                        shared_load(rs, "offkv_prefix_cache_redis", "redis", in_body=njs)
                     finally:
                         rs.stop()
                         if failures:
