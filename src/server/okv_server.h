@@ -259,6 +259,9 @@ void srv_log(okv_server *s, const char *fmt, ...) __attribute__((format(printf, 
 
 /* Fewer shared tokens than this are prefilled rather than loaded from a tier. */
 #define SRV_MIN_GAIN 16
+/* Entries shorter than this are not written to a shared tier as their
+ * request ends (loading them would save less than a prefill step). */
+#define SRV_SHARE_MIN 64
 #define SRV_FNV_OFFSET 1469598103934665603ULL
 /* A kept entry's ids as the extra blob of its state ("OKVSRVP1", u32 count,
  * i32 ids, little-endian; heap, *len bytes), and back: the blob's ids (heap)

@@ -287,7 +287,7 @@ static bool read_replies(okv_server *s, redisContext *c, int n) {
 }
 
 void srv_redis_store(okv_server *s, srv_slot *sl) {
-    if (!s->redis || sl->seq < 0 || sl->in_redis || sl->n_ids < BLOCK) return;
+    if (!s->redis || sl->seq < 0 || sl->in_redis || sl->n_ids < SRV_SHARE_MIN) return;
     sl->in_redis = true;   /* stored, or given up on */
     redisContext *c = connection(s);
     if (!c) return;

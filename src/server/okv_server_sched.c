@@ -403,7 +403,7 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, slot_end
         if (o != sl && is_entry(o) && o->n_ids <= sl->n_ids && common_prefix(o->ids, o->n_ids, sl->ids, sl->n_ids) == o->n_ids)
             drop_seq(s, o);
     }
-    if (s->o.prefix_cache_dir_shared) srv_dir_store(s, sl);   /* the other servers find it now, not at eviction */
+    if (s->o.prefix_cache_dir_shared && sl->n_ids >= SRV_SHARE_MIN) srv_dir_store(s, sl);   /* the others find it now */
     srv_redis_store(s, sl);
     enforce_byte_cap(s);
 }
