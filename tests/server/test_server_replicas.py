@@ -11,6 +11,9 @@ greedy) and Debian's nginx; then the same with Redis as the shared tier.
   with key B on replica B is loaded from A's file (cached_tokens =
   prompt_tokens - 1, B's directory load counted) and its greedy text equals
   A's uncached one byte for byte.
+- Byte cap across writers: both replicas write to one directory capped at
+  2.5 entries; after four long prompts it holds at most the cap, and a
+  prompt whose file one replica removed is a clean miss on the other.
 - Failure: replica A killed (SIGKILL) while a stream runs on replica B: the
   stream finishes ([DONE], finish_reason), and requests with key A, whose
   replica is dead, are retried by nginx on B and succeed.
@@ -210,6 +213,49 @@ def shared_load(rs, tier_metric, what, in_body=False):
     return a, b, ka, kb
 
 
+def dir_files(d):
+    return {f: os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".okvprefix")}
+
+
+def shared_cap(tmp, program, entry_bytes):
+    """Both replicas write to one directory capped at 2.5 entries: after four
+    distinct long prompts (alternating replicas) the directory holds at most
+    the cap, whoever wrote last; the first prompt, removed by one replica
+    while the other had it indexed, is asked again on that other one: a
+    clean miss (200, prefilled), not an error."""
+    cap = entry_bytes * 5 // 2
+    rs = Replicas(tmp, "cap", program, serve=["--prefix-cache-dir-bytes", str(cap)])
+    try:
+        keys = rs.keys_on_two_replicas()
+        if not check(len(keys) == 2, "cap: two keys on different replicas (%s)" % keys):
+            return
+        order = [keys["replica1"], keys["replica2"]] * 2
+        d = os.path.join(rs.state, "prefix-cache")
+        writes = {"replica1": 0, "replica2": 0}
+        for i, key in enumerate(order):
+            body = chat("Question %d?" % i)
+            body["messages"][0]["content"] = "Variant %d. " % i + SYSTEM
+            status, text = request(rs.port, "POST", "/v1/chat/completions", body, key=key)
+            r = rs.served_by()
+            check(status == 200, "cap: prompt %d: %s %s" % (i, status, text[:200]))
+            writes[r] += 1
+            wait_metric_at_least(rs.ports[r], "offkv_prefix_cache_dir_writes_total", writes[r])
+        files = dir_files(d)
+        check(0 < len(files) <= 2 and sum(files.values()) <= cap,
+              "cap %d over two writers: %s" % (cap, files))
+        # prompt 0 went to replica1 and was removed by the cap; replica2 asks for it now
+        body = chat("Question 0?")
+        body["messages"][0]["content"] = "Variant 0. " + SYSTEM
+        status, text = request(rs.port, "POST", "/v1/chat/completions", body, key=keys["replica2"])
+        u = json.loads(text).get("usage", {}) if status == 200 else {}
+        check(status == 200 and u.get("prompt_tokens_details", {}).get("cached_tokens", 99) < 20,
+              "cap: a prompt whose file another replica removed is prefilled: %s %s" % (status, text[:200]))
+    finally:
+        rs.stop()
+    logs = "".join(open(os.path.join(rs.state, "replica%d.log" % i)).read() for i in (1, 2))
+    check("least recently used" in logs, "cap: removals noted: " + logs[-600:])
+
+
 def stream_events(port, body, key, first_event, out):
     """Reads a streamed reply; sets first_event at the first content chunk; out gets (events, done)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -262,12 +308,15 @@ def main():
         rs = Replicas(tmp, "dir", program)
         try:
             got = shared_load(rs, "offkv_prefix_cache_dir", "shared dir")
+            entry = max(dir_files(os.path.join(rs.state, "prefix-cache")).values(), default=0)
             if got:
                 kill_one(rs, *got)
         finally:
             rs.stop()
             if failures:
                 print("".join(rs.out)[-2000:], file=sys.stderr)
+        if entry:
+            shared_cap(tmp, program, entry)
         redis = shutil.which("redis-server")
         if not redis:
             print("SKIP (Redis part): redis-server is not installed (scripts/setup.sh installs it)", file=sys.stderr)
