@@ -78,6 +78,27 @@ def free_port():
         return k.getsockname()[1]
 
 
+def free_ports_after(n=2):
+    """A port B such that B+1 .. B+n are free now (run-replicas.sh puts replica i on B+i)."""
+    for _ in range(100):
+        base = free_port()
+        if base + n >= 65536:
+            continue
+        socks = []
+        try:
+            for i in range(1, n + 1):
+                k = socket.socket()
+                socks.append(k)
+                k.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            pass
+        finally:
+            for k in socks:
+                k.close()
+    raise RuntimeError("no free run of ports")
+
+
 def request(port, method, path, body=None, key=None, timeout=120):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Content-Type": "application/json"}
@@ -118,9 +139,9 @@ class Replicas:
 
     def __init__(self, tmp, name, program, extra_run=(), serve=()):
         self.state = os.path.join(tmp, name)
-        self.port, base = free_port(), free_port()
-        while base + 2 >= 65536 or any(p == self.port for p in (base + 1, base + 2)):
-            base = free_port()
+        self.port, base = free_port(), free_ports_after()
+        while self.port in (base + 1, base + 2):
+            base = free_ports_after()
         cmd = [RUN, program, "-n", "2", "--port", str(self.port), "--base-port", str(base), "--state", self.state,
                *extra_run, "--", *SERVE_ARGS, *serve]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -141,9 +162,22 @@ class Replicas:
             n, pid, port = line.split()
             self.pids[n], self.ports[n] = int(pid), int(port)
 
+    def log_lines(self):
+        with open(os.path.join(self.state, "nginx-access.log")) as f:
+            return f.read().splitlines()
+
     def served_by(self):
-        """The replica (name) that served the last request nginx logged."""
-        lines = open(os.path.join(self.state, "nginx-access.log")).read().splitlines()
+        """The replica (name) that served the last request nginx logged. nginx
+        logs a request after its reply went out, so the client may read the
+        reply first: the line of the request made since the previous call is
+        waited for (bounded)."""
+        seen = getattr(self, "_seen", 0)
+        t0 = time.time()
+        lines = self.log_lines()
+        while len(lines) <= seen and time.time() - t0 < 10:
+            time.sleep(0.02)
+            lines = self.log_lines()
+        self._seen = len(lines)
         m = re.search(r"upstream=(.*?) upstream_status=", lines[-1]) if lines else None
         last = m.group(1).split(",")[-1].strip().rsplit(":", 1)[-1] if m else ""
         for n, p in self.ports.items():
@@ -172,6 +206,11 @@ class Replicas:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        for n in self.pids:   # a sanitizer build's reports land in the replicas' logs
+            path = os.path.join(self.state, n + ".log")
+            text = open(path, errors="replace").read() if n.startswith("replica") and os.path.exists(path) else ""
+            check(not re.search(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:", text),
+                  "%s's log has a sanitizer report: %s" % (n, text[-1500:]))
         for n, pid in self.pids.items():   # nothing the script started outlives it
             try:
                 os.kill(pid, 0)
@@ -195,14 +234,16 @@ def shared_load(rs, tier_metric, what, in_body=False):
         return request(rs.port, "POST", "/v1/chat/completions", chat(), key=key)
 
     status, text = ask(ka)
-    check(status == 200 and rs.served_by() == a, "%s: key %s served by %s: %s %s" % (what, ka, a, status, text[:200]))
+    by = rs.served_by()
+    check(status == 200 and by == a, "%s: key %s served by %s, wanted %s: %s %s" % (what, ka, by, a, status, text[:200]))
     r1 = json.loads(text)
     u1 = r1["usage"]
     check(u1["prompt_tokens"] > 300 and u1["prompt_tokens_details"]["cached_tokens"] < 20, "%s: A prefills: %s" % (what, u1))
     # A writes its entry as the request ends (after the reply): wait for it, not for a time
     check(wait_metric_at_least(rs.ports[a], tier_metric + "_writes_total", 1) >= 1, "%s: A wrote its entry" % what)
     status, text = ask(kb)
-    check(status == 200 and rs.served_by() == b, "%s: key %s served by %s: %s" % (what, kb, b, status))
+    by = rs.served_by()
+    check(status == 200 and by == b, "%s: key %s served by %s, wanted %s: %s" % (what, kb, by, b, status))
     r2 = json.loads(text)
     u2 = r2["usage"]
     check(u2["prompt_tokens"] == u1["prompt_tokens"] and u2["prompt_tokens_details"]["cached_tokens"] == u2["prompt_tokens"] - 1,
@@ -287,7 +328,8 @@ def kill_one(rs, a, b, ka, kb):
     for i in range(3):   # key A's replica is dead: nginx's connect fails and the request goes to B
         status, text = request(rs.port, "POST", "/v1/chat/completions", chat("Question %d?" % i, max_tokens=4), key=ka)
         check(status == 200 and "choices" in json.loads(text), "request %d for dead replica A retried: %s %s" % (i, status, text[:200]))
-        check(rs.served_by() == b, "request %d answered by B (%s)" % (i, rs.served_by()))
+        by = rs.served_by()
+        check(by == b, "request %d answered by B (%s)" % (i, by))
     t.join(120)
     check(not t.is_alive() and out, "the stream on B ended")
     if out:
