@@ -38,17 +38,37 @@ def free_port():
         return k.getsockname()[1]
 
 
+def free_ports_after(n):
+    """A port B such that B+1 .. B+n are free now (run-replicas.sh puts replica i on B+i)."""
+    while True:
+        base, socks = free_port(), []
+        try:
+            for i in range(1, n + 1):
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            pass
+        finally:
+            for k in socks:
+                k.close()
+
+
 class Replicas:
     def __init__(self, offkv, program, state, n, run_args, serve_args):
-        self.state, self.port, base = state, free_port(), free_port()
+        self.state, self.port, base = state, free_port(), free_ports_after(n)
+        while base < self.port <= base + n:
+            base = free_ports_after(n)
         self.proc = subprocess.Popen([RUN, program, "-n", str(n), "--port", str(self.port), "--base-port", str(base),
                                       "--state", state, *run_args, "--", *serve_args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "OFFKV": offkv})
+        out = []
         for line in self.proc.stdout:
+            out.append(line)
             if "run-replicas: ready" in line:
                 break
         else:
-            raise RuntimeError("run-replicas.sh did not start")
+            raise RuntimeError("run-replicas.sh did not start: " + "".join(out))
         threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
         self.ports = {}
         for line in open(os.path.join(state, "pids")):
@@ -57,7 +77,13 @@ class Replicas:
                 self.ports[name] = int(port)
 
     def served_by(self):
-        last = open(os.path.join(self.state, "nginx-access.log")).read().splitlines()[-1]
+        seen, t0 = getattr(self, "_seen", 0), time.time()   # nginx logs a request after its reply went out
+        lines = open(os.path.join(self.state, "nginx-access.log")).read().splitlines()
+        while len(lines) <= seen and time.time() - t0 < 10:
+            time.sleep(0.02)
+            lines = open(os.path.join(self.state, "nginx-access.log")).read().splitlines()
+        self._seen = len(lines)
+        last = lines[-1]
         up = re.search(r"upstream=(.*?) upstream_status=", last).group(1).split(",")[-1].strip()
         return next(n for n, p in self.ports.items() if up.endswith(":%d" % p))
 
@@ -171,7 +197,7 @@ def main():
     ap.add_argument("--skip-load", action="store_true")
     a = ap.parse_args()
     offkv = os.path.abspath(a.offkv)
-    rules = max(1, a.prompt_tokens // 25)   # ~25 tokens per rule (SmolLM2's BPE)
+    rules = max(1, a.prompt_tokens // 19)   # ~19 tokens per rule (SmolLM2's and Llama-3's BPE)
     serve = ["--parallel", str(a.parallel), "--ctx-per-seq", str(a.ctx)]
     with tempfile.TemporaryDirectory(prefix="okv-bench-replicas-") as tmp:
         rs = Replicas(offkv, a.program, os.path.join(tmp, "dir"), 2, [], serve)
