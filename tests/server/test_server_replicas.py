@@ -349,6 +349,13 @@ def main():
         program = make_program(tmp)
         rs = Replicas(tmp, "dir", program)
         try:
+            # the replica itself accepts the header as the affinity key, bounded (a short prompt: nothing shared)
+            short = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+            status, text = request(rs.ports["replica1"], "POST", "/v1/chat/completions", short, key="k" * 300)
+            check(status == 400 and json.loads(text)["error"]["param"] == "X-Prompt-Cache-Key",
+                  "a 300-byte X-Prompt-Cache-Key is refused naming the header: %s %s" % (status, text[:200]))
+            status, text = request(rs.ports["replica1"], "POST", "/v1/chat/completions", short, key="k" * 256)
+            check(status == 200, "a 256-byte X-Prompt-Cache-Key is accepted: %s %s" % (status, text[:200]))
             got = shared_load(rs, "offkv_prefix_cache_dir", "shared dir")
             entry = max(dir_files(os.path.join(rs.state, "prefix-cache")).values(), default=0)
             if got:
