@@ -272,6 +272,21 @@ okv_status okv_seq_save(const char *key, const okv_program *p, int seq, const ch
                         size_t extra_len, okv_error *err);
 okv_status okv_seq_load(const char *key, const okv_program *p, const char *path, int *seq, void **extra,
                         size_t *extra_len, okv_error *err);
+/* The same state as an in-memory image (*data, free() it; *len bytes),
+ * byte for byte what okv_seq_save would write, and its load: for a store
+ * that is not a file system (the server's Redis tier). `what` names the
+ * image in errors. */
+okv_status okv_seq_save_mem(const char *key, const okv_program *p, int seq, const void *extra, size_t extra_len,
+                            void **data, size_t *len, okv_error *err);
+okv_status okv_seq_load_mem(const char *key, const okv_program *p, const void *data, size_t len, const char *what,
+                            int *seq, void **extra, size_t *extra_len, okv_error *err);
+/* A state file's length (positions) and extra blob read from its header
+ * alone, for indexing many files cheaply: nothing is loaded, the rows and
+ * the CRC are not read (okv_seq_load checks them). OKV_ERR_FORMAT when it
+ * does not look like a state file, OKV_ERR_INVALID when it was saved from
+ * another program or cache layout. */
+okv_status okv_seq_peek(const okv_program *p, const char *path, int *length, void **extra, size_t *extra_len,
+                        okv_error *err);
 /* The digests a state file is matched against: the cache layout, and the
  * rest of the program (header with graph and tensor table, sampled weight
  * bytes; the checkpoint path it was exported from does not count). */

@@ -10,8 +10,11 @@
  * (usage.prompt_tokens_details.cached_tokens); finished sequences are kept
  * as an LRU prefix cache. With prefix_cache_dir those entries outlive the
  * process: written to the directory (okv_seq_save) when evicted from memory
- * and at a graceful stop, indexed at start, and loaded (okv_seq_load)
- * instead of prefilled when a prompt starts with one.
+ * and at a graceful stop (or as each request ends, when several servers
+ * share the directory), indexed at start and whenever the directory
+ * changed, and loaded (okv_seq_load) instead of prefilled when a prompt
+ * starts with one. With prefix_cache_redis the same state bytes go to a
+ * Redis server shared by replicas on several machines.
  *
  * Connections are bounded (max_connections, max_connections_per_ip,
  * idle_timeout_s). A client that half-closes its socket after sending a
@@ -62,8 +65,16 @@ typedef struct okv_server_options {
                                     answered 204 with Access-Control-Allow-* before the API key is checked */
     const char *prefix_cache_dir; /* NULL = prefix-cache entries live in memory only; else a directory (created if
                                     missing) keeping them across restarts, one sequence state file per entry */
-    uint64_t prefix_cache_dir_bytes; /* files in prefix_cache_dir beyond this are removed, least recently used
-                                        first (0 = 1 GiB) */
+    uint64_t prefix_cache_dir_bytes; /* files in prefix_cache_dir (every server's) beyond this are removed, least
+                                        recently used first (0 = 1 GiB) */
+    bool prefix_cache_dir_shared;  /* several servers share prefix_cache_dir: every entry is written as its request
+                                      ends (not only when evicted), so the others find it at once */
+    const char *prefix_cache_redis; /* NULL = no Redis tier; else "HOST:PORT" of a Redis server holding entries
+                                       (the state-file bytes) keyed by program and token prefix, fetched when
+                                       memory and the directory miss, written as each request ends */
+    int prefix_cache_redis_ttl_s;  /* seconds a Redis entry lives after it is written (0 = 3600) */
+    uint64_t prefix_cache_redis_bytes; /* > 0: set the Redis server's maxmemory to this with allkeys-lru eviction
+                                          (CONFIG SET at connect); 0 = leave its configuration alone */
     void (*log)(void *ctx, const char *line); /* one line per note (a skipped file, ...); NULL = silent */
     void *log_ctx;
     okv_cache_options cache;     /* max_capacity is replaced by ctx_per_seq */

@@ -4,7 +4,11 @@
 # --fuzz also installs clang 14 and its libFuzzer/sanitizer runtimes
 # (scripts/fuzz.sh).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev valgrind python3 python3-pip unzip)
+# nginx (+ its njs module), redis-server and libhiredis-dev: deploy/ and the replicas test
+# (tests/server/test_server_replicas.py);
+# hiredis is optional for the build (without it --prefix-cache-redis is compiled out).
+pkgs=(build-essential cmake pkg-config libcjson-dev libutf8proc-dev libpcre2-dev libmicrohttpd-dev valgrind python3 python3-pip unzip
+      nginx libnginx-mod-http-js redis-server libhiredis-dev)
 if [ "${1:-}" = --fuzz ]; then pkgs+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

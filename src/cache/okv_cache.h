@@ -325,6 +325,15 @@ uint32_t okv_kv_state_crc32(uint32_t crc, const void *data, size_t n);
  * and an existing one is untouched. */
 okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
                              const char *path, okv_error *err);
+/* The same image into a heap buffer (*data, free() it; *len bytes): what a
+ * file of it would hold, byte for byte. */
+okv_status okv_kv_state_save_mem(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
+                                 void **data, size_t *len, okv_error *err);
+/* A file's length and extra blob from its header alone (no rows read, no
+ * CRC: a load checks those): OKV_ERR_FORMAT when it is not an intact-looking
+ * state file, OKV_ERR_INVALID when its fingerprint is not id. */
+okv_status okv_kv_state_peek(const okv_kv_state_id *id, const char *path, int32_t *length, void **extra,
+                             size_t *extra_len, okv_error *err);
 /* Checks and applies a file image (what = its name for errors): a single
  * set's sequence is replaced; a cell set gets a new sequence (*seq). extra
  * (may be NULL) receives a heap copy of the extra blob (NULL if empty). On

@@ -164,16 +164,38 @@ static void free_held(held_rows *h, int n) {
 
 /* ---- writing ------------------------------------------------------------------ */
 
-/* A buffered writer over the temporary file that keeps the running CRC. */
+/* A buffered writer that keeps the running CRC, over the temporary file
+ * (fd) or, with fd < 0, a heap image (mem, grown by doubling). */
 typedef struct state_writer {
     int fd;
     uint32_t crc;
     unsigned char buf[1 << 16];
     size_t n;
     int err;   /* errno of the first failed write, 0 if none */
+    unsigned char *mem;
+    size_t mem_len, mem_cap;
 } state_writer;
 
+static void flush_to_mem(state_writer *w) {
+    if (w->n > SIZE_MAX - w->mem_len) { w->err = ENOMEM; return; }
+    if (w->mem_len + w->n > w->mem_cap) {
+        size_t cap = w->mem_cap ? w->mem_cap : 1 << 20;
+        while (cap < w->mem_len + w->n) cap = cap > SIZE_MAX / 2 ? w->mem_len + w->n : cap * 2;
+        unsigned char *m = realloc(w->mem, cap);
+        if (!m) { w->err = ENOMEM; return; }
+        w->mem = m;
+        w->mem_cap = cap;
+    }
+    memcpy(w->mem + w->mem_len, w->buf, w->n);
+    w->mem_len += w->n;
+}
+
 static void flush_writer(state_writer *w) {
+    if (w->fd < 0) {
+        if (!w->err) flush_to_mem(w);
+        w->n = 0;
+        return;
+    }
     size_t done = 0;
     while (done < w->n && !w->err) {
         ssize_t k = write(w->fd, w->buf + done, w->n - done);
@@ -275,26 +297,22 @@ static okv_status check_source(const okv_kv *kv, int seq, int32_t *length, okv_e
     return OKV_OK;
 }
 
-okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
-                             const char *path, okv_error *err) {
+/* Writes sequence seq's image through w (what names it in errors). */
+static okv_status write_image(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
+                              state_writer *w, const char *what, okv_error *err) {
     if (extra_len > OKV_STATE_MAX_EXTRA)
-        return okv_fail(err, OKV_ERR_INVALID, "%s: extra data of %zu bytes is over the limit %d", path, extra_len,
+        return okv_fail(err, OKV_ERR_INVALID, "%s: extra data of %zu bytes is over the limit %d", what, extra_len,
                         OKV_STATE_MAX_EXTRA);
-    okv_out_file out;
-    okv_status st = okv_out_file_create(path, &out, err);
-    if (st) return st;
-    state_writer *w = calloc(1, sizeof *w);
     held_rows *h = calloc((size_t)kv->n_caches, sizeof *h);
+    okv_status st = h ? OKV_OK : okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", what);
     pthread_mutex_lock(&kv->lock);
     int32_t length = 0;
     uint64_t file_bytes = 0;
-    if (!w || !h) st = okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", path);
     if (!st) st = check_source(kv, seq, &length, err);
     for (int c = 0; c < kv->n_caches && !st; c++) st = collect_held(kv, c, seq, &h[c], err);
     if (!st && !file_bytes_of(kv, h, extra_len, &file_bytes))
-        st = okv_fail(err, OKV_ERR_INVALID, "%s: the sequence state does not fit in 64 bits", path);
+        st = okv_fail(err, OKV_ERR_INVALID, "%s: the sequence state does not fit in 64 bits", what);
     if (!st) {
-        w->fd = out.fd;
         write_header(w, kv, id, length, h, extra_len, file_bytes);
         if (extra_len) emit(w, extra, extra_len);
         write_rows(w, kv, h);
@@ -306,12 +324,46 @@ okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, con
         memcpy(tr + 4, TRAILER_MAGIC, 4);
         emit(w, tr, sizeof tr);
         flush_writer(w);
-        if (w->err) st = okv_fail(err, OKV_ERR_IO, "%s: write failed: %s", path, strerror(w->err));
+        if (w->err) st = okv_fail(err, w->err == ENOMEM ? OKV_ERR_NOMEM : OKV_ERR_IO, "%s: write failed: %s", what,
+                                  strerror(w->err));
+    }
+    if (h) free_held(h, kv->n_caches);
+    return st;
+}
+
+okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
+                             const char *path, okv_error *err) {
+    if (extra_len > OKV_STATE_MAX_EXTRA)
+        return okv_fail(err, OKV_ERR_INVALID, "%s: extra data of %zu bytes is over the limit %d", path, extra_len,
+                        OKV_STATE_MAX_EXTRA);
+    okv_out_file out;
+    okv_status st = okv_out_file_create(path, &out, err);
+    if (st) return st;
+    state_writer *w = calloc(1, sizeof *w);
+    if (!w) st = okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", path);
+    else {
+        w->fd = out.fd;
+        st = write_image(kv, seq, id, extra, extra_len, w, path, err);
     }
     if (!st && fsync(out.fd) != 0) st = okv_fail(err, OKV_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
     if (!st) st = okv_out_file_commit(&out, err);
     else okv_out_file_abort(&out);
-    free_held(h, kv->n_caches);
+    free(w);
+    return st;
+}
+
+okv_status okv_kv_state_save_mem(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,
+                                 void **data, size_t *len, okv_error *err) {
+    *data = NULL;
+    *len = 0;
+    state_writer *w = calloc(1, sizeof *w);
+    if (!w) return okv_fail(err, OKV_ERR_NOMEM, "sequence state image: out of memory");
+    w->fd = -1;
+    okv_status st = write_image(kv, seq, id, extra, extra_len, w, "sequence state image", err);
+    if (!st) {
+        *data = w->mem;
+        *len = w->mem_len;
+    } else free(w->mem);
     free(w);
     return st;
 }
@@ -662,4 +714,49 @@ okv_status okv_kv_state_load(okv_kv *kv, const okv_kv_state_id *id, const char *
     if (!st) st = okv_kv_state_apply(kv, id, buf, (size_t)size, path, seq, extra, extra_len, err);
     free(buf);
     return st;
+}
+
+okv_status okv_kv_state_peek(const okv_kv_state_id *id, const char *path, int32_t *length, void **extra,
+                             size_t *extra_len, okv_error *err) {
+    *length = 0;
+    *extra = NULL;
+    *extra_len = 0;
+    int fd;
+    uint64_t size;
+    okv_status st = okv_open_regular(path, &fd, &size, err);
+    if (st) return st;
+    unsigned char d[HDR_BYTES];
+    ssize_t k = pread(fd, d, sizeof d, 0);
+    if (k != (ssize_t)sizeof d) {
+        close(fd);
+        return bad(err, path, "%llu bytes, too short for a sequence state file", (unsigned long long)size);
+    }
+    if (memcmp(d, STATE_MAGIC, 8) != 0) st = bad(err, path, "not a sequence state file (magic)");
+    else if (get32(d + 8) != OKV_STATE_VERSION && get32(d + 8) != 1)
+        st = okv_fail(err, OKV_ERR_UNSUPPORTED, "%s: version %u, this build reads versions 1 and %d", path,
+                      get32(d + 8), OKV_STATE_VERSION);
+    else if (get32(d + 12) != HDR_BYTES) st = bad(err, path, "header_bytes %u, expected %d", get32(d + 12), HDR_BYTES);
+    else if (get64(d + 56) != size)
+        st = bad(err, path, "file_bytes says %llu but the file has %llu (truncated or extended)",
+                 (unsigned long long)get64(d + 56), (unsigned long long)size);
+    else if (get64(d + 16) != id->layout || get64(d + 24) != id->program)
+        st = okv_fail(err, OKV_ERR_INVALID, "%s: fingerprint: saved from a different program or cache layout", path);
+    uint64_t table = (uint64_t)ENTRY_BYTES * get32(d + 36), xlen = get64(d + 48);
+    if (!st && (xlen > OKV_STATE_MAX_EXTRA || table > size || xlen > size - table ||
+                HDR_BYTES + TRAILER_BYTES > size - table - xlen))
+        st = bad(err, path, "extra_bytes %llu runs past the end of the file or the limit %d", (unsigned long long)xlen,
+                 OKV_STATE_MAX_EXTRA);
+    unsigned char *x = NULL;
+    if (!st && xlen) {
+        x = malloc((size_t)xlen);
+        if (!x) st = okv_fail(err, OKV_ERR_NOMEM, "%s: out of memory", path);
+        else if (pread(fd, x, (size_t)xlen, (off_t)(HDR_BYTES + table)) != (ssize_t)xlen)
+            st = okv_fail(err, OKV_ERR_IO, "%s: short read of the extra blob", path);
+    }
+    close(fd);
+    if (st) { free(x); return st; }
+    *length = (int32_t)get32(d + 40);
+    *extra = x;
+    *extra_len = (size_t)xlen;
+    return OKV_OK;
 }

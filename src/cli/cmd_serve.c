@@ -21,6 +21,10 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
         if (r < 0) return 2;
         if (r) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--prefix-cache-dir-shared")) {   /* (the one flag without a value) */
+            o->prefix_cache_dir_shared = true;
+            continue;
+        }
         if (a[0] != '-') {
             if (o->program_path) return okv_cli_usage_error("serve: unexpected argument '%s'", a);
             o->program_path = a;
@@ -57,6 +61,17 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
             if (!*v || *end || v[0] == '-' || !b)
                 return okv_cli_usage_error("--prefix-cache-dir-bytes: '%s' must be a positive byte count", v);
             o->prefix_cache_dir_bytes = (uint64_t)b;
+        } else if (!strcmp(a, "--prefix-cache-redis")) {
+            o->prefix_cache_redis = v;
+        } else if (!strcmp(a, "--prefix-cache-redis-ttl")) {
+            if (!okv_cli_parse_int(v, 1, 1 << 30, &o->prefix_cache_redis_ttl_s))
+                return okv_cli_usage_error("--prefix-cache-redis-ttl: '%s' must be a positive number of seconds", v);
+        } else if (!strcmp(a, "--prefix-cache-redis-bytes")) {
+            char *end = NULL;
+            unsigned long long b = strtoull(v, &end, 10);
+            if (!*v || *end || v[0] == '-' || !b)
+                return okv_cli_usage_error("--prefix-cache-redis-bytes: '%s' must be a positive byte count", v);
+            o->prefix_cache_redis_bytes = (uint64_t)b;
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (!okv_cli_parse_int(v, 1, 1 << 20, &o->prefill_chunk)) return okv_cli_usage_error("--prefill-chunk: '%s' must be a positive integer", v);
         } else if (!strcmp(a, "--max-tokens")) {

@@ -1,6 +1,7 @@
 /* okv_seq_state.c — sequence state on disk, public side: the program's
- * fingerprint and okv_seq_save / okv_seq_load over a cache key (the file
- * format and every check live in the cache's okv_cache_state.c).
+ * fingerprint and okv_seq_save / okv_seq_load over a cache key, to a file
+ * or an in-memory image, and okv_seq_peek (the file format and every check
+ * live in the cache's okv_cache_state.c).
  *
  * The fingerprint is two 64-bit FNV-1a digests:
  *   layout  — the program's published cache layout (okv_layout_to_json), so
@@ -94,5 +95,38 @@ okv_status okv_seq_load(const char *key, const okv_program *p, const char *path,
     okv_kv_state_id id = state_id(p);
     st = okv_kv_state_load(kv, &id, path, seq, extra, extra_len, err);
     okv_registry_release(kv);
+    return st;
+}
+
+okv_status okv_seq_save_mem(const char *key, const okv_program *p, int seq, const void *extra, size_t extra_len,
+                            void **data, size_t *len, okv_error *err) {
+    *data = NULL;
+    *len = 0;
+    okv_kv *kv;
+    okv_status st = okv_registry_acquire(key, &kv, err);
+    if (st) return st;
+    okv_kv_state_id id = state_id(p);
+    st = okv_kv_state_save_mem(kv, seq, &id, extra, extra_len, data, len, err);
+    okv_registry_release(kv);
+    return st;
+}
+
+okv_status okv_seq_load_mem(const char *key, const okv_program *p, const void *data, size_t len, const char *what,
+                            int *seq, void **extra, size_t *extra_len, okv_error *err) {
+    okv_kv *kv;
+    okv_status st = okv_registry_acquire(key, &kv, err);
+    if (st) return st;
+    okv_kv_state_id id = state_id(p);
+    st = okv_kv_state_apply(kv, &id, data, len, what ? what : "sequence state image", seq, extra, extra_len, err);
+    okv_registry_release(kv);
+    return st;
+}
+
+okv_status okv_seq_peek(const okv_program *p, const char *path, int *length, void **extra, size_t *extra_len,
+                        okv_error *err) {
+    okv_kv_state_id id = state_id(p);
+    int32_t n = 0;
+    okv_status st = okv_kv_state_peek(&id, path, &n, extra, extra_len, err);
+    *length = n;
     return st;
 }

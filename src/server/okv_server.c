@@ -217,6 +217,22 @@ static void wait_done(struct MHD_Connection *c, const char *version, srv_request
     pthread_mutex_unlock(&r->lock);
 }
 
+/* The X-Prompt-Cache-Key header, the affinity key a load balancer hashes
+ * on (deploy/nginx: nginx cannot read prompt_cache_key from a JSON body),
+ * hashed into r->affinity (a prompt_cache_key in the body, parsed later,
+ * wins); absent is fine, one longer than SRV_MAX_AFFINITY bytes or holding
+ * control bytes is refused (false). */
+static bool read_affinity_header(struct MHD_Connection *c, srv_request *r) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, SRV_AFFINITY_HEADER);
+    if (!h) return true;
+    size_t n = strlen(h);
+    if (n > SRV_MAX_AFFINITY) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)h[i] < 0x20 || h[i] == 0x7f) return false;
+    r->affinity = srv_affinity_hash(h);
+    return true;
+}
+
 static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, const char *version, srv_kind kind,
                                    const conn_state *cs) {
     srv_request *r = srv_request_new();
@@ -224,7 +240,11 @@ static enum MHD_Result completions(okv_server *s, struct MHD_Connection *c, cons
     char msg[1024];
     const char *param = NULL, *body = cs->body.data ? cs->body.data : "";
     /* the prefix-cache affinity a router hashes on; the body's prompt_cache_key wins */
-    r->affinity = srv_affinity_hash(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Prompt-Cache-Key"));
+    if (!read_affinity_header(c, r)) {
+        srv_request_unref(r);
+        return reply_error(c, 400, "the " SRV_AFFINITY_HEADER " header must be at most 256 bytes without control "
+                           "characters", SRV_AFFINITY_HEADER);
+    }
     int status = kind == SRV_RESPONSE ? srv_parse_responses(s, body, cs->body.len, r, msg, sizeof msg, &param)
                                       : srv_parse_request(s, kind, body, cs->body.len, r, msg, sizeof msg, &param);
     if (status) {   /* param may point into r (a tool's field name): reply first */
@@ -309,14 +329,14 @@ static enum MHD_Result route(okv_server *s, struct MHD_Connection *c, const char
 }
 
 /* A browser's CORS preflight: 204, the methods and the headers it asked for
- * (Authorization and Content-Type when it names none). */
+ * (Authorization, Content-Type and X-Prompt-Cache-Key when it names none). */
 static enum MHD_Result reply_preflight(struct MHD_Connection *c) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     add_cors(c, resp);
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", asked && *asked ? asked : "Authorization, Content-Type, " SRV_AFFINITY_HEADER);
     MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
     enum MHD_Result ret = MHD_queue_response(c, 204, resp);
     MHD_destroy_response(resp);
@@ -530,6 +550,7 @@ okv_status okv_server_start(const okv_server_options *o, okv_server **out, okv_e
     okv_status st = s->model_name ? load_model(s, err) : fail(err, OKV_ERR_NOMEM, "out of memory%s%s", NULL, NULL);
     if (!st) st = make_key(s, err);
     if (!st) st = srv_dir_open(s, err);
+    if (!st) st = srv_redis_open(s, err);
     if (!st) st = srv_sched_start(s, err);
     if (!st) st = start_http(s, err);
     if (st) { okv_server_free(s); return st; }
@@ -564,6 +585,7 @@ void okv_server_free(okv_server *s) {
     okv_server_stop(s);
     for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].ids);
     srv_dir_free(s);
+    srv_redis_free(s);
     okv_runner_free(s->runner);
     okv_error e;
     if (s->key[0]) okv_cache_remove(s->key, &e);

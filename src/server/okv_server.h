@@ -3,8 +3,9 @@
  * the scheduler (okv_server_sched.c) and the reasoning splitter
  * (okv_think.c), the prefix-cache directory (okv_server_dir.c), the
  * token log-probabilities (okv_server_logprobs.c), the Responses API
- * (okv_server_responses.c), the byte buffer (okv_server_buf.c) and, in
- * okv_server_tools.h, function tools. Below this one only public offkv headers
+ * (okv_server_responses.c), the Redis prefix tier (okv_server_redis.c),
+ * the byte buffer (okv_server_buf.c) and, in okv_server_tools.h, function
+ * tools. Below this one only public offkv headers
  * are used: the server builds against include/ alone (its include wall). */
 #ifndef OKV_SERVER_H
 #define OKV_SERVER_H
@@ -24,6 +25,9 @@
 /* The error of a request refused (503) because the server is stopping. */
 #define SRV_SHUTTING_DOWN "the server is shutting down"
 #define SRV_MAX_TOP_LOGPROBS 20   /* OpenAI's bound on top_logprobs */
+/* The affinity key a load balancer hashes on (prompt_cache_key as a header). */
+#define SRV_AFFINITY_HEADER "X-Prompt-Cache-Key"
+#define SRV_MAX_AFFINITY 256
 
 /* ---- bytes (okv_server_buf.c) ----------------------------------------------- */
 
@@ -180,6 +184,7 @@ typedef struct srv_slot {
     int64_t last_used;            /* admission / finish counter, for LRU */
     int64_t admitted;             /* admission order, for prefill fairness */
     bool on_disk;                 /* a kept entry loaded from (so already in) the prefix-cache directory */
+    bool in_redis;                /* a kept entry loaded from, or already written to, the Redis tier */
 } srv_slot;
 
 /* One file of the prefix-cache directory: a kept entry's sequence state
@@ -200,6 +205,7 @@ typedef struct srv_metrics {
     int64_t disk_loads, disk_writes, disk_removed;
     int disk_files;
     uint64_t disk_bytes;
+    int64_t redis_loads, redis_writes, redis_misses, redis_errors;
     int last_batch_tokens, last_batch_seqs;
     int cells_used, cells_free, cells_total;
     double ttft_sum;
@@ -252,6 +258,8 @@ struct okv_server {
     int n_disk;
     size_t cap_disk;
     int64_t last_stamp;
+    int64_t dir_seen;                  /* the directory's mtime when the index was last brought up to date */
+    struct srv_redis *redis;           /* the Redis prefix tier (NULL = none); the scheduler's alone once started */
 };
 
 double srv_now(void);
@@ -268,6 +276,22 @@ void srv_log(okv_server *s, const char *fmt, ...) __attribute__((format(printf, 
 
 /* ---- the prefix-cache directory (okv_server_dir.c) ----------------------------- */
 
+/* Fewer shared tokens than this are prefilled rather than loaded from a tier. */
+#define SRV_MIN_GAIN 16
+/* Entries shorter than this are not written to a shared tier as their
+ * request ends (loading them would save less than a prefill step). */
+#define SRV_SHARE_MIN 64
+#define SRV_FNV_OFFSET 1469598103934665603ULL
+/* A kept entry's ids as the extra blob of its state ("OKVSRVP1", u32 count,
+ * i32 ids, little-endian; heap, *len bytes), and back: the blob's ids (heap)
+ * if it is one of ours holding exactly len_seq ids within the vocabulary,
+ * else NULL. */
+unsigned char *srv_ids_blob(const int32_t *ids, size_t n, size_t *len);
+int32_t *srv_blob_ids(const okv_server *s, const unsigned char *b, size_t len, int len_seq, size_t *n);
+/* FNV-1a over the ids' little-endian bytes, from h (SRV_FNV_OFFSET: a fresh hash). */
+uint64_t srv_fnv_ids_from(uint64_t h, const int32_t *ids, size_t n);
+uint64_t srv_fnv_ids(const int32_t *ids, size_t n);
+
 /* Creates the directory if missing and indexes its files (each loaded once
  * into the key to check it, then dropped): a corrupt or truncated one is
  * removed, one of another program or cache setup is left alone, both with
@@ -280,14 +304,33 @@ void srv_dir_store(okv_server *s, srv_slot *sl);
 /* The stored entry sharing the most (more than `have`) leading ids with
  * prompt: its index (true), or false if none shares more. */
 bool srv_dir_best(okv_server *s, const int32_t *prompt, size_t n_prompt, size_t have, int *index);
+/* Brings the index up to date with files other servers sharing the
+ * directory published or removed since it was last read (cheap when the
+ * directory has not changed). */
+void srv_dir_refresh(okv_server *s);
 /* Cells loading stored entry i takes. */
 int srv_dir_cells(const okv_server *s, int i);
 /* Loads stored entry i into unused slot `into` as a kept entry; false if it
- * cannot be (a corrupt file is removed from the directory, with a note). */
+ * cannot be (a corrupt file is removed from the directory, with a note; one
+ * gone meanwhile is dropped from the index). */
 bool srv_dir_load(okv_server *s, int i, srv_slot *into);
 /* At a graceful stop: every kept entry stored, least recently used first. */
 void srv_dir_flush(okv_server *s);
 void srv_dir_free(okv_server *s);
+
+/* ---- the Redis prefix tier (okv_server_redis.c) -------------------------------- */
+
+/* Connects to prefix_cache_redis when set (a server that cannot be reached
+ * is noted and retried later, never fatal); fails only on a malformed
+ * address or a build without hiredis. */
+okv_status srv_redis_open(okv_server *s, okv_error *err);
+/* Loads the stored entry sharing the most leading ids with prompt (more than
+ * `have` + SRV_MIN_GAIN) into unused slot `into` as a kept entry; false on a
+ * miss or any failure (noted). */
+bool srv_redis_fetch(okv_server *s, const int32_t *prompt, size_t n_prompt, size_t have, srv_slot *into);
+/* Writes kept entry sl (unless it came from, or already went to, Redis). */
+void srv_redis_store(okv_server *s, srv_slot *sl);
+void srv_redis_free(okv_server *s);
 
 /* ---- the listening socket (okv_server_gate.c) ---------------------------------- */
 

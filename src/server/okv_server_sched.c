@@ -20,9 +20,13 @@
  * sequences free their cells at once.
  *
  * With a prefix-cache directory (okv_server_dir.c) an evicted entry is
- * written there first, every kept entry is written when the scheduler
- * stops, and a prompt whose stored prefix beats everything in memory loads
- * that file as a kept entry, which is then forked as above.
+ * written there first (shared: every entry as its request ends), every
+ * kept entry is written when the scheduler stops, and a prompt whose
+ * stored prefix beats everything in memory loads that file as a kept
+ * entry, which is then forked as above. The Redis tier
+ * (okv_server_redis.c) comes next the same way: asked when memory and the
+ * directory leave more than SRV_MIN_GAIN prompt tokens to prefill, written
+ * as each request ends.
  *
  * A request with n choices takes n sequences: choice 0 is started as
  * above, the others reserve slots at admission (so the step never holds
@@ -134,6 +138,7 @@ static void drop_seq(okv_server *s, srv_slot *sl) {
     sl->seq = -1;
     sl->n_ids = 0;
     sl->on_disk = false;
+    sl->in_redis = false;
 }
 
 static bool is_entry(const srv_slot *sl) { return sl->seq >= 0 && !sl->req; }
@@ -255,13 +260,34 @@ static void end_request(srv_request *r, const okv_gen_stats *st, const char *err
 /* Loads the directory's entry for r's prompt as a kept entry when it
  * shares more than the `keep` ids memory has (src, protected); making room
  * may write entries and so move the index, hence the second look. */
-static void fetch_from_dir(okv_server *s, const srv_request *r, const srv_slot *src, size_t keep) {
+static bool fetch_from_dir(okv_server *s, const srv_request *r, const srv_slot *src, size_t keep) {
     int di;
-    if (!srv_dir_best(s, r->prompt, r->n_prompt, keep, &di)) return;
-    if (!make_room(s, srv_dir_cells(s, di), src)) return;
+    srv_dir_refresh(s);
+    for (int tries = 0; tries < 3; tries++) {   /* a file removed by another server meanwhile: the next best */
+        if (!srv_dir_best(s, r->prompt, r->n_prompt, keep, &di)) return false;
+        if (!make_room(s, srv_dir_cells(s, di), src)) return false;
+        srv_slot *into = unused_slot(s, src);
+        if (!into || !srv_dir_best(s, r->prompt, r->n_prompt, keep, &di) || srv_dir_cells(s, di) > free_cells(s))
+            return false;
+        if (!srv_dir_load(s, di, into)) continue;
+        pthread_mutex_lock(&s->lock);
+        into->req = NULL;
+        into->affinity = 0;   /* the files keep no key */
+        into->last_used = ++s->admissions;
+        pthread_mutex_unlock(&s->lock);
+        return true;
+    }
+    return false;
+}
+
+/* Loads the Redis tier's entry for r's prompt as a kept entry when it
+ * shares more than the `keep` ids memory has (src, protected): room for
+ * the prompt's cells is made first, since the entry's size is known only
+ * once it arrives. */
+static void fetch_from_redis(okv_server *s, const srv_request *r, const srv_slot *src, size_t keep) {
+    if (!make_room(s, (int)r->n_prompt, src)) return;
     srv_slot *into = unused_slot(s, src);
-    if (!into || !srv_dir_best(s, r->prompt, r->n_prompt, keep, &di) || srv_dir_cells(s, di) > free_cells(s)) return;
-    if (!srv_dir_load(s, di, into)) return;
+    if (!into || !srv_redis_fetch(s, r->prompt, r->n_prompt, keep, into)) return;
     pthread_mutex_lock(&s->lock);
     into->req = NULL;
     into->affinity = 0;   /* the files keep no key */
@@ -301,8 +327,9 @@ static void reserve_choices(okv_server *s, srv_request *r, const srv_slot *src) 
 static bool start_request(okv_server *s, srv_request *r) {
     size_t keep = 0;
     srv_slot *src = best_prefix(s, r, &keep);
-    if (s->dir) {
-        fetch_from_dir(s, r, src, keep);
+    if (s->dir && fetch_from_dir(s, r, src, keep)) src = best_prefix(s, r, &keep);
+    if (s->redis && keep + SRV_MIN_GAIN < r->n_prompt) {
+        fetch_from_redis(s, r, src, keep);
         src = best_prefix(s, r, &keep);
     }
     if (!make_room(s, (int)(r->n_prompt - keep) + 1, src)) {
@@ -322,6 +349,7 @@ static bool start_request(okv_server *s, srv_request *r) {
     sl->seq = seq;
     sl->n_ids = 0;
     sl->on_disk = false;
+    sl->in_redis = false;
     sl->choice = 0;
     sl->affinity = r->affinity;
     okv_gen_options go = choice_options(s, r, sl);
@@ -391,6 +419,8 @@ static void finish_slot(okv_server *s, srv_slot *sl, const char *error, slot_end
         if (o != sl && is_entry(o) && o->n_ids <= sl->n_ids && common_prefix(o->ids, o->n_ids, sl->ids, sl->n_ids) == o->n_ids)
             drop_seq(s, o);
     }
+    if (s->o.prefix_cache_dir_shared && sl->n_ids >= SRV_SHARE_MIN) srv_dir_store(s, sl);   /* the others find it now */
+    srv_redis_store(s, sl);
     enforce_byte_cap(s);
 }
 
@@ -555,6 +585,7 @@ static void start_choices(okv_server *s, srv_slot *src, const float *row) {
         sl->n_ids = 0;
         sl->on_disk = false;
         sl->affinity = r->affinity;
+        sl->in_redis = false;
         okv_status st = okv_seq_fork(s->key, src->seq, (int)r->n_prompt, &sl->seq, &err);
         if (st) sl->seq = -1;
         if (!st) st = append_ids(sl, r->prompt, r->n_prompt) ? OKV_OK : set_error(&err, OKV_ERR_NOMEM, "out of memory");
@@ -706,6 +737,12 @@ char *srv_metrics_text(okv_server *s) {
         metric(&o, "offkv_prefix_cache_dir_loads_total", "counter", "Stored entries loaded instead of prefilled.", (double)m.disk_loads);
         metric(&o, "offkv_prefix_cache_dir_writes_total", "counter", "Entries written to --prefix-cache-dir.", (double)m.disk_writes);
         metric(&o, "offkv_prefix_cache_dir_removed_total", "counter", "Files removed (byte cap, damaged, superseded).", (double)m.disk_removed);
+    }
+    if (s->redis) {
+        metric(&o, "offkv_prefix_cache_redis_loads_total", "counter", "Redis entries loaded instead of prefilled.", (double)m.redis_loads);
+        metric(&o, "offkv_prefix_cache_redis_misses_total", "counter", "Redis lookups that found no usable entry.", (double)m.redis_misses);
+        metric(&o, "offkv_prefix_cache_redis_writes_total", "counter", "Entries written to Redis.", (double)m.redis_writes);
+        metric(&o, "offkv_prefix_cache_redis_errors_total", "counter", "Redis connections lost or refused.", (double)m.redis_errors);
     }
     metric(&o, "offkv_cache_cells_used", "gauge", "Cells owned by a sequence (tightest cache).", m.cells_used);
     metric(&o, "offkv_cache_cells_free", "gauge", "Cells free (tightest cache).", m.cells_free);
