@@ -100,9 +100,10 @@ typedef struct okv_program okv_program;
 
 typedef struct okv_program_options {
     /* Where the program's bytes live (offkv_base.h). AUTO (the default)
-     * copies them into huge pages where the kernel grants them: decode
-     * 7-9% faster on the Llama-3.2-1B geometry (bf16, q4), at the cost of private
-     * memory the size of the file (MAPPED shares the page cache instead). */
+     * copies them into huge pages where the kernel grants them: fewer TLB
+     * misses on decode's one pass over every weight, at the cost of private
+     * memory the size of the file (MAPPED shares the page cache instead;
+     * the measured difference is in README / docs/perf). */
     okv_weights_memory weights;
 } okv_program_options;
 
@@ -156,8 +157,8 @@ typedef enum okv_cache_mode { OKV_CACHE_SINGLE = 0, OKV_CACHE_CELLS = 1 } okv_ca
 typedef struct okv_cache_options {
     okv_dtype k_storage_dtype;   /* the K pools' element type; default f32 */
     okv_dtype v_storage_dtype;   /* the V pools'; default f32. Rounding V costs the
-                                    output far less than rounding K: q8 V with bf16 K
-                                    measured ~1/8 the KL of q8 for both (README) */
+                                    output far less than rounding K (the KL of
+                                    each pairing: README / docs/perf) */
     bool k_storage_auto;         /* true: ignore k_storage_dtype, take okv_kv_dtype_auto(program)
                                     (the CLI's default); default false */
     bool v_storage_auto;         /* the same for V */
