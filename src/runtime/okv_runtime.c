@@ -132,17 +132,17 @@ static okv_status with_kv(const char *key, okv_status (*fn)(okv_kv *, void *, ok
 }
 
 static okv_status single_only(okv_kv *kv, const char *verb, okv_error *err) {
-    if (!kv->cells) return OKV_OK;
+    if (!okv_kv_is_cells(kv)) return OKV_OK;
     return okv_fail(err, OKV_ERR_STATE, "%s: this cache key holds many sequences (cell pool): use the okv_seq_* verbs", verb);
 }
 static okv_status do_length(okv_kv *kv, void *arg, okv_error *err) {
-    if (kv->cells) return single_only(kv, "cache length", err);
+    if (okv_kv_is_cells(kv)) return single_only(kv, "cache length", err);
     *(int *)arg = okv_kv_length(kv);
     return OKV_OK;
 }
 static okv_status do_rewind(okv_kv *kv, void *arg, okv_error *err) { return okv_kv_rewind(kv, *(int *)arg, err); }
 static okv_status do_clear(okv_kv *kv, void *arg, okv_error *err) {
-    if (kv->cells) return single_only(kv, "cache clear", err);
+    if (okv_kv_is_cells(kv)) return single_only(kv, "cache clear", err);
     okv_kv_clear(kv);
     return OKV_OK;
 }
@@ -309,7 +309,7 @@ static size_t kernel_workspace_bytes(const okv_runner *r) {
                                     : okv_matmul_scratch_bytes(rows, K, N, (okv_dtype)t->dtype, nt);
         } else if (nd->op == OKV_OP_ATTN) {
             okv_op_attend_params ap = okv_op_attend_get(nd);
-            const okv_layout *l = &r->kv->layout;
+            const okv_layout *l = okv_kv_layout(r->kv);
             b = okv_attend_scratch_bytes(r->max_T, ap.n_heads, l->kv_heads[ap.cache], l->head_dims[ap.cache], nt);
             size_t bd = okv_attend_det_scratch_bytes(r->max_T, ap.n_heads, l->kv_heads[ap.cache], l->head_dims[ap.cache], nt);
             if (bd > b) b = bd; /* the deterministic table's attention */
@@ -458,11 +458,11 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
     r->key = okv_strdup(cache_key);
     okv_status st = r->key ? okv_registry_acquire(cache_key, &r->kv, err) : okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     if (!st) {
-        const okv_layout *a = &r->kv->layout, *b = &p->pf->layout;
+        const okv_layout *a = okv_kv_layout(r->kv), *b = &p->pf->layout;
         bool same = a->n_caches == b->n_caches;
         for (int c = 0; same && c < a->n_caches; c++)
             same = a->kv_heads[c] == b->kv_heads[c] && a->head_dims[c] == b->head_dims[c];
-        if (!same || r->kv->seq.max_write < r->max_T)
+        if (!same || okv_kv_max_write(r->kv) < r->max_T)
             st = okv_fail(err, OKV_ERR_INVALID, "cache key '%s' was built for a different layout than this program", cache_key);
     } else r->kv = NULL;
     if (!st) {
@@ -470,7 +470,7 @@ okv_status okv_runner_create(const okv_program *p, const char *cache_key, const 
         if (!r->tp) st = okv_fail(err, OKV_ERR_NOMEM, "cannot create thread pool");
     }
     if (!st) st = plan_memory(r, err);
-    if (!st && r->kv->cells) st = plan_gather(r, err);
+    if (!st && okv_kv_is_cells(r->kv)) st = plan_gather(r, err);
     if (!st) st = plan_rope_tables(r, err);
     if (st) { okv_runner_free(r); return st; }
     *out = r;
@@ -497,7 +497,7 @@ const okv_program *okv_runner_program(const okv_runner *r) { return r->p; }
 const char *okv_runner_cache_key(const okv_runner *r) { return r->key; }
 
 /* Fixed when the key was installed, so no lock is needed. */
-int okv_runner_capacity(const okv_runner *r) { return r->kv->seq.capacity; }
+int okv_runner_capacity(const okv_runner *r) { return okv_kv_capacity(r->kv); }
 
 const char *okv_runner_kernels(const okv_runner *r) { return okv_kernels_describe(r->k); }
 
@@ -524,13 +524,13 @@ static const float *tensor_f32(step_ctx *s, int t) { return t < 0 ? NULL : (cons
 static int rows_of(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].logit_rows ? s->R : s->T; }
 static int width(step_ctx *s, int v) { return s->r->p->pf->graph.values[v].width; }
 
-/* Rows of the batch that belong to its u-th distinct sequence: [t0, t0+n)
- * if they are adjacent (returns true), else gathered into idx. */
-static bool rows_of_seq(const okv_kv *kv, int T, int u, int *t0, int *n, int32_t *idx) {
-    const int32_t *row_uniq = kv->cells->row_uniq;
+/* Rows of the batch that belong to its u-th distinct sequence (row_seq:
+ * okv_kv_batch_seqs): [t0, t0+n) if they are adjacent (returns true), else
+ * gathered into idx. */
+static bool rows_of_seq(const int32_t *row_seq, int T, int u, int *t0, int *n, int32_t *idx) {
     int first = -1, last = -1, k = 0;
     for (int t = 0; t < T; t++)
-        if (row_uniq[t] == u) {
+        if (row_seq[t] == u) {
             if (first < 0) first = t;
             last = t;
             idx[k++] = t;
@@ -538,6 +538,14 @@ static bool rows_of_seq(const okv_kv *kv, int T, int u, int *t0, int *n, int32_t
     *t0 = first;
     *n = k;
     return last - first + 1 == k;
+}
+
+/* Cache c's pools as the attention kernels take them (read and write
+ * pointers to the same pools). */
+static okv_attn_kv attn_view(const okv_kv *kv, int c) {
+    okv_kv_pools pl = okv_kv_pools_of(kv, c);
+    return (okv_attn_kv){.k = pl.k, .v = pl.v, .k_w = pl.k, .v_w = pl.v, .k_dtype = pl.k_dtype,
+                         .v_dtype = pl.v_dtype, .kv_heads = pl.kv_heads, .head_dim = pl.head_dim};
 }
 
 /* The step's K and V rows into the cache at the write runs: on two threads
@@ -575,8 +583,7 @@ static void write_kv(step_ctx *s, const okv_attn_kv *view, const okv_run *runs, 
 static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_attend_params *p) {
     okv_runner *r = s->r;
     okv_kv *kv = r->kv;
-    const okv_cache *c = &kv->caches[p->cache];
-    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->k_dtype, c->v_dtype, c->kv_heads, c->head_dim};
+    okv_attn_kv view = attn_view(kv, p->cache);
     const okv_run *w;
     int n_w;
     okv_kv_cell_writes(kv, p->cache, &w, &n_w);
@@ -584,13 +591,16 @@ static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_at
     int H = p->n_heads, wq = width(s, nd->in[0]), wo = width(s, nd->out);
     const float *q = val(s, nd->in[0]);
     float *out = val(s, nd->out);
-    for (int u = 0; u < kv->cells->n_uniq; u++) {
+    int n_seqs;
+    const int32_t *row_seq;
+    okv_kv_batch_seqs(kv, &n_seqs, &row_seq);
+    for (int u = 0; u < n_seqs; u++) {
         int t0, n;
         const okv_run *runs;
         int n_runs;
         int32_t window;
         okv_kv_cell_reads(kv, p->cache, u, &runs, &n_runs, &window);
-        bool adjacent = rows_of_seq(kv, s->T, u, &t0, &n, r->gather_idx);
+        bool adjacent = rows_of_seq(row_seq, s->T, u, &t0, &n, r->gather_idx);
         okv_attn_args a = {q + (size_t)t0 * wq, n, H, s->pos + t0, view, runs, n_runs, window, p->scale,
                            out + (size_t)t0 * wo, NULL};
         if (!adjacent) {
@@ -615,10 +625,8 @@ static void run_attention_cells(step_ctx *s, const okv_node *nd, const okv_op_at
 static void run_attention(step_ctx *s, const okv_node *nd) {
     okv_op_attend_params p = okv_op_attend_get(nd);
     if (s->seqs) { run_attention_cells(s, nd, &p); return; }
-    okv_kv *kv = s->r->kv;
-    const okv_cache *c = &kv->caches[p.cache];
-    const okv_step_plan *plan = &kv->plans[p.cache];
-    okv_attn_kv view = {c->k, c->v, c->k, c->v, c->k_dtype, c->v_dtype, c->kv_heads, c->head_dim};
+    const okv_step_plan *plan = okv_kv_plan(s->r->kv, p.cache);
+    okv_attn_kv view = attn_view(s->r->kv, p.cache);
     if (p.writes_cache) write_kv(s, &view, plan->write, plan->n_write, val(s, nd->in[1]), val(s, nd->in[2]));
     okv_attn_args a = {val(s, nd->in[0]), s->T, p.n_heads, s->pos, view, plan->read, plan->n_read,
                        plan->window, p.scale, val(s, nd->out), NULL};
