@@ -7,6 +7,8 @@
  *            registry); capacity, storage dtype and window overrides are
  *            chosen here, not at export
  *   runner   executes steps of a program against the caches of one key
+ *   session  a program, its caches and a runner, created and freed together:
+ *            what a caller that runs one model needs, with no key to name
  *
  * Every call returns an okv_status and fills an okv_error with a message on
  * failure; nothing here prints or exits. The tokenizer, chat template and
@@ -345,6 +347,44 @@ typedef struct okv_op_profile {
 } okv_op_profile;
 int okv_runner_profile(const okv_runner *r, okv_op_profile *out, int max);
 void okv_runner_profile_reset(okv_runner *r);
+
+/* ---- session -------------------------------------------------------------------
+ *
+ * A session owns what running one model takes: the program (opened from a
+ * path, or borrowed), its caches and a runner stepping them, built in that
+ * order and freed in reverse by okv_session_free. Its caches sit in the
+ * registry under a key the session chooses and removes, unique among the
+ * live sessions, so every okv_cache_* / okv_seq_* verb and okv_seq_save /
+ * okv_seq_load work on it through okv_session_cache_key; a caller never
+ * names a key. Two sessions never share caches (for that, install a key
+ * and create runners on it). A failed create leaves nothing behind: no key
+ * registered, no program open. */
+
+typedef struct okv_session okv_session;
+
+typedef struct okv_session_options {
+    okv_program_options program;  /* okv_session_create only */
+    okv_cache_options cache;      /* the caches' capacity, storage, mode, ... */
+    okv_runner_options runner;    /* threads, logit rows, kernels, ... */
+} okv_session_options;
+
+void okv_session_options_default(okv_session_options *o);
+/* Opens the program at path and builds its caches and runner (o NULL = the
+ * defaults). The session owns the program. */
+okv_status okv_session_create(const char *path, const okv_session_options *o, okv_session **out, okv_error *err);
+/* The same over a program the caller opened and keeps (o->program unused):
+ * it must outlive the session. Several sessions may run one program's
+ * weights, each with its own caches and runner. */
+okv_status okv_session_create_for(const okv_program *p, const okv_session_options *o, okv_session **out,
+                                  okv_error *err);
+/* Frees the runner, removes the caches and, if the session opened it, frees
+ * the program. NULL is fine. */
+void okv_session_free(okv_session *s);
+const okv_program *okv_session_program(const okv_session *s);
+okv_runner *okv_session_runner(const okv_session *s);
+/* The key the session's caches are registered under (owned by the session,
+ * valid until okv_session_free), for the okv_cache_* and okv_seq_* verbs. */
+const char *okv_session_cache_key(const okv_session *s);
 
 #ifdef __cplusplus
 }
