@@ -286,7 +286,7 @@ okv_status okv_kv_cells_count_get(okv_kv *kv, okv_kv_cells_count *out, okv_error
 #define OKV_STATE_MAX_EXTRA (64 << 20)
 
 /* What the file must match besides the caches' geometry: digests of the
- * program's cache layout and of the rest of the program (okv_runtime.c). */
+ * program's cache layout and of the rest of the program (okv_seq_state.c). */
 typedef struct okv_kv_state_id {
     uint64_t layout, program;
 } okv_kv_state_id;
