@@ -15,7 +15,8 @@
 #include <stdlib.h>
 
 #include "fuzz_util.h"
-#include "okv_cache.h"
+#define OKV_CACHE_INTERNAL /* builds sequences and state images from inside the kv set */
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 
 static const okv_kv_state_id ID = { 0x5eed1, 0x5eed2 };

@@ -7,6 +7,8 @@
  *            registry); capacity, storage dtype and window overrides are
  *            chosen here, not at export
  *   runner   executes steps of a program against the caches of one key
+ *   session  a program, its caches and a runner, created and freed together:
+ *            what a caller that runs one model needs, with no key to name
  *
  * Every call returns an okv_status and fills an okv_error with a message on
  * failure; nothing here prints or exits. The tokenizer, chat template and
@@ -100,9 +102,10 @@ typedef struct okv_program okv_program;
 
 typedef struct okv_program_options {
     /* Where the program's bytes live (offkv_base.h). AUTO (the default)
-     * copies them into huge pages where the kernel grants them: decode
-     * 7-9% faster on the Llama-3.2-1B geometry (bf16, q4), at the cost of private
-     * memory the size of the file (MAPPED shares the page cache instead). */
+     * copies them into huge pages where the kernel grants them: fewer TLB
+     * misses on decode's one pass over every weight, at the cost of private
+     * memory the size of the file (MAPPED shares the page cache instead;
+     * the measured difference is in README / docs/perf). */
     okv_weights_memory weights;
 } okv_program_options;
 
@@ -156,8 +159,8 @@ typedef enum okv_cache_mode { OKV_CACHE_SINGLE = 0, OKV_CACHE_CELLS = 1 } okv_ca
 typedef struct okv_cache_options {
     okv_dtype k_storage_dtype;   /* the K pools' element type; default f32 */
     okv_dtype v_storage_dtype;   /* the V pools'; default f32. Rounding V costs the
-                                    output far less than rounding K: q8 V with bf16 K
-                                    measured ~1/8 the KL of q8 for both (README) */
+                                    output far less than rounding K (the KL of
+                                    each pairing: README / docs/perf) */
     bool k_storage_auto;         /* true: ignore k_storage_dtype, take okv_kv_dtype_auto(program)
                                     (the CLI's default); default false */
     bool v_storage_auto;         /* the same for V */
@@ -364,6 +367,44 @@ typedef struct okv_op_profile {
 } okv_op_profile;
 int okv_runner_profile(const okv_runner *r, okv_op_profile *out, int max);
 void okv_runner_profile_reset(okv_runner *r);
+
+/* ---- session -------------------------------------------------------------------
+ *
+ * A session owns what running one model takes: the program (opened from a
+ * path, or borrowed), its caches and a runner stepping them, built in that
+ * order and freed in reverse by okv_session_free. Its caches sit in the
+ * registry under a key the session chooses and removes, unique among the
+ * live sessions, so every okv_cache_* / okv_seq_* verb and okv_seq_save /
+ * okv_seq_load work on it through okv_session_cache_key; a caller never
+ * names a key. Two sessions never share caches (for that, install a key
+ * and create runners on it). A failed create leaves nothing behind: no key
+ * registered, no program open. */
+
+typedef struct okv_session okv_session;
+
+typedef struct okv_session_options {
+    okv_program_options program;  /* okv_session_create only */
+    okv_cache_options cache;      /* the caches' capacity, storage, mode, ... */
+    okv_runner_options runner;    /* threads, logit rows, kernels, ... */
+} okv_session_options;
+
+void okv_session_options_default(okv_session_options *o);
+/* Opens the program at path and builds its caches and runner (o NULL = the
+ * defaults). The session owns the program. */
+okv_status okv_session_create(const char *path, const okv_session_options *o, okv_session **out, okv_error *err);
+/* The same over a program the caller opened and keeps (o->program unused):
+ * it must outlive the session. Several sessions may run one program's
+ * weights, each with its own caches and runner. */
+okv_status okv_session_create_for(const okv_program *p, const okv_session_options *o, okv_session **out,
+                                  okv_error *err);
+/* Frees the runner, removes the caches and, if the session opened it, frees
+ * the program. NULL is fine. */
+void okv_session_free(okv_session *s);
+const okv_program *okv_session_program(const okv_session *s);
+okv_runner *okv_session_runner(const okv_session *s);
+/* The key the session's caches are registered under (owned by the session,
+ * valid until okv_session_free), for the okv_cache_* and okv_seq_* verbs. */
+const char *okv_session_cache_key(const okv_session *s);
 
 #ifdef __cplusplus
 }

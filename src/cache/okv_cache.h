@@ -15,11 +15,14 @@
  * A step is transactional: okv_kv_begin_step validates everything (positions
  * continue the sequence, no overflow, pools grown) before anything is
  * written; after the graph ran, okv_kv_commit_step advances the length. If
- * begin fails, every cache is exactly as before. */
+ * begin fails, every cache is exactly as before.
+ *
+ * A kv set (okv_kv) is opaque here: its fields live in okv_cache_internal.h,
+ * the layer's own, and the runtime reads what a step needs through the
+ * accessors of 2a. */
 #ifndef OKV_CACHE_H
 #define OKV_CACHE_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -146,19 +149,6 @@ okv_status okv_seq_table_check_batch(const okv_seq_table *t, const int32_t *seqs
 
 /* ---- 2. byte layer -------------------------------------------------------- */
 
-/* One cache: its policy plus K and V pools of [slots_alloc, kv_heads, head_dim]
- * elements in k_dtype / v_dtype. Flat pools grow by doubling; ring pools are allocated
- * once at exactly policy.slots. */
-typedef struct okv_cache {
-    okv_policy policy;
-    int kv_heads, head_dim;
-    okv_dtype k_dtype, v_dtype; /* each pool's storage dtype */
-    int32_t slots_alloc;    /* slots currently allocated */
-    void *k, *v;
-    int32_t oldest;         /* ring: smallest position whose slot still holds
-                             * it (keys [oldest, length) are valid); flat: 0 */
-} okv_cache;
-
 /* Run-time choices for building caches from a layout. */
 typedef struct okv_kv_options {
     okv_dtype k_dtype, v_dtype; /* storage of the K and V pools; default OKV_F32 */
@@ -180,33 +170,21 @@ typedef struct okv_kv_options {
 
 void okv_kv_options_default(okv_kv_options *o);
 
-/* A set of caches built from one layout, sharing one sequence controller.
+/* A set of caches built from one layout, sharing one sequence controller
+ * (or, in cell mode, one sequence table). Its fields are the cache layer's
+ * own (okv_cache_internal.h): other layers read it through the accessors
+ * below.
  *
- * Window overrides change only the caches' policies (caches[i].policy,
- * plans[i].window); `layout` stays the program's declared layout.
- *
- * Concurrency: `lock` guards seq, step_pos/step_T, the caches' slots_alloc,
- * pools pointers and oldest. step_T != 0 is the "step in flight" flag: the
- * runner whose okv_kv_begin_step succeeded owns the set until it calls
- * okv_kv_commit_step or okv_kv_abort_step; meanwhile any other begin_step,
- * rewind or clear on the set fails (OKV_ERR_STATE) or, for clear, does
- * nothing. So two runners can never step the same set at once, and the pools
- * do not move (no growth) while kernels write into them. */
-typedef struct okv_kv {
-    okv_layout layout;      /* private copy */
-    okv_seq seq;
-    int n_caches;
-    okv_cache *caches;
-    okv_step_plan *plans;   /* [n_caches], filled by begin_step */
-    int32_t step_pos, step_T; /* the step in flight, T = 0 if none */
-    size_t max_pool_bytes;  /* from the options, 0 = no limit */
-    struct okv_kv_cells *cells; /* cell mode, NULL = one sequence (seq above) */
-    pthread_mutex_t lock;
-} okv_kv;
+ * Concurrency: a runner whose okv_kv_begin_step / okv_kv_begin_batch
+ * succeeded owns the set until okv_kv_commit_step or okv_kv_abort_step;
+ * meanwhile any other begin, rewind or sequence verb fails (OKV_ERR_STATE)
+ * and clear does nothing. So two runners never step one set at once, and the
+ * pools do not move (no growth) while kernels write into them. */
+typedef struct okv_kv okv_kv;
 
 okv_status okv_kv_create(const okv_layout *layout, const okv_kv_options *opt, okv_kv **out, okv_error *err);
 void okv_kv_free(okv_kv *kv);
-/* Validates the step, grows pools if needed and fills kv->plans. On error
+/* Validates the step, grows pools if needed and plans it (okv_kv_plan). On error
  * nothing changed. */
 okv_status okv_kv_begin_step(okv_kv *kv, const int32_t *positions, int32_t T, okv_error *err);
 /* Makes the step's writes part of the sequence (length += T). */
@@ -231,10 +209,34 @@ int32_t okv_kv_length(const okv_kv *kv);
 /* One line like "26 caches: 4 flat + 22 ring(window 512) | capacity 4096 | kv bf16 | 52.0 MiB". */
 void okv_kv_describe(const okv_kv *kv, char *buf, size_t n);
 
-/* Grows pools so cache c holds at least need[c] slots (doubling, capped at
- * its policy.slots); all new pools are allocated before any old one is
- * released, so on failure nothing changed. Caller holds the lock. */
-okv_status okv_kv_grow_pools(okv_kv *kv, const int32_t *need, okv_error *err);
+/* ---- 2a. what a runner reads of a set ---------------------------------------
+ * Fixed at creation (no lock needed): the layout, mode, capacity and largest
+ * step. Valid only between a successful begin and its commit / abort, while
+ * the caller owns the set: the pools of a cache and the step's plans. */
+
+/* The program's declared layout (window overrides change only the caches'
+ * policies and plans, never this). */
+const okv_layout *okv_kv_layout(const okv_kv *kv);
+/* Whether the set is a cell pool for many sequences (okv_kv_options.cells). */
+bool okv_kv_is_cells(const okv_kv *kv);
+/* Most positions one sequence may hold, and the largest step (T) it takes. */
+int32_t okv_kv_capacity(const okv_kv *kv);
+int32_t okv_kv_max_write(const okv_kv *kv);
+
+/* Cache c's pools as the attention kernels address them: [slots, kv_heads,
+ * head_dim] elements of k_dtype / v_dtype. */
+typedef struct okv_kv_pools {
+    void *k, *v;
+    okv_dtype k_dtype, v_dtype;
+    int kv_heads, head_dim;
+} okv_kv_pools;
+okv_kv_pools okv_kv_pools_of(const okv_kv *kv, int cache);
+/* What cache c does in the single-sequence step in flight (okv_kv_begin_step). */
+const okv_step_plan *okv_kv_plan(const okv_kv *kv, int cache);
+/* The batch in flight (okv_kv_begin_batch): its distinct sequences, in order
+ * of first appearance (*n_seqs of them), and row_seq[t] = the index among
+ * them of the sequence token t belongs to. */
+void okv_kv_batch_seqs(const okv_kv *kv, int *n_seqs, const int32_t **row_seq);
 
 /* ---- 2b. cell mode (okv_cache_seqs.c) --------------------------------------
  *
@@ -253,42 +255,14 @@ okv_status okv_kv_grow_pools(okv_kv *kv, const int32_t *need, okv_error *err);
  * then runs once per sequence over its own runs with the ordinary causal +
  * window mask, exactly as for a single sequence: no [T, cells] mask, and no
  * query ever scores another sequence's keys. */
-typedef struct okv_kv_cells {
-    okv_seq_table seqs;
-    int n_groups;
-    okv_cells *groups;      /* [n_groups] */
-    int *group_of;          /* [n_caches] */
-    int32_t *step_cells;    /* [n_groups * max_write] cell of each token in flight */
-    okv_run *step_runs;     /* [n_groups * max_write] those cells as write runs */
-    int *n_step_runs;       /* [n_groups] */
-    int32_t *step_seqs;     /* [max_write] */
-    int32_t *count;         /* [max_seqs] scratch */
-    /* the batch's distinct sequences, in order of first appearance */
-    int n_uniq;
-    int32_t *uniq;          /* [max_write] sequence ids */
-    int32_t *row_uniq;      /* [max_write] index into uniq of each token */
-    int32_t *need;          /* [n_caches] scratch: pool slots the batch needs */
-    /* read runs of uniq u in group g: reads[read_off[g * max_write + u] ...], read_n[...] runs;
-     * reads_cap is planned at creation for any batch, so a step never allocates */
-    okv_run *reads;
-    size_t reads_cap;
-    size_t *read_off;       /* [n_groups * max_write] */
-    int32_t *read_n;        /* [n_groups * max_write] */
-    int32_t *slot_of;       /* [capacity + 1] scratch: cell of each position */
-} okv_kv_cells;
-
-okv_status okv_kv_cells_create(okv_kv *kv, const okv_kv_options *opt, okv_error *err);
-void okv_kv_cells_free(okv_kv *kv);
 okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *positions, int32_t T, okv_error *err);
 /* Where the batch in flight writes cache c's K/V rows (runs of cells, the
  * batch's rows in order). */
 void okv_kv_cell_writes(const okv_kv *kv, int cache, const okv_run **runs, int *n_runs);
-/* The keys the u-th distinct sequence of the batch reads in cache c (read
- * runs in position order, as the single-sequence planner's) and the window. */
+/* The keys the u-th distinct sequence of the batch (okv_kv_batch_seqs)
+ * reads in cache c (read runs in position order, as the single-sequence
+ * planner's) and the window. */
 void okv_kv_cell_reads(const okv_kv *kv, int cache, int u, const okv_run **runs, int *n_runs, int32_t *window);
-/* commit/abort of a batch go through okv_kv_commit_step / okv_kv_abort_step. */
-void okv_kv_cells_commit(okv_kv *kv);
-void okv_kv_cells_abort(okv_kv *kv);
 okv_status okv_kv_seq_new(okv_kv *kv, int *seq, okv_error *err);
 okv_status okv_kv_seq_fork(okv_kv *kv, int src, int32_t upto, int *seq, okv_error *err);
 okv_status okv_kv_seq_rm(okv_kv *kv, int seq, int32_t p0, int32_t p1, okv_error *err);
@@ -313,14 +287,11 @@ okv_status okv_kv_cells_count_get(okv_kv *kv, okv_kv_cells_count *out, okv_error
 #define OKV_STATE_MAX_EXTRA (64 << 20)
 
 /* What the file must match besides the caches' geometry: digests of the
- * program's cache layout and of the rest of the program (okv_runtime.c). */
+ * program's cache layout and of the rest of the program (okv_seq_state.c). */
 typedef struct okv_kv_state_id {
     uint64_t layout, program;
 } okv_kv_state_id;
 
-/* Bytes of one position's row in cache c's K pool (v: V pool); 0 on overflow. */
-size_t okv_kv_slot_bytes(const okv_cache *c, bool v);
-uint32_t okv_kv_state_crc32(uint32_t crc, const void *data, size_t n);
 /* seq = -1 for a single-sequence set. Atomic: on failure no file is left
  * and an existing one is untouched. */
 okv_status okv_kv_state_save(okv_kv *kv, int seq, const okv_kv_state_id *id, const void *extra, size_t extra_len,

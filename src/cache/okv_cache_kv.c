@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "okv_cache.h"
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 #include "okv_kvq8.h"
 
@@ -399,6 +399,19 @@ void okv_kv_clear(okv_kv *kv) {
     }
     unlock_kv(kv);
 }
+
+const okv_layout *okv_kv_layout(const okv_kv *kv) { return &kv->layout; }
+bool okv_kv_is_cells(const okv_kv *kv) { return kv->cells != NULL; }
+int32_t okv_kv_capacity(const okv_kv *kv) { return kv->seq.capacity; }
+int32_t okv_kv_max_write(const okv_kv *kv) { return kv->seq.max_write; }
+
+okv_kv_pools okv_kv_pools_of(const okv_kv *kv, int cache) {
+    const okv_cache *c = &kv->caches[cache];
+    return (okv_kv_pools){.k = c->k, .v = c->v, .k_dtype = c->k_dtype, .v_dtype = c->v_dtype,
+                          .kv_heads = c->kv_heads, .head_dim = c->head_dim};
+}
+
+const okv_step_plan *okv_kv_plan(const okv_kv *kv, int cache) { return &kv->plans[cache]; }
 
 int32_t okv_kv_length(const okv_kv *kv) {
     lock_kv(kv);

@@ -9,7 +9,7 @@
  * a dangling pointer. kv sets are built and freed outside the lock. */
 #include <stdlib.h>
 
-#include "okv_cache.h"
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 
 typedef struct registry_entry {

@@ -19,7 +19,7 @@
  * lets windowed groups drop what fell out of each sequence's window. */
 #include <stdlib.h>
 
-#include "okv_cache.h"
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 
 static void lock_kv(okv_kv *kv) { pthread_mutex_lock(&kv->lock); }
@@ -269,6 +269,11 @@ okv_status okv_kv_begin_batch(okv_kv *kv, const int32_t *seqs, const int32_t *po
 out:
     unlock_kv(kv);
     return st;
+}
+
+void okv_kv_batch_seqs(const okv_kv *kv, int *n_seqs, const int32_t **row_seq) {
+    *n_seqs = kv->cells->n_uniq;
+    *row_seq = kv->cells->row_uniq;
 }
 
 void okv_kv_cell_writes(const okv_kv *kv, int cache, const okv_run **runs, int *n_runs) {

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "okv_cache.h"
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 #include "okv_kvq8.h"
 

@@ -20,9 +20,11 @@ typedef struct okv_cli_run_opts {
     int n_windows;
 } okv_cli_run_opts;
 
+/* An okv_session and what the commands read of it (owned by session). */
 typedef struct okv_cli_session {
-    char key[64];
-    okv_program *program;
+    okv_session *session;
+    const char *key;              /* its caches' key, for the okv_cache_* / okv_seq_* verbs */
+    const okv_program *program;
     okv_runner *runner;
     okv_program_info info;
 } okv_cli_session;

@@ -119,19 +119,16 @@ int okv_cli_run_opt(int argc, char **argv, int *i, okv_cli_run_opts *o) {
     return 1;
 }
 
-/* Opens the program, installs its caches under a fresh key and creates a
- * runner; prints the cache summary to stderr when verbose. */
+/* Opens the program with its caches and runner (one okv_session); prints
+ * the cache summary to stderr when verbose. */
 int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session *s, bool verbose) {
     okv_error err = {0};
     memset(s, 0, sizeof *s);
-    snprintf(s->key, sizeof s->key, "cli-%p", (void *)s);
-    if (okv_program_open_with(path, &o->program, &s->program, &err)) return okv_cli_die(&err);
-    if (okv_cache_install(s->key, s->program, &o->cache, &err)) { okv_program_free(s->program); return okv_cli_die(&err); }
-    if (okv_runner_create(s->program, s->key, &o->runner, &s->runner, &err)) {
-        okv_cache_remove(s->key, &err);
-        okv_program_free(s->program);
-        return okv_cli_die(&err);
-    }
+    okv_session_options so = {.program = o->program, .cache = o->cache, .runner = o->runner};
+    if (okv_session_create(path, &so, &s->session, &err)) return okv_cli_die(&err);
+    s->key = okv_session_cache_key(s->session);
+    s->program = okv_session_program(s->session);
+    s->runner = okv_session_runner(s->session);
     okv_program_get_info(s->program, &s->info);
     if (verbose) {
         char line[256];
@@ -144,12 +141,7 @@ int okv_cli_session_open(const char *path, okv_cli_run_opts *o, okv_cli_session 
     return 0;
 }
 
-void okv_cli_session_close(okv_cli_session *s) {
-    okv_error err;
-    okv_runner_free(s->runner);
-    okv_cache_remove(s->key, &err);
-    okv_program_free(s->program);
-}
+void okv_cli_session_close(okv_cli_session *s) { okv_session_free(s->session); }
 
 /* ---- token lists ----------------------------------------------------------------- */
 

@@ -1,14 +1,13 @@
 /* okv_eval.c — perplexity, KL divergence and top-1 agreement of a program
  * over a token sequence (offkv_eval.h).
  *
- * One "side" per program: its own caches under a private key and a runner
- * asked for all logit rows of a chunk. Both sides step through the same
+ * One "side" per program: its own session (caches and a runner asked for
+ * all logit rows of a chunk) over the caller's program. Both sides step through the same
  * window chunk by chunk, so only one [chunk, vocab] block of logits per side
  * is alive at a time, and each scored row is compared as soon as both sides
  * have it. Log-softmax sums run in double: a vocab of 10^5 f32 terms would
  * otherwise lose the small probabilities the KL is made of. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "offkv_eval.h"
@@ -25,34 +24,35 @@ void okv_eval_options_default(okv_eval_options *o) {
 typedef struct eval_side {
     const okv_program *p;
     okv_program_info info;
-    char key[64];
-    bool installed;
+    okv_session *session;
+    const char *key;  /* the session's cache key */
     okv_runner *r;
     float *logits;   /* [chunk, vocab] */
 } eval_side;
 
-static okv_status side_open(eval_side *s, const okv_program *p, const char *tag, int chunk, const okv_eval_options *o,
+static okv_status side_open(eval_side *s, const okv_program *p, int chunk, const okv_eval_options *o,
                             const okv_cache_options *cache, okv_error *err) {
     s->p = p;
     okv_program_get_info(p, &s->info);
-    snprintf(s->key, sizeof s->key, "okv-eval-%s-%p", tag, (void *)s);
-    okv_cache_options co = *cache;
-    co.max_capacity = o->ctx > s->info.prefill_chunk_size ? o->ctx : s->info.prefill_chunk_size;
-    co.initial_capacity = co.max_capacity;
-    okv_runner_options ro = o->runner;
-    ro.max_logit_rows = chunk;
-    okv_status st = okv_cache_install(s->key, p, &co, err);
-    s->installed = !st;
-    if (!st) st = okv_runner_create(p, s->key, &ro, &s->r, err);
+    okv_session_options so;
+    okv_session_options_default(&so);
+    so.cache = *cache;
+    so.cache.max_capacity = o->ctx > s->info.prefill_chunk_size ? o->ctx : s->info.prefill_chunk_size;
+    so.cache.initial_capacity = so.cache.max_capacity;
+    so.runner = o->runner;
+    so.runner.max_logit_rows = chunk;
+    okv_status st = okv_session_create_for(p, &so, &s->session, err);
+    if (!st) {
+        s->key = okv_session_cache_key(s->session);
+        s->r = okv_session_runner(s->session);
+    }
     if (!st && !(s->logits = malloc(sizeof(float) * (size_t)chunk * (size_t)s->info.vocab_size)))
         st = okv_fail(err, OKV_ERR_NOMEM, "out of memory for %d x %d logits", chunk, s->info.vocab_size);
     return st;
 }
 
 static void side_close(eval_side *s) {
-    okv_error ignored;
-    okv_runner_free(s->r);
-    if (s->installed) okv_cache_remove(s->key, &ignored);
+    okv_session_free(s->session);
     free(s->logits);
 }
 
@@ -150,8 +150,8 @@ okv_status okv_eval_perplexity(const okv_program *p, const okv_program *base, co
     if (base && bi.prefill_chunk_size < chunk) chunk = bi.prefill_chunk_size;
     eval_side sides[2] = {0};
     int n_sides = base ? 2 : 1;
-    st = side_open(&sides[0], p, "p", chunk, o, &o->cache, err);
-    if (!st && base) st = side_open(&sides[1], base, "b", chunk, o, o->base_cache ? o->base_cache : &o->cache, err);
+    st = side_open(&sides[0], p, chunk, o, &o->cache, err);
+    if (!st && base) st = side_open(&sides[1], base, chunk, o, o->base_cache ? o->base_cache : &o->cache, err);
     int32_t *win = st ? NULL : malloc(sizeof(int32_t) * (size_t)o->ctx);
     if (!st && !win) st = okv_fail(err, OKV_ERR_NOMEM, "out of memory");
     eval_acc a = {0};

@@ -14,7 +14,6 @@
  * run and a head has no statistics: it and embedding tables are quantized
  * unweighted. Sums are in double and deterministic (one thread calls back,
  * rows in order). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -125,13 +124,10 @@ static okv_status run_windows(const okv_program *p, okv_runner *r, const char *k
 
 okv_status okv_calib_collect(const char *program_path, const okv_calib_source *src, okv_calib *c, okv_error *err) {
     okv_program *p = NULL;
-    okv_runner *r = NULL;
+    okv_session *session = NULL;
     int32_t *owned = NULL;
     const int32_t *ids = src->ids;
     size_t n = src->file ? 0 : (size_t)(src->n_ids > 0 ? src->n_ids : 0);
-    char key[64];
-    snprintf(key, sizeof key, "okv-calib-%p", (void *)c);
-    bool installed = false;
     okv_status st = okv_program_open(program_path, &p, err);
     okv_program_info info;
     if (!st) okv_program_get_info(p, &info);
@@ -152,25 +148,18 @@ okv_status okv_calib_collect(const char *program_path, const okv_calib_source *s
         if (ctx < 2) st = okv_fail(err, OKV_ERR_INVALID, "calibration window of %d tokens is too small", ctx);
     }
     if (!st) {
-        okv_cache_options co;
-        okv_cache_options_default(&co);
-        co.max_capacity = co.initial_capacity = ctx;
-        st = okv_cache_install(key, p, &co, err);
-        installed = !st;
+        okv_session_options so;
+        okv_session_options_default(&so);
+        so.cache.max_capacity = so.cache.initial_capacity = ctx;
+        so.runner.n_threads = src->n_threads;
+        so.runner.max_logit_rows = 1;
+        so.runner.matmul_input = observe;
+        so.runner.matmul_input_ctx = c;
+        st = okv_session_create_for(p, &so, &session, err);
     }
-    if (!st) {
-        okv_runner_options ro;
-        okv_runner_options_default(&ro);
-        ro.n_threads = src->n_threads;
-        ro.max_logit_rows = 1;
-        ro.matmul_input = observe;
-        ro.matmul_input_ctx = c;
-        st = okv_runner_create(p, key, &ro, &r, err);
-    }
-    if (!st) st = run_windows(p, r, key, ids, n, ctx, c, src, err);
-    okv_runner_free(r);
-    okv_error ignored;
-    if (installed) okv_cache_remove(key, &ignored);
+    if (!st)
+        st = run_windows(p, okv_session_runner(session), okv_session_cache_key(session), ids, n, ctx, c, src, err);
+    okv_session_free(session);
     okv_program_free(p);
     free(owned);
     return st;

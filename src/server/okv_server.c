@@ -485,15 +485,15 @@ static okv_status make_key(okv_server *s, okv_error *err) {
     s->max_running = s->o.parallel < s->step_tokens ? s->o.parallel : s->step_tokens;
     okv_runner_options ro = s->o.runner;
     ro.max_logit_rows = s->max_running;
-    snprintf(s->key, sizeof s->key, "serve-%p", (void *)s);
-    st = okv_cache_install(s->key, s->program, &co, err);
-    if (st) { s->key[0] = 0; return st; }
+    okv_session_options so = {.cache = co, .runner = ro};
+    st = okv_session_create_for(s->program, &so, &s->session, err);
+    if (st) return st;
+    snprintf(s->key, sizeof s->key, "%s", okv_session_cache_key(s->session));
+    s->runner = okv_session_runner(s->session);
     size_t bytes = 0;
     okv_error e;
     s->bytes_per_cell = okv_cache_bytes(s->key, &bytes, &e) ? 0 : (double)bytes / co.initial_capacity;
     if ((st = check_plan(s, cells, err))) return st;
-    st = okv_runner_create(s->program, s->key, &ro, &s->runner, err);
-    if (st) return st;
     s->n_slots = co.max_seqs;
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     size_t T = (size_t)s->step_tokens;
@@ -586,9 +586,7 @@ void okv_server_free(okv_server *s) {
     for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].ids);
     srv_dir_free(s);
     srv_redis_free(s);
-    okv_runner_free(s->runner);
-    okv_error e;
-    if (s->key[0]) okv_cache_remove(s->key, &e);
+    okv_session_free(s->session);
     free(s->slots);
     free(s->b_ids);
     free(s->b_seqs);

@@ -228,8 +228,9 @@ struct okv_server {
     okv_grammar_vocab *grammar_vocab;  /* token bytes for response_format, built by the first request that needs one
                                           (under tok_lock; read-only after) */
 
-    char key[64];                      /* the cell-pool cache key */
-    okv_runner *runner;
+    okv_session *session;              /* the caches and runner over program */
+    char key[64];                      /* the session's cell-pool cache key */
+    okv_runner *runner;                /* the session's */
     int max_running;                   /* sequences decoding at once (parallel, <= the step's rows) */
     int step_tokens;                   /* most tokens one batched step takes (the program's chunk) */
     double bytes_per_cell;             /* K/V bytes of one position (all caches) */

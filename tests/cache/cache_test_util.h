@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "okv_cache.h"
+#define OKV_CACHE_INTERNAL /* the tests look inside kv sets */
+#include "okv_cache_internal.h"
 #include "okv_common.h"
 #include "okv_test.h"
 

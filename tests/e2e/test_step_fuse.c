@@ -1,5 +1,5 @@
 /* The step executor's run-time fusions and row-parallel ops (issue 12
- * part 4, okv_runtime.c run_rows): rmsnorm, rope with the step's shared
+ * part 4, okv_step.c run_rows): rmsnorm, rope with the step's shared
  * angle tables, GLU, add (+ the rmsnorm of its sum as one pass), mul,
  * scale, softcap, slice, embed over row blocks on 2 threads, K and V written
  * on two threads. OKV_STEP_FUSE=all splits every step of 2 rows or more, so

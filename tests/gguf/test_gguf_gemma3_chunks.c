@@ -12,7 +12,8 @@
  * chunk 512 sums to 2.2 in the logits (argmax unchanged); those paths are
  * checked in tests/kernels/test_prefill.c. Skipped in the sanitizer
  * pass (OKV_REAL_MODEL_TESTS=reduced) and when the model is not cached. */
-#include "okv_cache.h"
+#define OKV_CACHE_INTERNAL /* checks the ring caches' slots from inside the kv set */
+#include "okv_cache_internal.h"
 #include "gguf/real_models.h"
 
 #define V 262144
