@@ -231,7 +231,8 @@ static void test_chunking(okv_program *p) {
     e2e_runner_close(r4);
 }
 
-/* A runner binds only to caches built for its layout and at least its chunk. */
+/* A runner binds only to caches built for its layout; caches with a
+ * smaller step than the program's chunk cap the runner's steps at theirs. */
 static void test_binding(okv_program *gemma, okv_program *llama, okv_program *gemma_big_chunk) {
     okv_error err = {0};
     okv_runner *r = NULL;
@@ -240,7 +241,14 @@ static void test_binding(okv_program *gemma, okv_program *llama, okv_program *ge
     CHECK_OK(okv_cache_install("g", gemma, NULL, &err), &err);
     CHECK(okv_runner_create(llama, "g", NULL, &r, &err) == OKV_ERR_INVALID && !r);
     CHECKF(strstr(err.message, "cache key 'g' was built for a different layout than this program"), "%s", err.message);
-    CHECK(okv_runner_create(gemma_big_chunk, "g", NULL, &r, &err) == OKV_ERR_INVALID && !r);
+    CHECK_OK(okv_runner_create(gemma_big_chunk, "g", NULL, &r, &err), &err);
+    int32_t ids[CHUNK + 1] = {0}, pos[CHUNK + 1];
+    for (int t = 0; t <= CHUNK; t++) pos[t] = t;
+    CHECK(okv_runner_step(r, ids, pos, CHUNK + 1, OKV_LOGITS_NONE, NULL, &err) == OKV_ERR_INVALID);
+    CHECKF(strstr(err.message, "max_step"), "%s", err.message);
+    CHECK_OK(okv_runner_step(r, ids, pos, CHUNK, OKV_LOGITS_NONE, NULL, &err), &err);
+    okv_runner_free(r);
+    r = NULL;
     CHECK_OK(okv_cache_remove("g", &err), &err);
 }
 
