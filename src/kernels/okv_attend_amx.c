@@ -988,13 +988,3 @@ void okv_attend_prefill_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { att
 bool okv_attend_prefill16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt) {
     return amx_attend_fits(T, n_heads, kv_heads, D, k_dt, v_dt);
 }
-
-void okv_attend_amx(okv_threadpool *tp, const okv_attn_args *a) {
-    if (amx_attend_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype) &&
-        okv_amx_usable(NULL))
-        okv_attend_amx_tiles(tp, a);
-    else if (okv_attend_decode_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
-        okv_attend_decode(tp, a);
-    else
-        okv_attend_avx512(tp, a);
-}

@@ -1398,32 +1398,3 @@ void okv_attend_decode_dpbf16(okv_threadpool *tp, const okv_attn_args *a) { dec_
 void okv_attend_decode_amx(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_AMX); }
 
 void okv_attend_decode_avx2(okv_threadpool *tp, const okv_attn_args *a) { dec_run(tp, a, DEC_AVX2); }
-
-void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a) {
-    bool amx = okv_attend_decode_amx_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype,
-                                          a->kv.v_dtype);
-    dec_run(tp, a, amx ? DEC_AMX : DEC_DPBF16);
-}
-
-/* The avx2 table's attention: decode-sized calls over f32/bf16/f16 pools on
- * the AVX2 decode kernel, the rest (prefill chunks, q8 pools) on the
- * blocked kernel with AVX2 inner loops. */
-void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a) {
-    if (okv_attend_decode_avx2_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
-        okv_attend_decode_avx2(tp, a);
-    else
-        okv_attend_avx2(tp, a);
-}
-
-/* The AVX-512 BF16 tables' attention (CPUs without AMX, e.g. Zen 4): decode
- * calls on this kernel, prefill chunks over 16-bit or q8 pools on the
- * prefill kernel's vdpbf16ps products (okv_attend_amx.c), the rest (f32
- * pools, odd head_dims) on the blocked AVX-512 one. */
-void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a) {
-    if (okv_attend_decode_dpbf16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
-        okv_attend_decode_dpbf16(tp, a);
-    else if (okv_attend_prefill16_fits(a->T, a->n_heads, a->kv.kv_heads, a->kv.head_dim, a->kv.k_dtype, a->kv.v_dtype))
-        okv_attend_prefill_dpbf16(tp, a);
-    else
-        okv_attend_avx512(tp, a);
-}

@@ -45,6 +45,14 @@ void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes);
 /* The workspace if it has at least `bytes`, else NULL (none planned, or
  * planned too small: the kernel then allocates its own). */
 void *okv_threadpool_workspace(const okv_threadpool *tp, size_t bytes);
+/* A small record of static strings per slot (slot < OKV_TP_NOTE_SLOTS), kept
+ * distinct in first-noted order, at most OKV_TP_NOTES each (later ones are
+ * dropped): the kernel router notes which variant ran per op. tp NULL:
+ * nothing. _notes copies up to max of slot's into out and returns their
+ * number. */
+enum { OKV_TP_NOTE_SLOTS = 4, OKV_TP_NOTES = 8 };
+void okv_threadpool_note(okv_threadpool *tp, int slot, const char *s);
+int okv_threadpool_notes(const okv_threadpool *tp, int slot, const char **out, int max);
 
 /* ---- kernel table ------------------------------------------------------------ */
 
@@ -108,9 +116,32 @@ typedef struct okv_attn_args {
     const okv_attn_vis *vis; /* NULL: one sequence, positions implied by the runs */
 } okv_attn_args;
 
+/* ---- variants and the router ---------------------------------------------------- */
+
+/* The ops whose implementation depends on the call's shape. Each table
+ * holds, per op, an ordered list of variants (name, fits, run); the router
+ * (okv_kernels.c) runs the first whose fits() accepts the call's shape on
+ * this CPU. The table's function pointers below are that router. */
+typedef enum okv_kop { OKV_KOP_MATMUL = 0, OKV_KOP_MATMUL_Q, OKV_KOP_MATMUL_QB, OKV_KOP_ATTEND, OKV_KOP_COUNT } okv_kop;
+/* What a variant's fits() sees of a call: the matmuls fill T, K, N and wdt
+ * (dense) or s (matmul_q / matmul_qb); attend fills T, n_heads, kv_heads,
+ * head_dim and the pools' dtypes. */
+typedef struct okv_kshape {
+    int T, K, N;
+    okv_dtype wdt;
+    const okv_qscheme *s;
+    int n_heads, kv_heads, head_dim;
+    okv_dtype k_dt, v_dt;
+} okv_kshape;
+typedef struct okv_kvariant okv_kvariant; /* okv_kernels_internal.h */
+/* "op" -> "matmul", "matmul_q", "matmul_qb", "attend". */
+const char *okv_kop_name(okv_kop op);
+
 typedef struct okv_kernels {
     okv_isa isa;
     const char *name;
+    /* per op, the variant list the router walks (see okv_kernels_pick) */
+    const okv_kvariant *variants[OKV_KOP_COUNT];
     /* y[T,N] = x[T,K] @ W[N,K]^T (+ bias[N] if non-NULL); W in wdt. y must
      * not alias x. Each output is computed by one task, so results do not
      * depend on the number of threads. */
@@ -183,6 +214,13 @@ const okv_kernels *okv_kernels_select_deterministic(okv_isa isa);
  * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static
  * sentence such as "granted" or "refused by the OS (...)". */
 bool okv_amx_usable(const char **why);
+/* The name of the variant k's router runs for op on a call of shape sh
+ * (the same pick the call makes; static string). */
+const char *okv_kernels_pick(const okv_kernels *k, okv_kop op, const okv_kshape *sh);
+/* The variants that ran on tp so far (the router notes each pick on the
+ * pool it runs on), as "matmul: a, b; attend: c" into buf (n bytes,
+ * truncated, NUL-terminated); returns buf. tp NULL: "". */
+const char *okv_kernels_ran(const okv_threadpool *tp, char *buf, size_t n);
 /* "<table name> (amx: <why>)", a static string per table. */
 const char *okv_kernels_describe(const okv_kernels *k);
 /* What the CPU and OS let us use (CPUID + XGETBV, read once). AMX also

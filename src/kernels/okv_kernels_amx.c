@@ -401,29 +401,16 @@ size_t okv_matmul_amx_scratch(int T, int K, int N, int n_threads) {
     return v1 > v2 ? v1 : v2;
 }
 
-void okv_matmul_amx_v1(okv_threadpool *tp, float *y, const float *x, int T, int K,
-                       const void *W, okv_dtype wdt, int N, const float *bias) {
-    if (T == 1 && wdt != OKV_F32) { /* x rounded as the tiles round it (f16 W stays exact here) */
-        okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
-        return;
-    }
-    okv_matmul_amx_tiles(tp, y, x, T, K, W, wdt, N, bias);
-}
-
-void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K,
-                          const void *W, okv_dtype wdt, int N, const float *bias) {
-    if (T < 1 || wdt == OKV_F32 || N <= 0 || K <= 0 || !okv_amx_usable(NULL)) {
-        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
-        return;
-    }
+void okv_mm_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                      int N, const float *bias) {
     int n_threads = okv_threadpool_size(tp);
     amx_job a = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, (K + 31) / 32, (T + 31) / 32 * 2, NULL, NULL, NULL, 0, 0, NULL};
     a.mm.block_rows = okv_matmul_block_rows(N, K, OKV_BF16, n_threads, 32);
     size_t xp_elems = amx_sizes(T, K, N, n_threads, &a.wp_elems, &a.cb_elems);
     okv_kscratch ks;
     char *mem = okv_kscratch_get(&ks, tp, okv_matmul_amx_scratch(T, K, N, n_threads));
-    if (!mem) { /* no scratch: the AVX-512 path needs less */
-        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+    if (!mem) {
+        okv_qmm_fail(y, T, N);
         return;
     }
     a.xp = (uint16_t *)mem;
@@ -635,14 +622,9 @@ static bool matmul_amx_blocked(okv_threadpool *tp, float *y, const float *x, int
     return true;
 }
 
-void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
-                    const float *bias) {
-    if (T > 1 && wdt != OKV_F32 && N > 0 && K > 0 && okv_amx_usable(NULL))
-    {
-        if (!matmul_amx_blocked(tp, y, x, T, K, W, wdt, N, bias, NULL))
-            okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
-    } else
-        okv_matmul_amx_v1(tp, y, x, T, K, W, wdt, N, bias); /* its T = 1 / f32 / no-AMX routing */
+void okv_mm_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias) {
+    if (!matmul_amx_blocked(tp, y, x, T, K, W, wdt, N, bias, NULL)) okv_qmm_fail(y, T, N);
 }
 
 /* ---- quantized W on the bf16 tiles -------------------------------------------------- */
@@ -652,13 +634,8 @@ size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads) {
     return amx2_scratch(T, K, N, n_threads) + sizeof(int32_t) * (size_t)K + 64;
 }
 
-void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                           const okv_qscheme *s, int N, const float *bias) {
-    if (T <= 1 || N <= 0 || K <= 0 || K % 32 || !okv_amx_usable(NULL)) {
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
+void okv_qmm_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias) {
     okv_qview q = okv_quant_view(s, W, N, K);
-    if (!matmul_amx_blocked(tp, y, x, T, K, NULL, OKV_BF16, N, bias, &q))
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    if (!matmul_amx_blocked(tp, y, x, T, K, NULL, OKV_BF16, N, bias, &q)) okv_qmm_fail(y, T, N);
 }

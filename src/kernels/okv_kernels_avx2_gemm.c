@@ -38,8 +38,8 @@
  * no weight copy outlives the call.
  *
  * Measured (AMD EPYC Zen 3, 2026-12-02): the blocking at the enum below,
- * the micro-kernel shape in step 3, and where packing pays at
- * PACK_MIN_T_FLOAT. */
+ * the micro-kernel shape in step 3; where packing pays is the router's
+ * choice (okv_kernels.c, AVX2_PACK_MIN_T_*). */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,18 +312,6 @@ static TGT void gemm_task(void *ctx, int task, int thread) {
 
 static int task_rows(int N, int n_threads) { return okv_gemm_task_rows(N, n_threads, NR, NB); }
 
-/* Fewest rows for which packing pays (2 threads, 8192 x 2048 W, Zen 3,
- * 2026-12-02, GFLOP/s packed / unpacked): bf16 T = 16 58 / 84, 32 84 / 96,
- * 48 98 / 97, 96 139 / 110, 512 ~140 / ~99 (whole layer); q8 against the
- * integer path T = 4 15 / 31, 8 28 / 25, 16 46 / 26, 512 104 / 30; q4 T = 16
- * 35 / 44, 32 56 / 57, 64 82 / 46, 512 113 / 42. Packing costs ~0.75 ns
- * (bf16) to ~1.25 ns (q4) per weight and thread, paid once per call. */
-enum { PACK_MIN_T_FLOAT = 48, PACK_MIN_T_Q8 = 8, PACK_MIN_T_Q4 = 32 };
-
-static bool float_packs(int T, int K, int N, okv_dtype wdt) {
-    return T > 1 && K > 0 && N > 0 && (wdt == OKV_BF16 || wdt == OKV_F16);
-}
-
 size_t okv_matmul_avx2_gemm_scratch(int T, int K, int N, int n_threads) {
     if (T <= 1 || K <= 0 || N <= 0) return 0;
     if (n_threads < 1) n_threads = 1;
@@ -357,31 +345,15 @@ static bool gemm_run(okv_threadpool *tp, gemm_job *g) {
     return true;
 }
 
-void okv_matmul_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                            okv_dtype wdt, int N, const float *bias) {
+void okv_mm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias) {
     gemm_job g = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
-    if (!float_packs(T, K, N, wdt) || !gemm_run(tp, &g)) okv_matmul_avx2(tp, y, x, T, K, W, wdt, N, bias);
+    if (!gemm_run(tp, &g)) okv_qmm_fail(y, T, N);
 }
 
-void okv_matmul_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
-                          int N, const float *bias) {
-    if (T >= PACK_MIN_T_FLOAT) okv_matmul_avx2_packed(tp, y, x, T, K, W, wdt, N, bias);
-    else okv_matmul_avx2(tp, y, x, T, K, W, wdt, N, bias);
-}
-
-void okv_matmul_q_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                              const okv_qscheme *s, int N, const float *bias) {
-    if (!okv_gemm_quant_packs(T, K, N, s)) {
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
+void okv_qmm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias) {
     okv_qview v = okv_quant_view(s, W, N, K);
     gemm_job g = {{y, x, T, K, N, NULL, OKV_F32, bias, 0, NULL}, &v, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
-    if (!gemm_run(tp, &g)) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-}
-
-void okv_matmul_q_avx2_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                            const okv_qscheme *s, int N, const float *bias) {
-    if (s && T >= (s->bits == 8 ? PACK_MIN_T_Q8 : PACK_MIN_T_Q4)) okv_matmul_q_avx2_packed(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    if (!gemm_run(tp, &g)) okv_qmm_fail(y, T, N);
 }

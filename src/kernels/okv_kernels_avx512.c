@@ -152,12 +152,8 @@ static void task_f32x(void *ctx, int task, int thread) {
     }
 }
 
-void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K,
-                       const void *W, okv_dtype wdt, int N, const float *bias) {
-    if (T <= 1 || N <= 0 || K <= 0) {
-        okv_matmul_avx2(tp, y, x, T, K, W, wdt, N, bias);
-        return;
-    }
+void okv_mm_avx512_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias) {
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
     j.block_rows = okv_matmul_block_rows(N, K, wdt, okv_threadpool_size(tp), TN);
     okv_threadpool_run(tp, (N + j.block_rows - 1) / j.block_rows, task_f32x, &j);
@@ -396,21 +392,13 @@ size_t okv_matmul_avx512_scratch(int T, int K) {
     return gemv > pack ? gemv : pack;
 }
 
-void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
-                            const void *W, okv_dtype wdt, int N, const float *bias) {
-    if (wdt == OKV_BF16 && T == 1) {
-        okv_matmul_gemv_bf16x(tp, y, x, K, W, wdt, N, bias);
-        return;
-    }
-    if (wdt != OKV_BF16 || T <= 1 || N <= 0 || K <= 0) {
-        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias);
-        return;
-    }
+void okv_mm_avx512_bf16_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            okv_dtype wdt, int N, const float *bias) {
     bf16_job b = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, (K + 31) / 32 * 32};
     okv_kscratch ks;
     b.xb = okv_kscratch_get(&ks, tp, (size_t)T * (size_t)b.Kp * 2); /* ints: cannot overflow 64 bits */
     if (!b.xb) {
-        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* no memory for the packed x: f32 path */
+        okv_qmm_fail(y, T, N);
         return;
     }
     okv_threadpool_run(tp, (T + PACK_ROWS - 1) / PACK_ROWS, pack_task, &b);

@@ -304,62 +304,15 @@ static bool dp_run(okv_threadpool *tp, dp_job *g) {
     return true;
 }
 
-bool okv_matmul_avx512_dpbf16_try(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                  okv_dtype wdt, int N, const float *bias) {
-    if (!okv_matmul_avx512_dpbf16_takes(T, K, N, wdt)) return false;
+void okv_mm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                 okv_dtype wdt, int N, const float *bias) {
     dp_job g = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-    return dp_run(tp, &g);
+    if (!dp_run(tp, &g)) okv_qmm_fail(y, T, N);
 }
 
-void okv_matmul_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                              okv_dtype wdt, int N, const float *bias) {
-    if (!okv_matmul_avx512_dpbf16_try(tp, y, x, T, K, W, wdt, N, bias))
-        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias); /* T = 1, f32 / f16 W, or no scratch */
-}
-
-void okv_matmul_q_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                const okv_qscheme *s, int N, const float *bias) {
-    if (!okv_gemm_quant_packs(T, K, N, s)) {
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
+void okv_qmm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias) {
     okv_qview v = okv_quant_view(s, W, N, K);
     dp_job g = {{y, x, T, K, N, NULL, OKV_F32, bias, 0, NULL}, &v, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-    if (!dp_run(tp, &g)) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-}
-
-/* ---- the avx512-vdpbf16 table's entries ------------------------------------------------ */
-
-/* Where each kernel wins (Zen 4, 2 threads, 8192x2048 and 2048x2048,
- * 2026-12-06, GFLOP/s): bf16 W, dot-product kernel vs this one at T = 2..64
- * 46-56 / 21-26 up to 297-320 / 266-287 (the packing costs ~0.7 ns per
- * weight: it pays once T is large), T = 128 317-337 / 309-328, T = 256-1024
- * 255-359 / 271-371 (this one ahead in 9 of 12 rows); quantized W, VNNI vs
- * dequantized to bf16 here: q4 g32 at T = 128 265-299 / 294-335, q8 g32
- * 266-298 / 195-236 (its dequantizer is slower per weight), at T = 256-1024
- * q8 216-310 / 215-340 (ahead in 11 of 12 rows). */
-enum { VDP_PACKED_FROM_T = 256,  /* bf16 W: the packed kernel from this T (else the dot-product kernel) */
-       VDP_Q4_PACKED_FROM_T = 128, /* 4-bit W: dequantized to bf16 from this T (else VNNI) */
-       VDP_Q8_PACKED_FROM_T = 256 /* 8-bit W: likewise */ };
-
-void okv_matmul_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                okv_dtype wdt, int N, const float *bias) {
-    if (T == 1 && wdt == OKV_BF16) { /* f16 / f32 W: the exact AVX2 GEMV below */
-        okv_matmul_gemv_bf16x_1row(tp, y, x, K, W, wdt, N, bias);
-        return;
-    }
-    if (wdt == OKV_BF16 && T >= VDP_PACKED_FROM_T && okv_matmul_avx512_dpbf16_try(tp, y, x, T, K, W, wdt, N, bias))
-        return;
-    if (okv_matmul_avx512_gemm_takes(T, K, N, wdt) && wdt == OKV_F16)
-        okv_matmul_avx512_gemm(tp, y, x, T, K, W, wdt, N, bias);
-    else
-        okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
-}
-
-void okv_matmul_q_avx512_vdp_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                  const okv_qscheme *s, int N, const float *bias) {
-    if (s && T >= (s->bits == 4 ? VDP_Q4_PACKED_FROM_T : VDP_Q8_PACKED_FROM_T))
-        okv_matmul_q_avx512_dpbf16(tp, y, x, T, K, W, s, N, bias);
-    else if (T == 1 && okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni_1row(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
+    if (!dp_run(tp, &g)) okv_qmm_fail(y, T, N);
 }

@@ -244,33 +244,15 @@ static bool gemm_run(okv_threadpool *tp, gemm_job *g) {
     return true;
 }
 
-void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                            okv_dtype wdt, int N, const float *bias) {
+void okv_mm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                          int N, const float *bias) {
     gemm_job g = {{y, x, T, K, N, W, wdt, bias, 0, NULL}, NULL, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
-    if (!okv_matmul_avx512_gemm_takes(T, K, N, wdt) || !gemm_run(tp, &g))
-        okv_matmul_avx512(tp, y, x, T, K, W, wdt, N, bias); /* T = 1, f32 W, or no scratch: the unpacked path */
+    if (!gemm_run(tp, &g)) okv_qmm_fail(y, T, N);
 }
 
-void okv_matmul_q_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                const okv_qscheme *s, int N, const float *bias) {
-    if (!okv_gemm_quant_packs(T, K, N, s)) {
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
+void okv_qmm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                           const okv_qscheme *s, int N, const float *bias) {
     okv_qview v = okv_quant_view(s, W, N, K);
     gemm_job g = {{y, x, T, K, N, NULL, OKV_F32, bias, 0, NULL}, &v, NULL, 0, 0, NULL, NULL, NULL, 0, 0};
-    if (!gemm_run(tp, &g)) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-}
-
-/* The AVX-512 tables' quantized matmul: the VNNI integer path at every T
- * since its prefill tiles read row pairs (2026-12-05, see the head). */
-void okv_matmul_q_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                              const okv_qscheme *s, int N, const float *bias) {
-    okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-}
-
-void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                 okv_dtype wdt, int N, const float *bias) {
-    if (okv_matmul_avx512_gemm_takes(T, K, N, wdt)) okv_matmul_avx512_gemm(tp, y, x, T, K, W, wdt, N, bias);
-    else okv_matmul_avx512_bf16(tp, y, x, T, K, W, wdt, N, bias);
+    if (!gemm_run(tp, &g)) okv_qmm_fail(y, T, N);
 }

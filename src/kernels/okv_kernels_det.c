@@ -275,16 +275,13 @@ static TGTA void det_gemv_task(void *ctx, int task, int thread) {
     __asm__ volatile("tilerelease" ::);
 }
 
-static void det_matmul_bf16_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, int N,
-                                const float *bias) {
-    if (T != 1 || K % 32 || N < 16) {
-        okv_matmul_amx_tiles(tp, y, x, T, K, W, OKV_BF16, N, bias);
-        return;
-    }
+void okv_mm_det_amx_gemv(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                         int N, const float *bias) {
+    (void)wdt;
     okv_kscratch ks; /* the planned workspace (okv_matmul_amx_scratch covers T = 1) */
     uint32_t *xb = okv_kscratch_get(&ks, tp, (size_t)K / 32 * 1024);
     if (!xb) {
-        okv_matmul_amx_tiles(tp, y, x, T, K, W, OKV_BF16, N, bias);
+        okv_qmm_fail(y, T, N);
         return;
     }
     det_gemv_pack_x(xb, x, K);
@@ -294,13 +291,9 @@ static void det_matmul_bf16_amx(okv_threadpool *tp, float *y, const float *x, in
     okv_kscratch_release(&ks);
 }
 
-void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
-                           int N, const float *bias) {
+void okv_mm_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias) {
     if (T <= 0 || N <= 0) return;
-    if (wdt == OKV_BF16 && okv_amx_usable(NULL)) { /* the tiles' sums for every T, decode included */
-        det_matmul_bf16_amx(tp, y, x, T, K, W, N, bias);
-        return;
-    }
     matmul_job j = {y, x, T, K, N, W, wdt, bias, 0, NULL};
     int nt = okv_threadpool_size(tp);
     if (T < 4) /* GEMV-like: one contiguous range of W per thread streams best (okv_kernels_avx2.c) */
@@ -319,8 +312,7 @@ void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, 
  * Both activation planes for every T (okv_qmm_run's invariant): the default
  * table's 4-bit decode GEMV has one, its prompt steps two, which would make
  * a row's bits depend on the batch; a 4-bit GEMV here is a 1-row GEMM. */
-void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
-                      int N, const float *bias) {
-    if (T >= 16 && okv_qmm_have_amx_int8()) okv_matmul_q_amx_tiles(tp, y, x, T, K, W, s, N, bias);
-    else okv_qmm_run(tp, okv_qmm_ops_best(s->bits, s->asym), y, x, T, K, W, s, N, bias, true);
+void okv_qmm_det_int(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
+                     int N, const float *bias) {
+    okv_qmm_run(tp, okv_qmm_ops_best(s->bits, s->asym), y, x, T, K, W, s, N, bias, true);
 }

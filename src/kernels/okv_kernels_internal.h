@@ -477,8 +477,6 @@ void okv_qmm_stage_rows(const okv_qview *q, int n0, int count, int N, int k0, in
  * plain entry then falls back to okv_matmul_avx512_bf16. Needs AVX512-BF16. */
 void okv_matmul_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                               okv_dtype wdt, int N, const float *bias);
-bool okv_matmul_avx512_dpbf16_try(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                  okv_dtype wdt, int N, const float *bias);
 bool okv_matmul_avx512_dpbf16_takes(int T, int K, int N, okv_dtype wdt);
 /* Quantized W on the same kernel: each task's rows dequantized to f32
  * (okv_qmm_stage_rows) and rounded to bf16 pairs per call, x packed in the
@@ -529,10 +527,17 @@ void okv_matmul_amx_v1(okv_threadpool *tp, float *y, const float *x, int T, int 
  * every output computed the same way for every T. */
 void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
                     const float *bias);
-void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
-                           int N, const float *bias);
-void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
-                      int N, const float *bias);
+/* The AVX-512 rule on 16 lanes (any W dtype), and for bf16 W with AMX the
+ * tiles' sums at every T: T = 1 on a one-row tile GEMV (K % 32 == 0, N >=
+ * 16), larger T on okv_mm_amx_tiles (the router's det lists). */
+void okv_mm_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias);
+void okv_mm_det_amx_gemv(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                         int N, const float *bias);
+/* The integer model with both activation planes at every T (T >= 16 may
+ * take the AMX-INT8 tiles instead: the same bits). */
+void okv_qmm_det_int(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
+                     int N, const float *bias);
 
 /* The batch-invariant attention (okv_attend_det.c) on the plain / AVX2 / AVX-512
  * inner loops, and its workspace for up to T rows. */
@@ -576,5 +581,87 @@ typedef struct okv_amx_tilecfg {
     uint8_t rows[16];   /* rows of tile i */
 } okv_amx_tilecfg;
 _Static_assert(sizeof(okv_amx_tilecfg) == 64, "tile config is 64 bytes");
+
+/* ---- the router (okv_kernels.c) -------------------------------------------------- */
+
+/* What the router's fits() may ask of the CPU (read once). */
+typedef struct okv_kcaps {
+    bool avx2;       /* AVX2 + FMA + F16C */
+    bool avx512;     /* that + AVX-512 F/BW/VL/DQ */
+    bool avx512bf16; /* that + AVX512-BF16 */
+    bool vnni512;    /* AVX-512 + VNNI (okv_qmm_have_avx512vnni) */
+    bool amx;        /* AMX-BF16 granted by the OS (okv_amx_usable) */
+    bool amx_int8;   /* AMX-INT8 too (okv_qmm_have_amx_int8) */
+} okv_kcaps;
+
+typedef void (*okv_matmul_fn)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              okv_dtype wdt, int N, const float *bias);
+typedef void (*okv_matmul_q_fn)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                const okv_qscheme *s, int N, const float *bias);
+typedef void (*okv_attend_fn)(okv_threadpool *tp, const okv_attn_args *a);
+
+/* One way to run an op. A list is an array of variants ended by an entry
+ * with name NULL whose `then` continues into another list (or is NULL: the
+ * list's last variant must then fit everything). fits NULL: always. run
+ * holds the op's signature (matmul_q for matmul_q and matmul_qb). */
+struct okv_kvariant {
+    const char *name;
+    bool (*fits)(const okv_kshape *sh, const okv_kcaps *caps);
+    union {
+        okv_matmul_fn matmul;
+        okv_matmul_q_fn matmul_q;
+        okv_attend_fn attend;
+    } run;
+    const okv_kvariant *then;
+};
+/* The first variant of list that fits sh on this CPU: the one pick every
+ * table call makes (never NULL for the tables' lists). */
+const okv_kvariant *okv_kernels_route(const okv_kvariant *list, const okv_kshape *sh);
+const okv_kcaps *okv_kcaps_get(void);
+/* Every table okv_kernels_select(_deterministic) can return: copies up to
+ * max into out, returns how many there are. */
+int okv_kernels_all(const okv_kernels **out, int max);
+
+/* ---- leaves: one op on one ISA, no routing inside -------------------------------------- */
+/* Each assumes its variant's fits() held; out of scratch memory it fills y
+ * with NaN (okv_qmm_fail). */
+/* dense W, T > 1, bf16 / f16 (okv_kernels_avx2_gemm.c, okv_kernels_avx512_gemm.c) */
+void okv_mm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias);
+void okv_mm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                          int N, const float *bias);
+/* bf16 W, T > 1, on vdpbf16ps with x and W packed (okv_kernels_avx512_dpbf16.c) */
+void okv_mm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                 okv_dtype wdt, int N, const float *bias);
+/* T > 1, K, N > 0: 512-bit f32 FMA tiles, any W dtype; bf16 W on vdpbf16ps
+ * tiles with x rounded to bf16 (okv_kernels_avx512.c) */
+void okv_mm_avx512_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias);
+void okv_mm_avx512_bf16_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            okv_dtype wdt, int N, const float *bias);
+/* bf16 / f16 W on AMX tiles, AMX usable: the blocked loop (T > 1) and the
+ * previous one (T >= 1) (okv_kernels_amx.c) */
+void okv_mm_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias);
+void okv_mm_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                      int N, const float *bias);
+/* quantized W, okv_gemm_quant_packs: dequantized per call into the packed
+ * GEMMs (f32 on AVX2 / AVX-512, bf16 on vdpbf16ps and AMX tiles) */
+void okv_qmm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                           const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
+/* offkv planes on AMX-INT8 tiles, T >= 2 (okv_qmatmul_amx.c) */
+void okv_qmm_amx_int8(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
+/* GGUF blocks on the integer driver with the AVX2 / AVX-512 VNNI dots (okv_qbmm.c) */
+void okv_qbmm_int_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias);
+void okv_qbmm_int_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias);
 
 #endif

@@ -440,31 +440,12 @@ void okv_matmul_qb_int_plain(okv_threadpool *tp, float *y, const float *x, int T
     okv_qbmm_run(tp, &okv_qb_isa_plain, y, x, T, K, W, s, N, bias);
 }
 
-void okv_matmul_qb_int_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                            const okv_qscheme *s, int N, const float *bias) {
-    okv_qbmm_run(tp, okv_qb_isa_best(), y, x, T, K, W, s, N, bias);
+void okv_qbmm_int_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias) {
+    okv_qbmm_run(tp, okv_qb_isa_avx2(), y, x, T, K, W, s, N, bias);
 }
 
-/* ---- the tables' entries -------------------------------------------------------------- */
-
-/* Prompt rows from which the packed GEMMs (W dequantized exactly per
- * call, each weight reused for every row) beat the integer dots. */
-enum { QB_PACK_MIN_T = 16 };
-
-void okv_matmul_qb_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                        const okv_qscheme *s, int N, const float *bias) {
-    if (T >= QB_PACK_MIN_T) okv_matmul_q_avx2_packed(tp, y, x, T, K, W, s, N, bias);
-    else okv_qbmm_run(tp, okv_qb_isa_avx2() ? okv_qb_isa_avx2() : &okv_qb_isa_plain, y, x, T, K, W, s, N, bias);
-}
-
-void okv_matmul_qb_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                          const okv_qscheme *s, int N, const float *bias) {
-    if (T >= QB_PACK_MIN_T) okv_matmul_q_avx512_packed(tp, y, x, T, K, W, s, N, bias);
-    else okv_qbmm_run(tp, okv_qb_isa_best(), y, x, T, K, W, s, N, bias);
-}
-
-void okv_matmul_qb_avx512_vdp(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                              const okv_qscheme *s, int N, const float *bias) {
-    if (T >= QB_PACK_MIN_T) okv_matmul_q_avx512_dpbf16(tp, y, x, T, K, W, s, N, bias);
-    else okv_qbmm_run(tp, okv_qb_isa_best(), y, x, T, K, W, s, N, bias);
+void okv_qbmm_int_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias) {
+    okv_qbmm_run(tp, okv_qb_isa_avx512(), y, x, T, K, W, s, N, bias);
 }

@@ -409,15 +409,6 @@ void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T,
     okv_qmm_run(tp, &okv_qmm_ops_plain, y, x, T, K, W, s, N, bias, false);
 }
 
-/* The best integer kernel this CPU runs (the tables point here). */
-void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                       const okv_qscheme *s, int N, const float *bias) {
-    if (s->block != OKV_QB_NONE) okv_matmul_qb_int_best(tp, y, x, T, K, W, s, N, bias); /* GGUF blocks */
-    else if (okv_qmm_have_avx512vnni()) okv_matmul_q_avx512vnni(tp, y, x, T, K, W, s, N, bias);
-    else if (okv_qmm_have_avx2()) okv_matmul_q_avx2(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_plain(tp, y, x, T, K, W, s, N, bias);
-}
-
 const okv_qmm_ops *okv_qmm_ops_best(int bits, bool asym) {
     if (okv_qmm_have_avx512vnni()) return okv_qmm_ops_avx512vnni(bits, asym);
     if (okv_qmm_have_avx2()) return okv_qmm_ops_avx2(bits, asym);

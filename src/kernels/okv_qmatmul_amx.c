@@ -71,9 +71,7 @@
 enum { QA_LANES = OKV_QSB_GROUPS, /* the model's lane accumulators */
        QA_PAIR = 32,              /* W rows per pair of tiles */
        QA_MAX_BLOCK = 128,        /* W rows per task */
-       QA_X_ROWS_PER_TASK = 8,
-       QA_MIN_T = 16 };           /* below one tile of rows: the VNNI path (padding and the
-                                     per-call W repack would not pay) */
+       QA_X_ROWS_PER_TASK = 8 };
 
 bool okv_qmm_have_amx_int8(void) {
     const okv_cpu_caps *c = okv_cpu();
@@ -312,11 +310,6 @@ static int qa_block_rows(int N, int n_threads) {
     return rows < QA_PAIR ? QA_PAIR : rows;
 }
 
-void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                      const okv_qscheme *s, int N, const float *bias) {
-    if (T < QA_MIN_T) okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-    else okv_matmul_q_amx_bf16(tp, y, x, T, K, W, s, N, bias);
-}
 
 /* Scratch bytes of one call: the activation planes, per-group values and
  * each thread's W block (sizes from ints (K, T, N < 2^31, a T x K
@@ -337,12 +330,8 @@ size_t okv_matmul_q_amx_scratch(int T, int K, int N, const okv_qscheme *s, int n
     return i8 > b16 ? i8 : b16;
 }
 
-void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                            const okv_qscheme *s, int N, const float *bias) {
-    if (T < 2 || N <= 0 || !okv_qmm_have_amx_int8()) {
-        okv_matmul_q_best(tp, y, x, T, K, W, s, N, bias);
-        return;
-    }
+void okv_qmm_amx_int8(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias) {
     int n_threads = okv_threadpool_size(tp);
     qa_job a;
     memset(&a, 0, sizeof a);

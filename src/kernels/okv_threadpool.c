@@ -96,6 +96,10 @@ struct okv_threadpool {
     void *workspace;
     size_t workspace_bytes;
     uint64_t dispatches;      /* loops posted to the workers (caller side only) */
+    /* okv_threadpool_note's record: notes[slot][0 .. n_notes[slot]) */
+    pthread_mutex_t note_mu;
+    const char *notes[OKV_TP_NOTE_SLOTS][OKV_TP_NOTES];
+    int n_notes[OKV_TP_NOTE_SLOTS];
 };
 
 typedef struct worker_arg {
@@ -186,9 +190,14 @@ okv_threadpool *okv_threadpool_create(int n_threads) {
     atomic_init(&tp->sleepers, 0);
     atomic_init(&tp->shutdown, false);
     for (int i = 0; i < 2; i++) atomic_init(&tp->slot[i].done, 0);
+    pthread_mutex_init(&tp->note_mu, NULL);
     if (n_threads == 1) return tp;
     tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
-    if (!tp->workers) { free(tp); return NULL; }
+    if (!tp->workers) {
+        pthread_mutex_destroy(&tp->note_mu);
+        free(tp);
+        return NULL;
+    }
     pthread_mutex_init(&tp->run_mu, NULL);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->wake, NULL);
@@ -220,6 +229,7 @@ void okv_threadpool_free(okv_threadpool *tp) {
         pthread_cond_destroy(&tp->wake);
         pthread_cond_destroy(&tp->done);
     }
+    pthread_mutex_destroy(&tp->note_mu);
     free(tp->workers);
     free(tp);
 }
@@ -296,4 +306,23 @@ void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *c
         pthread_mutex_unlock(&tp->mu);
     }
     pthread_mutex_unlock(&tp->run_mu);
+}
+
+void okv_threadpool_note(okv_threadpool *tp, int slot, const char *s) {
+    if (!tp || slot < 0 || slot >= OKV_TP_NOTE_SLOTS || !s) return;
+    pthread_mutex_lock(&tp->note_mu);
+    int n = tp->n_notes[slot], i = 0;
+    while (i < n && tp->notes[slot][i] != s) i++;
+    if (i == n && n < OKV_TP_NOTES) tp->notes[slot][tp->n_notes[slot]++] = s;
+    pthread_mutex_unlock(&tp->note_mu);
+}
+
+int okv_threadpool_notes(const okv_threadpool *tp, int slot, const char **out, int max) {
+    if (!tp || slot < 0 || slot >= OKV_TP_NOTE_SLOTS) return 0;
+    okv_threadpool *m = (okv_threadpool *)tp; /* the mutex only */
+    pthread_mutex_lock(&m->note_mu);
+    int n = tp->n_notes[slot] < max ? tp->n_notes[slot] : max;
+    for (int i = 0; i < n; i++) out[i] = tp->notes[slot][i];
+    pthread_mutex_unlock(&m->note_mu);
+    return n;
 }

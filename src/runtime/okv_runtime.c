@@ -501,6 +501,8 @@ int okv_runner_capacity(const okv_runner *r) { return r->kv->seq.capacity; }
 
 const char *okv_runner_kernels(const okv_runner *r) { return okv_kernels_describe(r->k); }
 
+const char *okv_runner_kernels_ran(const okv_runner *r, char *buf, size_t n) { return okv_kernels_ran(r->tp, buf, n); }
+
 /* ---- runner: executing a step ------------------------------------------------------- */
 
 typedef struct step_ctx {
