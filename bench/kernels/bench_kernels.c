@@ -64,7 +64,7 @@
  *  18. amxmix: one thread, whether 512-bit FMAs run beside tdpbf16ps (four
  *      products with 32..256 independent FMAs per iteration, alone and
  *      together) and what a tile store costs: the model behind the AMX
- *      attention's stage costs (okv_attend_amx.c)
+ *      attention's stage costs (attend/prefill16.c)
  *  17. onednn (only when built against the peers, bench/peer/onednn.sh):
  *      okv_matmul_amx beside oneDNN's matmul (W in place, W repacked) and
  *      oneMKL's cblas_gemm_bf16bf16f32 on the Llama-3.2-1B prefill shapes,

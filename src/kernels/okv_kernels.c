@@ -20,7 +20,7 @@
 
 #include "okv_kernels_internal.h"
 
-/* The row-wise ops per ISA (okv_ops.c, okv_ops_simd.c): every table of an
+/* The row-wise ops per ISA (ops/ops_plain.c, ops/ops_simd.c): every table of an
  * ISA gets the same ones, so the fused and unfused steps agree. */
 #define OPS_PLAIN .rmsnorm = okv_rmsnorm_plain, .glu = okv_glu_plain, .add_rmsnorm = okv_add_rmsnorm_plain, \
                   .rope_apply = okv_rope_apply
@@ -182,7 +182,7 @@ static bool mm_amx_tiles(const okv_kshape *sh, const okv_kcaps *c) {
     return c->amx && sh->T >= 1 && sh->wdt != OKV_F32 && sh->N > 0 && sh->K > 0;
 }
 static bool mm_amx_blocked(const okv_kshape *sh, const okv_kcaps *c) { return sh->T > 1 && mm_amx_tiles(sh, c); }
-/* x rounded to bf16, then the AVX2 GEMV (okv_kernels_avx512.c) */
+/* x rounded to bf16, then the AVX2 GEMV (matmul/dot_avx512.c) */
 static void run_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
                            int N, const float *bias) {
     (void)T;
@@ -196,7 +196,7 @@ static void run_gemv_bf16x_1row(okv_threadpool *tp, float *y, const float *x, in
 
 /* ---- dense matmul: lists ------------------------------------------------------------ */
 
-/* AVX2 dot-product kernels (okv_kernels_avx2.c): the GEMV at T = 1, tiles of rows above */
+/* AVX2 dot-product kernels (matmul/dot_avx2.c): the GEMV at T = 1, tiles of rows above */
 static const okv_kvariant mm_avx2_dot[] = {MM("avx2-gemv", mm_t1, okv_matmul_avx2), MM("avx2-dot", NULL, okv_matmul_avx2), END};
 /* the avx2 table: packed f32 FMAs from the T where packing pays */
 static const okv_kvariant mm_avx2[] = {MM("avx2-packed", mm_avx2_packs, okv_mm_avx2_packed), THEN(mm_avx2_dot)};
@@ -281,7 +281,7 @@ static bool q_amx_int8(const okv_kshape *sh, const okv_kcaps *c) { return c->amx
 static bool qb_pack(const okv_kshape *sh, const okv_kcaps *c) { return sh->T >= QB_PACK_MIN_T && q_packs(sh, c); }
 
 /* The integer-dot kernels, best first: GGUF blocks on the block driver,
- * offkv planes on VNNI, AVX2, plain (okv_qmatmul*.c, okv_qbmm*.c). */
+ * offkv planes on VNNI, AVX2, plain (qmatmul/int_*.c, qmatmul/block_*.c). */
 static const okv_kvariant q_int[] = {QM("qb-int-avx512", q_block_vnni, okv_qbmm_int_avx512),
                                      QM("qb-int-avx2", q_block_avx2, okv_qbmm_int_avx2),
                                      QM("qb-int-plain", q_block, okv_matmul_qb_int_plain),
@@ -407,7 +407,7 @@ static const okv_kernels kernels_avx2 = {
 };
 
 /* AVX-512 without BF16 instructions (e.g. Skylake-SP): f32 FMAs for all;
- * the row-wise ops on 512-bit vectors (okv_ops_simd.c). */
+ * the row-wise ops on 512-bit vectors (ops/ops_simd.c). */
 static const okv_kernels kernels_avx512 = {
     .isa = OKV_ISA_AVX512, .name = "avx512", VARIANTS(mm_avx512, q_int, qb_avx512, at_avx512),
     .matmul = okv_matmul_avx512_gemm, OPS_AVX512, .attend = route_at_avx512, .matmul_q = okv_matmul_q_avx512_gemm,
@@ -444,7 +444,7 @@ static const okv_kernels kernels_amx = {
     .attend_bf16 = true,
 };
 
-/* Batch-invariant (okv_kernels_det.c): one matmul per weight dtype for every T. */
+/* Batch-invariant (matmul/det.c): one matmul per weight dtype for every T. */
 static const okv_kernels kernels_det = {
     .isa = OKV_ISA_AVX2, .name = "deterministic-avx2", VARIANTS(mm_det_avx2, q_det, qb_int, at_det_avx2),
     .matmul = route_mm_det_avx2, OPS_AVX2, .attend = route_at_det_avx2, .matmul_q = route_q_det,

@@ -1,5 +1,5 @@
-/* okv_kernels.h — the numeric kernels of a step and the thread pool they
- * run on. Activations are always float32, row-major [rows, width].
+/* okv_kernels.h — the numeric kernels of a step (they run on the thread
+ * pool of okv_threadpool.h). Activations are always float32, row-major [rows, width].
  *
  * Every kernel has a plain C version; some have SIMD versions chosen at run
  * time from the CPU's features. The choice lives in an okv_kernels table
@@ -16,43 +16,8 @@
 
 #include "offkv_base.h"
 #include "okv_run.h"
+#include "okv_threadpool.h"
 #include "okv_quant.h"
-
-/* ---- thread pool ----------------------------------------------------------- */
-
-typedef struct okv_threadpool okv_threadpool;
-/* n_threads <= 0: number of online CPUs. n_threads == 1 runs inline. */
-okv_threadpool *okv_threadpool_create(int n_threads);
-void okv_threadpool_free(okv_threadpool *tp);
-int okv_threadpool_size(const okv_threadpool *tp);
-/* Loops handed to the workers so far (inline runs of one task or one
- * thread are not counted): what a step's dispatch overhead scales with. */
-uint64_t okv_threadpool_dispatches(okv_threadpool *tp);
-/* Calls fn(ctx, task, thread) for task in [0, n_tasks) spread over the
- * threads and returns when all are done. thread is in [0, size); the caller
- * runs tasks too, as thread 0. tp may be NULL (runs inline, size 1). Calls
- * from several threads are serialised; a task must not call run on its own
- * pool. */
-typedef void (*okv_task_fn)(void *ctx, int task, int thread);
-void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx);
-/* The kernels' workspace: scratch memory (64-byte aligned) the pool's owner
- * planned for every kernel it runs on this pool, sized with the
- * okv_*_scratch_bytes functions below; kernels take their scratch from it
- * instead of allocating (a step must not fail after admission). One kernel
- * call at a time uses it. mem == NULL detaches it. The pool does not own
- * mem. */
-void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes);
-/* The workspace if it has at least `bytes`, else NULL (none planned, or
- * planned too small: the kernel then allocates its own). */
-void *okv_threadpool_workspace(const okv_threadpool *tp, size_t bytes);
-/* A small record of static strings per slot (slot < OKV_TP_NOTE_SLOTS), kept
- * distinct in first-noted order, at most OKV_TP_NOTES each (later ones are
- * dropped): the kernel router notes which variant ran per op. tp NULL:
- * nothing. _notes copies up to max of slot's into out and returns their
- * number. */
-enum { OKV_TP_NOTE_SLOTS = 4, OKV_TP_NOTES = 8 };
-void okv_threadpool_note(okv_threadpool *tp, int slot, const char *s);
-int okv_threadpool_notes(const okv_threadpool *tp, int slot, const char **out, int max);
 
 /* ---- kernel table ------------------------------------------------------------ */
 
@@ -171,7 +136,7 @@ typedef struct okv_kernels {
     /* y[T,N] = x[T,K] @ dequant(W)[N,K]^T (+ bias[N] if non-NULL), W[N,K]
      * quantized with scheme s (okv_quant.h; checked by the caller). Fast
      * versions quantize x to int8 per group and use integer dots (error
-     * bounds in okv_qmatmul.c). Each output is computed by one task, so
+     * bounds in qmatmul/int_plain.c). Each output is computed by one task, so
      * results do not depend on the number of threads. If scratch memory
      * cannot be allocated the output is filled with NaN. */
     void (*matmul_q)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
@@ -179,7 +144,7 @@ typedef struct okv_kernels {
     /* The same for W stored as GGUF blocks (s->block set; matmul_q takes
      * only offkv's own planes): decode on integer dots with x quantized
      * per block as llama.cpp does, prompts on the packed GEMM with W
-     * dequantized exactly per call (okv_qbmm.c). */
+     * dequantized exactly per call (qmatmul/block_plain.c). */
     void (*matmul_qb)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                       const okv_qscheme *s, int N, const float *bias);
     /* Whether matmul_qb runs W of block type `type` faster with its rows
@@ -206,8 +171,8 @@ typedef struct okv_kernels {
 const okv_kernels *okv_kernels_select(okv_isa isa);
 /* The batch-invariant table (okv_runner_options.deterministic): for every
  * weight dtype one per-output arithmetic for every T (no GEMV/GEMM switch
- * that changes sums, no split K; okv_kernels_det.c) and an attention whose
- * key blocks are fixed by position, without key splits (okv_attend_det.c);
+ * that changes sums, no split K; matmul/det.c) and an attention whose
+ * key blocks are fixed by position, without key splits (attend/det.c);
  * with the plain matmuls when isa or the CPU gives plain. */
 const okv_kernels *okv_kernels_select_deterministic(okv_isa isa);
 /* Whether this process may use AMX tiles, asking the OS once
@@ -239,7 +204,7 @@ const okv_cpu_caps *okv_cpu(void);
  * static string, computed once). */
 const char *okv_cpu_features(void);
 
-/* ---- plain row-wise kernels (okv_ops.c; rope_apply also in the tables) -------- */
+/* ---- plain row-wise kernels (ops/ops_plain.c; rope_apply also in the tables) -------- */
 
 /* x [T, n_heads*head_dim] in place; NeoX layout: channel i pairs with i+D/2,
  * angle = pos * inv_freq[i] for i < D/2 (inv_freq 0 = identity). */
@@ -272,7 +237,7 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
  * kv heads, head_dim) on a pool of n_threads, for ANY number of keys, runs
  * and any visibility. */
 size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
-/* The same for the deterministic table's attention (okv_attend_det.c). */
+/* The same for the deterministic table's attention (attend/det.c). */
 size_t okv_attend_det_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 
 #endif
