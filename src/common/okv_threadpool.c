@@ -22,17 +22,7 @@
  * scratch memory its owner planned once (the runtime: in the activation
  * arena), so kernels run on the pool need not allocate.
  *
- * The spin is bounded by time (20 us on the monotonic clock), not by a
- * count of pauses: it was 400 pauses, sized for ~50 ns a pause, but a
- * pause measures 11 ns on the 2026-12-06 Xeon, so workers slept after
- * ~4.4 us and most loops of a decode step found them asleep (decode
- * attention at 512 positions, bench_kernels attndecode: the caller ran
- * 1051 of 1344 tasks itself, 2.06 ms for the 16 layers; with 20 us 0.83
- * ms, 50 us 0.84). Llama-3.2-1B bf16 decode (bench_model --longctx 16384,
- * two interleaved pairs, 2 threads): at 512 positions 93.2 / 93.6 ->
- * 90.4 / 92.0 ms per token, at 16k 125.7 / 125.3 -> 122.4 / 122.2;
- * pp512 unchanged. 100 us gave no more than 20 (93.5-95.8 vs 93.6-94.9
- * ms at 512) and costs an idle machine more. */
+ * Measurements and what was tried: docs/perf/kernel-history.md (common/okv_threadpool.c). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>

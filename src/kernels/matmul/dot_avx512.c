@@ -11,48 +11,7 @@
  * accumulator sums the same K sequence wherever its output sits in a tile,
  * so results depend only on (T, K, N), never on the thread count.
  *
- * Two variants:
- *   - okv_matmul_avx512: f32 activations for every weight dtype (f16 via
- *     vcvtph2ps, bf16 by a shift), products exact as in the plain path. The
- *     AMX and AVX512-BF16 tables use it for f32 weights, so fp32 programs
- *     keep oracle precision.
- *   - okv_matmul_avx512_bf16: for bf16 weights x is rounded to bf16 once per
- *     call (packed [T, K rounded up to 32], zero tail) and vdpbf16ps does 32
- *     multiply-adds per instruction; products lose up to 2^-8 relative (the
- *     rounding of x), sums stay f32. f16 weights stay on the f32 path: f16 ->
- *     bf16 would drop 3 mantissa bits of every weight.
- * The decode GEMV (T = 1, okv_matmul_gemv_bf16x, also the AMX table's) rounds
- * x to bf16 as well, so every chunking of a prompt multiplies the same kind
- * of operands. For bf16 weights it is vdpbf16ps over 4 W rows per pass with
- * software prefetch 2 KiB ahead along each row (into the next pass's rows
- * at a row's end): the AVX2 GEMV it replaces streams one row at a time on
- * the hardware prefetchers alone, which stop at every 4 KiB page (one bf16
- * row of K = 2048). A Llama-3.2-1B decode step's bf16 GEMVs (2.47 GB
- * rotating through distinct memory, 2 threads, variants interleaved step by
- * step, medians of 10, 2026-12-02 04:48 UTC, load ~2.6): AVX2 2.64
- * tok/s-equivalent, the deterministic table's AMX T = 1 form (A tiles
- * straight from W) 3.50, this 4.23 (1.60x / 1.21x); the same loop without
- * prefetch 3.63, 8 or 2 rows per pass within 2%. f16 weights keep the AVX2
- * GEMV (bf16 x, exact f16 -> f32). That does not make chunkings
- * agree closely: a real Gemma-3 bf16 run prefilled in chunks of 1 and of
- * 512 still differed by 2.2 in the logits (argmax equal), because tiny f32
- * differences flip bf16 roundings of later activations; the chunking test
- * (tests/gguf/test_gguf_gemma3_chunks.c) therefore runs on the AVX2 path.
- * On Zen 4 the 4 row streams with prefetch are the slow choice: a decode
- * step's bf16 GEMVs read at 64% of a probe over the same bytes against
- * 104% one row per pass without software prefetch (bench_kernels
- * decodestep, 2 threads, host in its fast bandwidth state, 2026-12-06), so
- * the avx512-vdpbf16 table (AMD) calls okv_matmul_gemv_bf16x_1row; the
- * quantized GEMVs of qmatmul/int_avx512.c likewise (q8 51% -> 74%, q4
- * 53% -> 84%).
- *
- * Measured (one thread, CPU time, T=512, bf16 weights, GFLOP/s; Xeon with
- * 512-bit FMAs at full rate): 8192x2048 avx2 50.9 / this f32 path 62.7 /
- * vdpbf16ps 59.4; 2048x8192 36.2 / 41.3 / 49.0. One-core peaks: 512-bit FMA
- * ~155, vdpbf16ps ~75 (half the FMA rate on this CPU; Zen 4 runs it at twice
- * its FMA rate), so the f32 path is limited by the W conversion and the
- * L2 reads of W (6 rows per 4 x rows), not by the multiply; a packed-W
- * broadcast kernel would be the next step. */
+ * Measurements and what was tried: docs/perf/kernel-history.md (matmul/dot_avx512.c). */
 #include <immintrin.h>
 #include <stdatomic.h>
 #include <stdlib.h>

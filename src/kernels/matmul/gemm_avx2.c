@@ -37,9 +37,7 @@
  * 8192: 16.8 MB), K int32 of perm, and per thread NB*KC*4 + 8*KC*4 bytes;
  * no weight copy outlives the call.
  *
- * Measured (AMD EPYC Zen 3, 2026-12-02): the blocking at the enum below,
- * the micro-kernel shape in step 3; where packing pays is the router's
- * choice (okv_kernels.c, AVX2_PACK_MIN_T_*). */
+ * Measurements and what was tried: docs/perf/kernel-history.md (matmul/gemm_avx2.c). */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>

@@ -31,30 +31,7 @@
  * 8192: 16.9 MB) plus NB*KC*4 = 128 KiB per thread; no weight copy
  * outlives the call.
  *
- * Measured: see the numbers below the includes' first use (bench_kernels
- * pp512, head of this file updated with each change).
- *
- * Quantized W (okv_matmul_q_avx512_packed): 16 rows at a time dequantized
- * to f32 (okv_qmm_dequant_cols_f32, the AVX2 packed GEMM's producer) into
- * a stage and transposed into the same micro-panels; x packed in the
- * codes' column order. bench_kernels qgemm (Xeon, its full-rate 512-bit
- * FMAs, 2 threads, T = 512, 2026-12-04), GFLOP/s for 2048x2048 /
- * 8192x2048 / 2048x8192: q8 g32 packed 236 / 249 / 237 vs the VNNI
- * integer path 242 / 246 / 194, q4 g32 245 / 251 / 248 vs 258 / 267 /
- * 230, bf16 on this kernel 250 / 253 / 252. Over a layer's shapes q8
- * packed is 1.07x the VNNI path (0.96x bf16, from 0.90x), q4 0.98x of it
- * (VNNI: 1.01x bf16), so the AVX-512 tables take the packed path for
- * 8-bit W at T >= 512 only (smaller T not measured) and keep VNNI for
- * 4-bit W. End to end (bench_prefill, OKV_KERNELS=avx512 on the same
- * Xeon, bf16 and q8 programs side by side, 5 rounds, old and new binaries
- * alternated twice): q8 115.7 / 115.4 -> 129.3 / 130.0 tok/s, i.e. 0.84x /
- * 0.87x -> 0.96x / 0.97x of bf16. Not measured on Zen 4, whose 512-bit
- * FMAs run as two halves. Since 2026-12-05 the tables no longer call it:
- * the VNNI path's prefill tiles on row pairs (qmatmul/int_avx512.c) beat
- * it on every shape (qgemm, same Xeon, 2 threads, T = 512: q8 279-300 /
- * 316-345 / 287-304 GFLOP/s vs 229-241 / 243-244 / 227-229 here), and
- * end to end q8 went from 0.96x to 1.14x of bf16. Kept as the measured
- * alternative (bench_kernels qgemm, tests/kernels/test_qmatmul.c). */
+ * Measurements and what was tried: docs/perf/kernel-history.md (matmul/gemm_avx512.c). */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>

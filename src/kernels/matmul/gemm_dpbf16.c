@@ -37,20 +37,7 @@
  * micro-panels (and for quantized W a stage of NB rows x 512 columns of
  * bf16, 256 KiB per thread, which stays in Zen 4's 1 MiB L2).
  *
- * Measured (AMD EPYC Zen 4, family 25 model 17, 2 threads, 2026-12-06):
- * bench_kernels peak 469.9 GFLOP/s for vdpbf16ps on both threads (234.8
- * for 512-bit f32 FMAs); bench_kernels pp512, the seven Llama-3.2-1B
- * matmuls at T = 512, medians of 7 interleaved rounds: this kernel 338.5
- * GFLOP/s for a layer (72% of that peak), the vdpbf16ps dot-product kernel
- * of matmul/dot_avx512.c 341.1 (W read in place: better below T = 256,
- * see the table's entries at the end), the f32 packed GEMM the avx512-bf16
- * table ran here before 185.3. Quantized W (bench_kernels qgemm and a
- * side-by-side harness, T = 512): q4 g32 0.97-1.00x of bf16 on this kernel,
- * q8 g32 0.98x once dequantized 512 columns a call (0.88-0.92x at 128),
- * both above the VNNI integer path (300-310 GFLOP/s). End to end
- * (bench_prefill, Llama-3.2-1B geometry, pp512, 7 rounds): bf16 95.7 ->
- * 166.8-180.6 tok/s, q8 0.979x and q4 0.990x of bf16.
- */
+ * Measurements and what was tried: docs/perf/kernel-history.md (matmul/gemm_dpbf16.c). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -35,136 +35,7 @@
  * whatever thread computes it, and block starts are multiples of 32, so
  * results depend only on (T, K, N).
  *
- * Measured (bench_kernels pp512 / pp512cpu, bf16 W, T = 512, median of 7
- * interleaved rounds on the shared 2-vCPU Xeon at load 7-10), GFLOP/s of a
- * whole layer's seven matmuls, blocked vs v1: 2 threads wall clock 422 vs
- * 302 (1.4x), one thread CPU time 408 vs 328 (1.25x). Against the peak
- * probes in the same runs (one core tdpbf16ps 1.4-2.3 TFLOP/s, varying
- * with the host's load) that is still only ~20-30%: profiled on one thread
- * (gate 8192x2048), the tile loop itself runs at ~1.0-1.3 TFLOP/s (60% of
- * the probe, as a standalone loop on packed data), the rest is copying W
- * out of DRAM into tiles (~20%) and writing y (~15%). Load-time repacking
- * into the tile layout would remove the copy but not the DRAM read (not
- * done: it needs a packed-weight kind in the runtime's tensor table).
- *
- * Precision: x and (for f16 weights) W are rounded to bf16, products are
- * exact and sums f32: relative product error 2^-8 (half a bf16 ulp) for bf16 weights, 2^-7
- * for f16. f32 weights go to the AVX-512 f32 path; T = 1 to the AVX2 GEMV
- * with x rounded to bf16 like the tiles (f16 W is rounded only at T > 1, a
- * difference of up to 2^-8 relative per product; chunkings of a prompt
- * agree only to bf16 level, see matmul/dot_avx512.c).
- *
- * AMX use: the process asks the OS once (arch_prctl ARCH_REQ_XCOMP_PERM for
- * XTILEDATA); if refused, okv_kernels_select hands out the AVX-512 table and
- * okv_amx_usable says why. Each task loads the tile configuration (a static,
- * fully specified 64-byte block: reserved bytes must be zero, a stack-built
- * one was seen to fault) and releases the tiles when done.
- *
- * Measured earlier with v1 (one thread, CPU time, T=512, bf16 weights):
- * 8192x2048 297.8 GFLOP/s, 2048x8192 332.1, 2048x2048 358.1, vs 50.9 / 36.2
- * / 45.6 for AVX2 (the "590 GFLOP/s with four L1 tile loads, 1100 without"
- * probes of then were taken while the host halved the core: in a quiet
- * moment tdpbf16ps alone reaches ~2.2-2.3 TFLOP/s per core here, and the
- * 2x2 step with its four L1 loads most of that). Writing y column-wise (one page per element) had cost as much as
- * the tiles; the register transpose fixed it. Llama-3.2-1B bf16 prefill of
- * 128 tokens: 121.2 tokens per CPU-second vs 23.7 with AVX2.
- *
- * Quantized W (okv_matmul_q_amx_bf16, the amx table's quantized prefill
- * from T >= 16) runs the blocked loop: step 2 dequantizes each K chunk
- * of the block's codes and f16 scales straight into the A tiles (w = d (c
- * - 2^(bits-1)) or d c + m in f32, rounded to bf16;
- * okv_qmm_dequant_cols_tiles, qmatmul/int8_amx.c; the next chunk's codes
- * prefetched as bf16's W bytes are), the rest is the bf16 loop. The tile columns follow the codes' memory
- * order (okv_qmm_tile_perm) so a row's codes are read as a linear stream;
- * x is gathered through the same permutation when it is packed, which
- * leaves every dot product unchanged. The dequant is
- * O(N K) per call against O(T N K) products. Precision: x and w each
- * rounded to bf16 (2^-8 relative), so products within 2^-7 of the f32
- * reference (tests/kernels/test_qmatmul.c), where the integer paths keep
- * ~15 bits of x: the bf16 programs' precision, chosen for speed.
- * Measured on the v1 loop (bench_kernels qgemmcpu, one thread, CPU time, T = 512, load
- * ~20 on the 2 vCPUs, one interleaved run), GFLOP/s for 8192x2048 /
- * 2048x8192: q8 g32 sym 261 / 285, q4 g32 asym 240 / 244, bf16 W 259 /
- * 293, AMX-INT8 (qmatmul/int8_amx.c) 117-124 / 111-132, VNNI 68-73 / 59-65.
- * On the blocked loop (same bench, load 22-29, four interleaved runs),
- * quantized / bf16 per shape 2048x2048, 8192x2048, 2048x8192: q8 0.98-1.00,
- * 0.95-1.09, 0.80-1.07; q4 0.98-0.99, 1.04-1.32, 0.88-1.43 (one-thread
- * CPU time; the spread is the host's). Quiet machine (2026-12-02 02:58
- * UTC, one run), 8192x2048 / 2048x8192: q8 274 / 241, q4 284 / 255, bf16
- * 272 / 258. End to end, warm pp512 (bench_model --longctx 2048, 2
- * threads, one process per program): q4 0.97-1.01x bf16, q8 0.79-0.86x.
- *
- * Issue 10's gap looked for by measurement (2026-12-02 04:20-05:20 UTC,
- * load 2-14): one process per program swings ~2x from run to run here
- * (bf16 best 334 then 471 tok/s minutes apart), so the programs were put
- * side by side in ONE process, interleaved step by step
- * (bench/runtime/bench_prefill): 2 threads, 7 rounds, medians, load 14:
- * q8 1.10x and q4 1.14x bf16's wall clock, 1.12x / 1.21x its CPU time;
- * load 2, 4 rounds: q8 344 vs bf16 326 tok/s. Instrumented (per-task
- * thread CPU time and wall, per matmul call): the quantized tasks used
- * ~10% less CPU than bf16's, both threads equally loaded, the worker slept
- * as often per step (~165 times) in all three; okv_qmm_tile_perm is ~14 us
- * a call. So no 2-thread loss specific to the quantized path showed up:
- * the separate-process gap is not reproducible here. One real excess: the
- * permuted x pack (gathers) cost 2-3x bf16's pack; okv_x32_permuted (simd/avx512.h) now loads
- * runs of 4 floats (perf: pack_x 5.1% -> 3.6% of a q8 step's samples).
- * bf16 A tiles read in place (2026-12-03): a tile is 16 rows of 64 bytes
- * at any stride, so W's rows serve as A tiles without pack_w_chunk (the
- * first chunk of the next W pair prefetched during the current one). At
- * K = 2048 the rows are 4 KiB apart, so a W pair maps onto few L1 sets
- * and its tiles come from L2 more often; a standalone tile loop measured
- * 0.89x with a 4096-byte stride against packed tiles (0.97x at 4160), but
- * the copy it saves cost more: bench_kernels pp512, 2 threads, two
- * interleaved runs, layer sum 653.6 vs 632.1 and 588.5 vs 564.6 GFLOP/s
- * (1.03x / 1.04x; gate/up/down +1-8%, k/v/o -7..+5%).
- * Dequant cost (2026-12-03, perf of a q8 pp512 step): ~9% of the samples
- * in the producer, against ~2% by instruction count; its general
- * superblock loop (an idiv and index arithmetic per 32 columns) gave way
- * to an unrolled one for 16-group superblocks (0.199 -> 0.136 ns per
- * weight standalone); bench_prefill then had q8 / q4 at 0.99x / 1.00x of
- * bf16. Prefetching the codes (and scales) a few rows ahead inside the
- * producer, or the next blocks' first chunks, changed nothing (0.99-1.00x
- * in q8-vs-q8 interleaved runs), nor did weights in huge pages (1.04x
- * wall, 0.98x CPU, one run): the producer is not waiting on memory.
- * Against its own inner step (2026-12-03, bench_kernels amxceiling: one
- * thread, round by round with the tdpbf16ps probe and the 2x2 step with
- * its four tile loads from L1): perf puts ~95% of block2_task's samples in
- * the tile loop, which runs at 24-37% of tdpbf16ps, while the 2x2 step on
- * L1 operands reaches 86-101% of it when the host is fast and 53-56% when
- * it is slow. None of these moved the GEMM out of that band: x packed K
- * chunk by K chunk (contiguous), T blocks of 512, K chunks of 8/32/64
- * tiles, packed W tiles (22-26%), no W prefetch, the next x chunk
- * prefetched to L2, C never reloaded (timing only), x or W pinned to one
- * tile set (timing only; x pinned 1.1-1.25x), 2 MiB pages, loads software-
- * pipelined one step ahead (pp512 1.01x / 1.03x / 0.96x). A standalone
- * copy of the loop on packed L2-resident operands ran 0.6-0.7x of
- * tdpbf16ps (fast host) / ~0.45x (slow), with W's rows at the real 4 KiB
- * stride 0.85-0.95x of that; with both operands pinned to one hot tile set
- * (timing only) this GEMM still ran at 30-36%: what costs is the loop's
- * own tile traffic (one operand from L2, C reloaded per K chunk), not
- * fetching fresh W or x. A load-time repack of W would buy at most the
- * stride's 5-15%.
- * Where the loop loses, by a standalone replica of block2_task's tile
- * loop (2026-12-04, Xeon in its fast state, tdpbf16ps 3.1-3.2 TFLOP/s one
- * core; gate shape, T = 512, one thread, CPU time): the replica 930-1060
- * GFLOP/s (30-33%, as this GEMM in bench_kernels amxceiling: 747-790, 24-
- * 25%, whose write-out and x packing cost another ~10% and ~5% by
- * ablation); W packed instead of read in place 1.0-1.1x; each x chunk kept
- * (every K chunk and T block reusing the first: timing only) 1.25-1.35x;
- * x and W chunks kept 1.3-1.5x (42-48%); one L2-resident working set of
- * the same sizes (256 KiB each of W, x and C tiles, contiguous) 60-65%;
- * operands in L1 with C loaded and stored every 16 steps 91%. Padding the
- * x rows and W groups by a tile (no power-of-two strides): no change. So
- * a third of the loss is the chunk changes (L3 -> L2 -> tiles, where a
- * tile load stalls the products: with all 8 tiles in use none can be
- * loaded ahead) and most of the rest the L2 -> tile traffic itself; 60%
- * of the probe would need the whole GEMM at the L2-resident replica's
- * best, with W and x streaming in and y going out.
- * Tried and dropped: pipelining the producer into the tile steps (a
- * 2-slot ring of 32-row W pairs, the next pair copied / dequantized a few
- * rows after each 2x2 step, the one after prefetched, y written one step
- * behind in the last K chunk): one thread, CPU time, 11 interleaved
- * rounds, load ~10, Llama layer: bf16 1.0x, q8 0.90x, q4 0.90x. */
+ * Measurements and what was tried: docs/perf/kernel-history.md (matmul/tiles_amx.c). */
 #include <errno.h>
 #include <math.h>
 #include <immintrin.h>
@@ -433,8 +304,8 @@ void okv_mm_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K
  * plus the next one prefetched) lands on a quarter of L2's sets, and the
  * smaller x chunk and C buffer (256 KiB each instead of 512) leave it
  * room, at the price of reading W once per 256 rows of T. bench_kernels
- * pp512, 2 threads, layer sum, interleaved with TB2 = 512 (2026-12-03,
- * host load varying): 1.08-1.09x in three runs; against K chunks of 32
+ * pp512, 2 threads, layer sum, interleaved with TB2 = 512 (host load
+ * varying): 1.08-1.09x in three runs; against K chunks of 32
  * and 64 tiles with 128-256 rows of T, 16 / 256 was 1.00-1.07x. Quantized
  * W keeps 512 rows: its dequantization is per T block, and 256 measured
  * slower (bench_kernels qgemm, one run: q8 0.79x / 0.94x, q4 1.11x /

@@ -33,32 +33,7 @@
  * Every tail runs in the vector code (AVX-512: masked loads/stores; AVX2
  * GLU: the plain tail, hence the runtime's GLU splits at multiples of 64).
  *
- * Measured (bench_kernels ops: one thread, CPU time, old and new interleaved,
- * medians of 11; Xeon (Sapphire Rapids class) under load ~6; time per call,
- * Llama-3.2-1B widths):
- *                       pp512 (T = 512)            decode (T = 1)
- *   GLU SiLU [T, 8192]  avx2 5.15 ms, avx512 5.12  5.49 us -> 3.45 (1.59x)
- *                       roof y = a + b: 4.56 ms (11 GB/s: the GLU is at the
- *                       memory wall with either path)
- *   GLU tanh-GELU       avx2 5.54 ms -> 5.10       6.89 us -> 5.31 (1.30x)
- *   RoPE q + k [T, 40, 64] in place
- *                       plain 1.45 ms -> avx2 0.68, avx512 0.377 (3.84x)
- *                                                  1.49 us -> 0.16 (9.3x)
- *   add + RMSNorm [T, 2048]
- *                       okv_add + avx2 rmsnorm per 64-row block 2.15 ms
- *                       -> one pass avx2 1.43, avx512 0.99 (2.17x)
- *                                                  1.32 us -> 0.44 (3.0x)
- *   RMSNorm [T, 2048]   avx2 0.434 ms, avx512 0.431 0.40 us -> 0.29 (1.38x)
- * A second run at load ~12 (same command, after the arena change): pp512
- * GLU SiLU 1.10x, GELU 1.21x (roof 1.32x), RoPE 3.24x, add + RMSNorm 1.41x,
- * RMSNorm 1.42x; decode GLU 1.46x / 1.61x, RoPE 9.8x, add + RMSNorm 2.98x,
- * RMSNorm 1.29x: the pp512 ratios of the memory-bound ops move with the
- * machine's load, the decode ones (data in L1/L2) do not.
- * so the AVX-512 tables take the 512-bit versions of all four. The GLU at
- * pp512 moved 16 bytes per element (gate, up, y and y's read for
- * ownership); writing y over gate measured 0.81x of the time (non-temporal
- * stores 0.91x), so the arena now lets GLU and RoPE write over their input
- * (okv_runtime.c writes_over_input). */
+ * Measurements and what was tried: docs/perf/kernel-history.md (ops/ops_simd.c). */
 #include <immintrin.h>
 #include <math.h>
 

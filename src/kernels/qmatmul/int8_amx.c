@@ -34,30 +34,7 @@
  * planes 2 Tp K bytes (plus the quantizer's 2 T K), per thread block K
  * bytes of unpacked codes (<= 1 MiB for K = 8192), the lane accumulators.
  *
- * Measured (bench_kernels qgemmcpu: T = 512, one thread timed by its CPU
- * time, medians of 3, on the shared 2-vCPU Xeon at load ~20, so only the
- * ratios within one run mean much), GFLOP/s for 2048x2048 / 8192x2048 /
- * 2048x8192:
- *     q8 g32 sym:   AVX-512 VNNI 63-79 / 80-91 / 49-63  ->  AMX 125-144 / 125 / 125
- *     q4 g32 asym:  AVX-512 VNNI 63-113 / 85 / 63-71    ->  AMX 122-158 / 138 / 122
- *     bf16 on AMX tiles (same runs):  250-407 / 268-296 / 213-346
- * so 1.4-2x the VNNI path but 0.35-0.5x bf16 AMX. Why: with groups of 32 a
- * tile product covers only 32 of K and its 16 x 16 sums must leave the
- * tiles (4 tile stores per group) to be scaled; the two activation planes
- * (needed for the fixtures' 8w accuracy, qmatmul/int_plain.c) double both the
- * products and the scaling. The tile part alone (scaling skipped, results
- * wrong) ran at 150-225 GFLOP/s, already below bf16's whole GEMM; the
- * first version, with x planes in natural order (16 strided rows per A
- * tile) and the scaling reloading its pointers, ran 76-105. Software
- * pipelining the scaling one group behind the tiles changed nothing
- * measurable and stays because it keeps loads off in-flight tile stores.
- *
- * Dispatch: okv_matmul_q_amx now sends T >= 16 to okv_matmul_q_amx_bf16
- * (W dequantized into bf16 tiles, matmul/tiles_amx.c), which ran at 2.0-2.6x
- * this kernel in the same run (q8 261-285 vs 111-117 GFLOP/s, q4 240-244
- * vs 124-132) at bf16 precision (2^-7 per product instead of bit-exact
- * with the integer model). This kernel stays as the exact AMX path
- * (okv_matmul_q_amx_tiles; tests and bench_kernels qgemm call it). */
+ * Measurements and what was tried: docs/perf/kernel-history.md (qmatmul/int8_amx.c). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -456,7 +433,7 @@ static inline __attribute__((always_inline)) TGT_BF16 __m512 q_scale16(__m512i c
  * chunks): chunk c's scales dv[c % 4] are then fixed per unrolled
  * position, with no index arithmetic (and no idiv) in the loop. A
  * standalone loop over one chunk (256 rows x 512 columns, codes in cache,
- * one run, 2026-12-03): q8 0.199 -> 0.136 ns per weight, q4 0.189 ->
+ * one run): q8 0.199 -> 0.136 ns per weight, q4 0.189 ->
  * 0.112. perf put the general loop at ~8% of a q8 pp512 step, so this is
  * worth ~2-3% there: below the host's noise in bench_prefill (q8 vs q8
  * interleaved, one with the old loop: 0.96x wall, 1.00x CPU). */

@@ -6,56 +6,7 @@
  * layer's own definition of the values) and reuses it for all T rows of x,
  * summing with 8 partial sums.
  *
- * Integer algorithm: each row of x is quantized per group of the W scheme
- * into int8: dx = max|x| / 127, q = round(x / dx) in [-127, 127]. For 8-bit
- * W, and for every prompt step (T > 1), a second plane holds the residual
- * r = x - q dx (|r| <= dx/2): dx2 = max|x| / 32258 (= dx / 254), q2 =
- * round(r / dx2) in [-127, 127], so x ~= dx q + dx2 q2 to within max|x| /
- * 64516 per element, ~15 bits. A 4-bit decode GEMV (T = 1) has one plane
- * (llama.cpp's Q8 activation blocks), x within dx/2 = max|x| / 254; q2,
- * dx2, qsum2 are zeros (okv_qact_two_planes) and the loops below skip them.
- * Prefill keeps two because it is compute-bound (the plane costs dots, not
- * bytes) and because one plane there changed a real answer: SmolLM2-135M
- * 4w's chat reply to "What is the capital of France?" starts with a token
- * 0.08 logits ahead of the next; one-plane prefill on the VNNI path
- * (2026-12-02, a Xeon without AMX) flipped it and the reply became
- * "L'Etoile, la Marseillaise, ..." instead of HF's "The capital of France
- * is Paris." (tests/e2e/test_quant_real.c). Why per bit width (offkv perplexity, all of GPL-3, ctx
- * 512, integer path for every T via OKV_KERNELS=avx512, 2026-12-02):
- *     Gemma-3 270M 4w g32 + 8w, KL vs fp32 (PPL): two planes 0.1691
- *       (16.463) -> one 0.1717 (16.534): KL +1.5%, PPL +0.44%;
- *       calibrated 0.0527 (14.444) -> 0.0541 (14.466): +2.5%, +0.15%
- *     SmolLM2-135M 4w g32 + 8w (its g32 weights exact, so all of this is
- *       the activations'): 0 (18.363) -> 0.0023 (18.443, +0.43%)
- *     SmolLM2-135M 8w + 8w: 0.0011 (18.360) -> 0.0041 (18.446) with one
- *       plane: 3.7x the 8-bit weights' own error, so 8-bit keeps two
- * One plane halves the 4-bit GEMV's dot products (the second plane was what
- * bounded it, qmatmul/int_avx512.c); at 8 bits the GEMV reaches the wall
- * with both. Planes are stored in the same superblock order as W's codes,
- * with sums per group. For one output and one superblock (16 groups, lane
- * l = group l; the isum2/s2 terms only with two planes):
- *     isum_l  = sum over the group of c * q, isum2_l likewise with q2
- *               (exact in int32: at most 256 * 255 * 127 < 2^24, so also
- *               exact as floats)
- *     s_l = d_l * dx_l,  s2_l = d_l * dx2_l                      (f32)
- *     sym:  acc_l = fma(s_l,  float(isum_l  - 2^(bits-1) qsum_l),  acc_l);
- *           acc_l = fma(s2_l, float(isum2_l - 2^(bits-1) qsum2_l), acc_l)
- *     asym: acc_l = fma(s_l, float(isum_l), acc_l);
- *           acc_l = fma(s2_l, float(isum2_l), acc_l);
- *           acc_l = fma(m_l, sx_l, acc_l)        (sx = dx qsum + dx2 qsum2)
- * and y = ((acc[i] + acc[i+8]) + ...) reduced 16 -> 8 -> 4 -> 2 -> 1, plus
- * bias. Lanes past a tail superblock's groups add fma(0, 0, acc) = acc. The
- * SIMD versions do exactly these operations in this order, so they match
- * this model bit for bit (tests/kernels/test_qmatmul.c); a loop that runs
- * the second plane on a one-plane row adds fma(0, 0, acc) = acc and so
- * keeps the bits (the AMX-INT8 tiles). Against the exact product the only
- * new error is x's rounding: |dy| <= sum over groups of (max|x_g| / 64516 +
- * f32 rounding of r) * sum|w| with two planes, max|x_g| / 254 * sum|w|
- * with one (plus f32 rounding of the K-term sum).
- *
- * Threads split N: each output is computed by one task, so the bits do not
- * depend on the thread count (nor on row tiling: every row's arithmetic is
- * the same whatever tile it is computed in). */
+ * Measurements and what was tried: docs/perf/kernel-history.md (qmatmul/int_plain.c). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
