@@ -40,6 +40,19 @@ static inline float okv_k_f16(uint16_t h) {
     return f;
 }
 
+/* sum a[k]*b[k] with 8 independent partial sums (a compiler can keep them in
+ * one vector register; shorter dependency chains anyway): the plain dense
+ * and quantized matmuls' dot, so both sum in one order. */
+static inline float okv_k_dot8(const float *a, const float *b, int K) {
+    float acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int i = 0; i < 8; i++) acc[i] += a[k + i] * b[k + i];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; k < K; k++) s += a[k] * b[k];
+    return s;
+}
+
 /* Element i of a row stored in dt, as f32 (q8: src at a block boundary). */
 static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
     if (dt == OKV_Q8) return okv_q8_load(src, i);

@@ -24,18 +24,6 @@ int okv_matmul_block_rows(int N, int K, okv_dtype wdt, int n_threads, int align)
     return rows < align ? align : rows;
 }
 
-/* sum a[k]*b[k] with 8 independent partial sums: a compiler can keep them in
- * one vector register, and they are shorter dependency chains anyway. */
-static float dot8(const float *a, const float *b, int K) {
-    float acc[8] = {0};
-    int k = 0;
-    for (; k + 8 <= K; k += 8)
-        for (int i = 0; i < 8; i++) acc[i] += a[k + i] * b[k + i];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; k < K; k++) s += a[k] * b[k];
-    return s;
-}
-
 static void matmul_plain_task(void *ctx, int task, int thread) {
     const matmul_job *j = ctx;
     int n0 = task * j->block_rows, n1 = n0 + j->block_rows;
@@ -54,7 +42,7 @@ static void matmul_plain_task(void *ctx, int task, int thread) {
             const float *xr = j->x + (size_t)t * j->K;
             float acc;
             if (w) {
-                acc = dot8(xr, w, j->K);
+                acc = okv_k_dot8(xr, w, j->K);
             } else { /* no scratch memory: convert as we go */
                 acc = 0.0f;
                 for (int k = 0; k < j->K; k++) acc += xr[k] * okv_k_load(wrow, j->wdt, (size_t)k);

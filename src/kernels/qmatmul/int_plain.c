@@ -26,16 +26,6 @@ typedef struct qmm_plain_job {
     float *rows; /* per thread: one dequantized W row [K] */
 } qmm_plain_job;
 
-static float dot8(const float *a, const float *b, int K) {
-    float acc[8] = {0};
-    int k = 0;
-    for (; k + 8 <= K; k += 8)
-        for (int i = 0; i < 8; i++) acc[i] += a[k + i] * b[k + i];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; k < K; k++) s += a[k] * b[k];
-    return s;
-}
-
 static void qmm_plain_task(void *ctx, int task, int thread) {
     const qmm_plain_job *j = ctx;
     int n0 = task * j->block_rows, n1 = n0 + j->block_rows < j->N ? n0 + j->block_rows : j->N;
@@ -43,7 +33,7 @@ static void qmm_plain_task(void *ctx, int task, int thread) {
     for (int n = n0; n < n1; n++) {
         okv_dequant_row(j->s, j->W, j->N, j->K, n, w);
         float b = j->bias ? j->bias[n] : 0.0f;
-        for (int t = 0; t < j->T; t++) j->y[(size_t)t * j->N + n] = dot8(j->x + (size_t)t * j->K, w, j->K) + b;
+        for (int t = 0; t < j->T; t++) j->y[(size_t)t * j->N + n] = okv_k_dot8(j->x + (size_t)t * j->K, w, j->K) + b;
     }
 }
 
