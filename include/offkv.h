@@ -332,6 +332,10 @@ int okv_runner_capacity(const okv_runner *r);
  * "avx512-bf16 (amx: refused by the OS (...))": static, for --verbose and
  * benchmarks. OKV_KERNELS=plain|avx2|avx512|amx in the environment caps it. */
 const char *okv_runner_kernels(const okv_runner *r);
+/* The kernel variants the runner's steps ran so far, per op, as the kernel
+ * router picked them, e.g. "matmul: avx2-gemv, avx2-packed; attend:
+ * decode-avx2" (n bytes into buf, truncated); returns buf. */
+const char *okv_runner_kernels_ran(const okv_runner *r, char *buf, size_t n);
 /* One step: T tokens at absolute positions (for one sequence exactly
  * length..length+T-1, T <= prefill_chunk_size). Writes logits for all T
  * rows, the last row only, or none, as [rows, vocab] float32. A failed step

@@ -1,5 +1,5 @@
 /* attend_v1.c — the attention kernel offkv used before the blocked one
- * (src/kernels/okv_attend.c), frozen here ONLY so bench_kernels can time the
+ * (src/kernels/attend/blocked.c), frozen here ONLY so bench_kernels can time the
  * old and the new kernel side by side in one run on the same data. Not
  * linked into the library, not tested beyond bench_kernels' agreement check;
  * delete it once the comparison is no longer wanted.

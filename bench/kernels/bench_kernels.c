@@ -64,7 +64,7 @@
  *  18. amxmix: one thread, whether 512-bit FMAs run beside tdpbf16ps (four
  *      products with 32..256 independent FMAs per iteration, alone and
  *      together) and what a tile store costs: the model behind the AMX
- *      attention's stage costs (okv_attend_amx.c)
+ *      attention's stage costs (attend/prefill16.c)
  *  17. onednn (only when built against the peers, bench/peer/onednn.sh):
  *      okv_matmul_amx beside oneDNN's matmul (W in place, W repacked) and
  *      oneMKL's cblas_gemm_bf16bf16f32 on the Llama-3.2-1B prefill shapes,
@@ -1800,6 +1800,19 @@ static void bench_attn_amx(okv_threadpool **tps, int quick) {
         }
 }
 
+/* The variant the table's router runs for these shapes (okv_kernels_pick). */
+static const char *mm_variant(const okv_kernels *k, int T, const wset *w) {
+    okv_kshape sh = {.T = T, .K = w->K, .N = w->N, .wdt = w->dt};
+    const char *v = okv_kernels_pick(k, OKV_KOP_MATMUL, &sh);
+    return v ? v : "?";
+}
+
+static const char *at_variant(const okv_kernels *k, int T, int nh, int kvh, int D, okv_dtype dt) {
+    okv_kshape sh = {.T = T, .n_heads = nh, .kv_heads = kvh, .head_dim = D, .k_dt = dt, .v_dt = dt};
+    const char *v = okv_kernels_pick(k, OKV_KOP_ATTEND, &sh);
+    return v ? v : "?";
+}
+
 static int want(int argc, char **argv, const char *name) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], name)) return 1;
@@ -1844,7 +1857,7 @@ int main(int argc, char **argv) {
     static const okv_dtype dts[3] = {OKV_F32, OKV_BF16, OKV_F16};
     if (SECTION("gemv")) {
     printf("\nGEMV T=1 (weights streamed from DRAM)\n");
-    printf("%-10s %-5s %-6s %3s %9s %9s %8s\n", "W (NxK)", "dtype", "isa", "thr", "ms", "GB/s", "of bw");
+    printf("%-10s %-5s %-6s %-16s %3s %9s %9s %8s\n", "W (NxK)", "dtype", "isa", "variant", "thr", "ms", "GB/s", "of bw");
     for (int s = 0; s < 2; s++)
         for (int d = 0; d < 3; d++) {
             wset w = make_wset(dts[d], shapes[s][0], shapes[s][1]);
@@ -1852,8 +1865,9 @@ int main(int argc, char **argv) {
             for (int ti = 0; ti < n_tabs; ti++)
                 for (int t = 0; t < 2; t++) {
                     double sec = time_matmul(tabs[ti], tps[t], &w, 1, ti == 0 && quick ? 2 : 10);
-                    printf("%4dx%-5d %-5s %-6s %3d %9.3f %9.1f %7.0f%%\n", w.N, w.K, okv_dtype_name(w.dt),
-                           tabs[ti]->name, t + 1, sec * 1e3, bytes / sec / 1e9, 100 * bytes / sec / 1e9 / bw[t]);
+                    printf("%4dx%-5d %-5s %-6s %-16s %3d %9.3f %9.1f %7.0f%%\n", w.N, w.K, okv_dtype_name(w.dt),
+                           tabs[ti]->name, mm_variant(tabs[ti], 1, &w), t + 1, sec * 1e3, bytes / sec / 1e9,
+                           100 * bytes / sec / 1e9 / bw[t]);
                 }
             free_wset(&w);
         }
@@ -1863,7 +1877,7 @@ int main(int argc, char **argv) {
     /* 3 */
     if (SECTION("prefill")) {
     printf("\nprefill matmul T=128\n");
-    printf("%-10s %-5s %-6s %3s %9s %9s\n", "W (NxK)", "dtype", "isa", "thr", "ms", "GFLOP/s");
+    printf("%-10s %-5s %-6s %-16s %3s %9s %9s\n", "W (NxK)", "dtype", "isa", "variant", "thr", "ms", "GFLOP/s");
     for (int s = 0; s < 2; s++)
         for (int d = 0; d < 3; d++) {
             wset w = make_wset(dts[d], shapes[s][0], shapes[s][1]);
@@ -1871,8 +1885,8 @@ int main(int argc, char **argv) {
                 for (int t = 0; t < 2; t++) {
                     if (ti == 0 && (quick || t == 0 || s == 1)) continue; /* plain is slow: one sample */
                     double sec = time_matmul(tabs[ti], tps[t], &w, 128, ti == 0 ? 1 : 3);
-                    printf("%4dx%-5d %-5s %-6s %3d %9.2f %9.1f\n", w.N, w.K, okv_dtype_name(w.dt), tabs[ti]->name,
-                           t + 1, sec * 1e3, 2.0 * 128 * w.N * w.K / sec / 1e9);
+                    printf("%4dx%-5d %-5s %-6s %-16s %3d %9.2f %9.1f\n", w.N, w.K, okv_dtype_name(w.dt), tabs[ti]->name,
+                           mm_variant(tabs[ti], 128, &w), t + 1, sec * 1e3, 2.0 * 128 * w.N * w.K / sec / 1e9);
                 }
             free_wset(&w);
         }
@@ -1882,7 +1896,7 @@ int main(int argc, char **argv) {
     /* 4 */
     if (SECTION("attn")) {
     printf("\nattention decode, 4096 keys\n");
-    printf("%-22s %-5s %-6s %3s %9s %9s\n", "heads q/kv x dim", "kv", "isa", "thr", "us", "KV GB/s");
+    printf("%-22s %-5s %-6s %-16s %3s %9s %9s\n", "heads q/kv x dim", "kv", "isa", "variant", "thr", "us", "KV GB/s");
     static const int cfg[3][3] = {{32, 8, 64}, {8, 1, 256}, {16, 8, 128}};
     for (int c = 0; c < 3; c++)
         for (int d = 0; d < 3; d++)
@@ -1891,30 +1905,33 @@ int main(int argc, char **argv) {
                     double sec = time_attend(tabs[ti], tps[t], cfg[c][0], cfg[c][1], cfg[c][2], dts[d], 4096, 1,
                                              ti == 0 ? 5 : 20);
                     double bytes = 2.0 * 4096 * cfg[c][1] * cfg[c][2] * okv_dtype_size(dts[d]);
-                    printf("%3d/%-2d x %-12d %-5s %-6s %3d %9.1f %9.1f\n", cfg[c][0], cfg[c][1], cfg[c][2],
-                           okv_dtype_name(dts[d]), tabs[ti]->name, t + 1, sec * 1e6, bytes / sec / 1e9);
+                    printf("%3d/%-2d x %-12d %-5s %-6s %-16s %3d %9.1f %9.1f\n", cfg[c][0], cfg[c][1], cfg[c][2],
+                           okv_dtype_name(dts[d]), tabs[ti]->name,
+                           at_variant(tabs[ti], 1, cfg[c][0], cfg[c][1], cfg[c][2], dts[d]), t + 1, sec * 1e6,
+                           bytes / sec / 1e9);
                 }
 
     }
 
     if (SECTION("attn")) {
         printf("\nattention decode, 32768 keys (cache larger than L3), 32/8 heads x 64\n");
-        printf("%-5s %-6s %3s %9s %9s\n", "kv", "isa", "thr", "us", "KV GB/s");
+        printf("%-5s %-6s %-16s %3s %9s %9s\n", "kv", "isa", "variant", "thr", "us", "KV GB/s");
         for (int d = 0; d < 3; d++)
             for (int t = 0; t < 2; t++) {
                 double sec = time_attend(tabs[n_tabs - 1], tps[t], 32, 8, 64, dts[d], 32768, 1, 5);
                 double bytes = 2.0 * 32768 * 8 * 64 * okv_dtype_size(dts[d]);
-                printf("%-5s %-6s %3d %9.1f %9.1f\n", okv_dtype_name(dts[d]), tabs[n_tabs - 1]->name, t + 1,
-                       sec * 1e6, bytes / sec / 1e9);
+                printf("%-5s %-6s %-16s %3d %9.1f %9.1f\n", okv_dtype_name(dts[d]), tabs[n_tabs - 1]->name,
+                       at_variant(tabs[n_tabs - 1], 1, 32, 8, 64, dts[d]), t + 1, sec * 1e6, bytes / sec / 1e9);
             }
         printf("\nattention prefill chunk, T=128 queries at the end of 4096 keys, 32/8 heads x 64\n");
-        printf("%-5s %-6s %3s %9s %9s\n", "kv", "isa", "thr", "ms", "GFLOP/s");
+        printf("%-5s %-6s %-16s %3s %9s %9s\n", "kv", "isa", "variant", "thr", "ms", "GFLOP/s");
         for (int d = 0; d < 3; d++)
             for (int t = 0; t < 2; t++) {
                 double sec = time_attend(tabs[n_tabs - 1], tps[t], 32, 8, 64, dts[d], 4096, 128, 5);
                 double pairs = 128.0 * (4096 - 64); /* visible (query, key) pairs, about */
-                printf("%-5s %-6s %3d %9.2f %9.1f\n", okv_dtype_name(dts[d]), tabs[n_tabs - 1]->name, t + 1,
-                       sec * 1e3, pairs * 32 * 64 * 4 / sec / 1e9);
+                printf("%-5s %-6s %-16s %3d %9.2f %9.1f\n", okv_dtype_name(dts[d]), tabs[n_tabs - 1]->name,
+                       at_variant(tabs[n_tabs - 1], 128, 32, 8, 64, dts[d]), t + 1, sec * 1e3,
+                       pairs * 32 * 64 * 4 / sec / 1e9);
             }
     }
 

@@ -230,6 +230,8 @@ static int bench_longctx(okv_program *p, const okv_runner_options *ro, const okv
         print_profile(longr, "longctx: decode at n_ctx");
     }
     rc = 0;
+    char ran[512];
+    printf("longctx: kernels ran: %s\n", okv_runner_kernels_ran(longr, ran, sizeof ran));
 done:
     if (rc) fprintf(stderr, "longctx: %s\n", err.message);
     okv_runner_free(shortr);
@@ -342,6 +344,8 @@ int main(int argc, char **argv) {
            "%.1f/%.1f GB/s -> %.0f%% of the better\n",
            wbytes / 1e9, wbytes * dec_tps / 1e9, bw_threads, bw_before, bw_after, 100 * wbytes * dec_tps / 1e9 / bw);
     if (profile) print_profile(r, "decode");
+    char ran[512];
+    printf("kernels ran: %s\n", okv_runner_kernels_ran(r, ran, sizeof ran));
     okv_runner_free(r);
     okv_cache_remove("bench", &err);
     okv_program_free(p);

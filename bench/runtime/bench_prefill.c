@@ -156,6 +156,8 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) {
         okv_error err = {0};
+        char ran[512];
+        printf("%s: kernels ran: %s\n", progs[i].path, okv_runner_kernels_ran(progs[i].r, ran, sizeof ran));
         okv_runner_free(progs[i].r);
         okv_cache_remove(progs[i].key, &err);
         okv_program_free(progs[i].p);

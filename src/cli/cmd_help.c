@@ -120,7 +120,8 @@ static const help_page PAGES[] = {
      "  --json-schema FILE                constrained sampling: the reply is a value of this JSON Schema\n"
      "                                    (type, properties, required, items, enum, const, anyOf, ...;\n"
      "                                    an unsupported keyword is refused by name)\n"
-     "  --verbose                         the model's name and size, and the cache layout, first\n"
+     "  --verbose                         the model's name and size, and the cache layout, first;\n"
+     "                                    the kernel variants that ran, per op, last\n"
      "\n" CACHE_OPTS
      "\n"
      "example: offkv run smol.okv --prompt \"What is the capital of France?\"\n"},

@@ -16,7 +16,8 @@
  * streams to stdout and ends with a newline (added only when the text did
  * not end with one); the stats line then goes to stderr, after stdout is
  * flushed, so the two never share a line on a terminal. --verbose first
- * prints the model's name and size and the cache layout. */
+ * prints the model's name and size and the cache layout, and last the
+ * kernel variants the router ran (okv_runner_kernels_ran). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -355,6 +356,10 @@ int okv_cli_run(int argc, char **argv) {
         if (!st) st = okv_sampler_params_check(&go.sampling, &err);
         if (!st) st = okv_gen_check_tokenizer(s.program, tok, &err);
         if (!st) st = a.interactive ? run_interactive(&a, &s, tok, &pa, &go, &err) : run_once(&a, &s, tok, &pa, &go, &err);
+    }
+    if (!st && a.verbose) {
+        char ran[512];
+        fprintf(stderr, "offkv: kernels ran: %s\n", okv_runner_kernels_ran(s.runner, ran, sizeof ran));
     }
     if (st) rc = okv_cli_die(&err);
     free(vars); free(tmpl); free(tok_config);

@@ -1,6 +1,6 @@
 /* okv_kvq8.h — the q8 KV storage format, shared by the cache's byte layer
  * (sizes), the update half of attention (quantize on write) and the
- * attention read loops (okv_attend_q8.c).
+ * attention read loops (attend/blocked_q8.c).
  *
  * A row of n elements (n a multiple of 32; the cache requires head_dim % 32
  * == 0) is n / 32 blocks of 36 bytes: 32 int8 codes, then the block's f32

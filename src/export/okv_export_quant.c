@@ -3,7 +3,7 @@
  * The per-group error search (okv_quant.c) dominates a quantized export:
  * a Llama-3.2-1B-shaped checkpoint took 190 s (8w) and 317 s (4w) on one
  * thread. Rows are quantized independently, so they are spread over the
- * kernels' thread pool in tasks of QUANT_TASK_ROWS rows; the bytes written
+ * thread pool (okv_threadpool.h) in tasks of QUANT_TASK_ROWS rows; the bytes written
  * do not depend on the split (tests/e2e/test_quant.c compares 1 and 2
  * threads byte for byte). Kept apart from okv_export.c because that file
  * sees the hf layer's types, whose okv_rope collides with the kernels'. */
@@ -12,7 +12,8 @@
 
 #include "okv_export_quant.h"
 #include "okv_common.h"
-#include "okv_kernels.h"
+#include "okv_quant.h"
+#include "okv_threadpool.h"
 
 okv_threadpool *okv_export_pool_create(int n_threads) { return okv_threadpool_create(n_threads); }
 

@@ -1,5 +1,5 @@
-/* okv_kernels.h — the numeric kernels of a step and the thread pool they
- * run on. Activations are always float32, row-major [rows, width].
+/* okv_kernels.h — the numeric kernels of a step (they run on the thread
+ * pool of okv_threadpool.h). Activations are always float32, row-major [rows, width].
  *
  * Every kernel has a plain C version; some have SIMD versions chosen at run
  * time from the CPU's features. The choice lives in an okv_kernels table
@@ -16,35 +16,8 @@
 
 #include "offkv_base.h"
 #include "okv_run.h"
+#include "okv_threadpool.h"
 #include "okv_quant.h"
-
-/* ---- thread pool ----------------------------------------------------------- */
-
-typedef struct okv_threadpool okv_threadpool;
-/* n_threads <= 0: number of online CPUs. n_threads == 1 runs inline. */
-okv_threadpool *okv_threadpool_create(int n_threads);
-void okv_threadpool_free(okv_threadpool *tp);
-int okv_threadpool_size(const okv_threadpool *tp);
-/* Loops handed to the workers so far (inline runs of one task or one
- * thread are not counted): what a step's dispatch overhead scales with. */
-uint64_t okv_threadpool_dispatches(okv_threadpool *tp);
-/* Calls fn(ctx, task, thread) for task in [0, n_tasks) spread over the
- * threads and returns when all are done. thread is in [0, size); the caller
- * runs tasks too, as thread 0. tp may be NULL (runs inline, size 1). Calls
- * from several threads are serialised; a task must not call run on its own
- * pool. */
-typedef void (*okv_task_fn)(void *ctx, int task, int thread);
-void okv_threadpool_run(okv_threadpool *tp, int n_tasks, okv_task_fn fn, void *ctx);
-/* The kernels' workspace: scratch memory (64-byte aligned) the pool's owner
- * planned for every kernel it runs on this pool, sized with the
- * okv_*_scratch_bytes functions below; kernels take their scratch from it
- * instead of allocating (a step must not fail after admission). One kernel
- * call at a time uses it. mem == NULL detaches it. The pool does not own
- * mem. */
-void okv_threadpool_set_workspace(okv_threadpool *tp, void *mem, size_t bytes);
-/* The workspace if it has at least `bytes`, else NULL (none planned, or
- * planned too small: the kernel then allocates its own). */
-void *okv_threadpool_workspace(const okv_threadpool *tp, size_t bytes);
 
 /* ---- kernel table ------------------------------------------------------------ */
 
@@ -108,9 +81,32 @@ typedef struct okv_attn_args {
     const okv_attn_vis *vis; /* NULL: one sequence, positions implied by the runs */
 } okv_attn_args;
 
+/* ---- variants and the router ---------------------------------------------------- */
+
+/* The ops whose implementation depends on the call's shape. Each table
+ * holds, per op, an ordered list of variants (name, fits, run); the router
+ * (okv_kernels.c) runs the first whose fits() accepts the call's shape on
+ * this CPU. The table's function pointers below are that router. */
+typedef enum okv_kop { OKV_KOP_MATMUL = 0, OKV_KOP_MATMUL_Q, OKV_KOP_MATMUL_QB, OKV_KOP_ATTEND, OKV_KOP_COUNT } okv_kop;
+/* What a variant's fits() sees of a call: the matmuls fill T, K, N and wdt
+ * (dense) or s (matmul_q / matmul_qb); attend fills T, n_heads, kv_heads,
+ * head_dim and the pools' dtypes. */
+typedef struct okv_kshape {
+    int T, K, N;
+    okv_dtype wdt;
+    const okv_qscheme *s;
+    int n_heads, kv_heads, head_dim;
+    okv_dtype k_dt, v_dt;
+} okv_kshape;
+typedef struct okv_kvariant okv_kvariant; /* okv_kernels_internal.h */
+/* "op" -> "matmul", "matmul_q", "matmul_qb", "attend". */
+const char *okv_kop_name(okv_kop op);
+
 typedef struct okv_kernels {
     okv_isa isa;
     const char *name;
+    /* per op, the variant list the router walks (see okv_kernels_pick) */
+    const okv_kvariant *variants[OKV_KOP_COUNT];
     /* y[T,N] = x[T,K] @ W[N,K]^T (+ bias[N] if non-NULL); W in wdt. y must
      * not alias x. Each output is computed by one task, so results do not
      * depend on the number of threads. */
@@ -140,7 +136,7 @@ typedef struct okv_kernels {
     /* y[T,N] = x[T,K] @ dequant(W)[N,K]^T (+ bias[N] if non-NULL), W[N,K]
      * quantized with scheme s (okv_quant.h; checked by the caller). Fast
      * versions quantize x to int8 per group and use integer dots (error
-     * bounds in okv_qmatmul.c). Each output is computed by one task, so
+     * bounds in qmatmul/int_plain.c). Each output is computed by one task, so
      * results do not depend on the number of threads. If scratch memory
      * cannot be allocated the output is filled with NaN. */
     void (*matmul_q)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
@@ -148,7 +144,7 @@ typedef struct okv_kernels {
     /* The same for W stored as GGUF blocks (s->block set; matmul_q takes
      * only offkv's own planes): decode on integer dots with x quantized
      * per block as llama.cpp does, prompts on the packed GEMM with W
-     * dequantized exactly per call (okv_qbmm.c). */
+     * dequantized exactly per call (qmatmul/block_plain.c). */
     void (*matmul_qb)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                       const okv_qscheme *s, int N, const float *bias);
     /* Whether matmul_qb runs W of block type `type` faster with its rows
@@ -175,14 +171,21 @@ typedef struct okv_kernels {
 const okv_kernels *okv_kernels_select(okv_isa isa);
 /* The batch-invariant table (okv_runner_options.deterministic): for every
  * weight dtype one per-output arithmetic for every T (no GEMV/GEMM switch
- * that changes sums, no split K; okv_kernels_det.c) and an attention whose
- * key blocks are fixed by position, without key splits (okv_attend_det.c);
+ * that changes sums, no split K; matmul/det.c) and an attention whose
+ * key blocks are fixed by position, without key splits (attend/det.c);
  * with the plain matmuls when isa or the CPU gives plain. */
 const okv_kernels *okv_kernels_select_deterministic(okv_isa isa);
 /* Whether this process may use AMX tiles, asking the OS once
  * (arch_prctl ARCH_REQ_XCOMP_PERM); *why (may be NULL) gets a static
  * sentence such as "granted" or "refused by the OS (...)". */
 bool okv_amx_usable(const char **why);
+/* The name of the variant k's router runs for op on a call of shape sh
+ * (the same pick the call makes; static string). */
+const char *okv_kernels_pick(const okv_kernels *k, okv_kop op, const okv_kshape *sh);
+/* The variants that ran on tp so far (the router notes each pick on the
+ * pool it runs on), as "matmul: a, b; attend: c" into buf (n bytes,
+ * truncated, NUL-terminated); returns buf. tp NULL: "". */
+const char *okv_kernels_ran(const okv_threadpool *tp, char *buf, size_t n);
 /* "<table name> (amx: <why>)", a static string per table. */
 const char *okv_kernels_describe(const okv_kernels *k);
 /* What the CPU and OS let us use (CPUID + XGETBV, read once). AMX also
@@ -201,7 +204,7 @@ const okv_cpu_caps *okv_cpu(void);
  * static string, computed once). */
 const char *okv_cpu_features(void);
 
-/* ---- plain row-wise kernels (okv_ops.c; rope_apply also in the tables) -------- */
+/* ---- plain row-wise kernels (ops/ops_plain.c; rope_apply also in the tables) -------- */
 
 /* x [T, n_heads*head_dim] in place; NeoX layout: channel i pairs with i+D/2,
  * angle = pos * inv_freq[i] for i < D/2 (inv_freq 0 = identity). */
@@ -234,7 +237,7 @@ size_t okv_matmul_q_scratch_bytes(int T, int K, int N, const okv_qscheme *s, int
  * kv heads, head_dim) on a pool of n_threads, for ANY number of keys, runs
  * and any visibility. */
 size_t okv_attend_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
-/* The same for the deterministic table's attention (okv_attend_det.c). */
+/* The same for the deterministic table's attention (attend/det.c). */
 size_t okv_attend_det_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 
 #endif

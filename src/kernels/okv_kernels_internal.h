@@ -40,6 +40,19 @@ static inline float okv_k_f16(uint16_t h) {
     return f;
 }
 
+/* sum a[k]*b[k] with 8 independent partial sums (a compiler can keep them in
+ * one vector register; shorter dependency chains anyway): the plain dense
+ * and quantized matmuls' dot, so both sum in one order. */
+static inline float okv_k_dot8(const float *a, const float *b, int K) {
+    float acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int i = 0; i < 8; i++) acc[i] += a[k + i] * b[k + i];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; k < K; k++) s += a[k] * b[k];
+    return s;
+}
+
 /* Element i of a row stored in dt, as f32 (q8: src at a block boundary). */
 static inline float okv_k_load(const void *src, okv_dtype dt, size_t i) {
     if (dt == OKV_Q8) return okv_q8_load(src, i);
@@ -67,7 +80,7 @@ static inline void okv_k_load_row(float *dst, const void *src, okv_dtype dt, siz
     }
 }
 
-/* The inner loops of the blocked attention, per ISA (okv_attend.c). A task
+/* The inner loops of the blocked attention, per ISA (attend/blocked.c). A task
  * holds Rp query vectors (a multiple of 16; padding vectors are zeros) and
  * works on blocks of n <= OKV_ATTN_KB keys. Layouts are chosen so every loop
  * runs along contiguous floats: the queries transposed, QT[d * Rp + r]
@@ -92,7 +105,7 @@ typedef struct okv_attn_ops {
                        size_t ldv, int n, int D);
 } okv_attn_ops;
 
-/* The inner loops for q8 K/V (okv_attend_q8.c) that go with the f32/f16/bf16
+/* The inner loops for q8 K/V (attend/blocked_q8.c) that go with the f32/f16/bf16
  * ones `base` (okv_attn_ops_plain/_avx2/_avx512; anything else gets the
  * plain q8 loops): okv_attend_fast switches to them when the pools are q8. */
 const okv_attn_ops *okv_attn_ops_q8_for(const okv_attn_ops *base);
@@ -104,14 +117,14 @@ extern const okv_attn_ops okv_attn_ops_q8_plain;
 extern const okv_attn_ops okv_attn_ops_q8_avx2;
 extern const okv_attn_ops okv_attn_ops_q8_avx512;
 
-/* The blocked attention algorithm (okv_attend.c) with the given inner loops. */
+/* The blocked attention algorithm (attend/blocked.c) with the given inner loops. */
 void okv_attend_fast(okv_threadpool *tp, const okv_attn_args *a, const okv_attn_ops *ops);
 /* One sequence: [qlo[t], qhi[t]) ([T] each) is the logical key range query
  * t may see; many sequences (a->vis set): all n_keys slots, and
  * okv_attn_key_visible says whether query t sees pool slot `slot`. */
 void okv_attn_query_ranges(const okv_attn_args *a, int n_keys, int32_t *qlo, int32_t *qhi);
 bool okv_attn_key_visible(const okv_attn_args *a, int t, int32_t slot);
-/* Attention of prefill chunks on AMX-BF16 tiles (okv_attend_amx.c) for
+/* Attention of prefill chunks on AMX-BF16 tiles (attend/prefill16.c) for
  * K and V pools each bf16, f16 or q8, head_dim a multiple of 32 (<= 256)
  * and at least 16 query vectors per kv head; every other call (an f32
  * pool, decode) goes to okv_attend_decode or okv_attend_avx512. _tiles skips the checks (callers that made them). */
@@ -123,7 +136,7 @@ size_t okv_attend_amx_scratch_bytes(int T, int n_heads, int kv_heads, int head_d
 void okv_attend_prefill_dpbf16(okv_threadpool *tp, const okv_attn_args *a);
 bool okv_attend_prefill16_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 /* Decode-sized calls (T x heads per kv head <= 15) with head_dim % 32 == 0
- * (<= 256) on one of the two kernels below (okv_attend_decode.c); _fits
+ * (<= 256) on one of the two kernels below (attend/decode.c); _fits
  * says whether a call with these K and V pool dtypes qualifies. */
 bool okv_attend_decode_fits(int T, int n_heads, int kv_heads, int D, okv_dtype k_dt, okv_dtype v_dt);
 void okv_attend_decode(okv_threadpool *tp, const okv_attn_args *a);
@@ -146,7 +159,7 @@ void okv_attend_avx2_dec(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_avx512_bf16(okv_threadpool *tp, const okv_attn_args *a);
 size_t okv_attend_decode_scratch_bytes(int T, int n_heads, int kv_heads, int head_dim, int n_threads);
 /* The inner loops per ISA: plain C (the model the others are tested
- * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (okv_attend_simd.c). */
+ * against), AVX2 + FMA + F16C, AVX-512 F/BW/VL (attend/blocked_simd.c). */
 extern const okv_attn_ops okv_attn_ops_plain;
 extern const okv_attn_ops okv_attn_ops_avx2;
 extern const okv_attn_ops okv_attn_ops_avx512;
@@ -169,7 +182,7 @@ static inline void okv_kscratch_release(okv_kscratch *s) {
     s->own = NULL;
 }
 
-/* Plain C entry points (okv_kernels_plain.c). */
+/* Plain C entry points (matmul/matmul_plain.c). */
 extern const okv_attn_ops okv_attn_ops_plain;
 void okv_matmul_plain(okv_threadpool *tp, float *y, const float *x, int T, int K,
                       const void *W, okv_dtype wdt, int N, const float *bias);
@@ -179,13 +192,13 @@ void okv_add_rmsnorm_plain(float *y, float *sum, const float *a, const float *b,
                            const float *w, float eps);
 void okv_attend_plain(okv_threadpool *tp, const okv_attn_args *a);
 
-/* AVX2+FMA+F16C entry points (okv_kernels_avx2.c); only called when the CPU
+/* AVX2+FMA+F16C entry points (matmul/dot_avx2.c); only called when the CPU
  * has those features. */
 void okv_matmul_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K,
                      const void *W, okv_dtype wdt, int N, const float *bias);
 void okv_attend_avx2(okv_threadpool *tp, const okv_attn_args *a);
 
-/* The row-wise ops' AVX2 and AVX-512 (F/BW/VL/DQ) versions (okv_ops_simd.c). */
+/* The row-wise ops' AVX2 and AVX-512 (F/BW/VL/DQ) versions (ops/ops_simd.c). */
 void okv_rmsnorm_avx2(float *y, const float *x, int T, int width, int group, const float *w, float eps);
 void okv_glu_avx2(float *y, const float *gate, const float *up, size_t n, okv_act act);
 void okv_add_rmsnorm_avx2(float *y, float *sum, const float *a, const float *b, int T, int width, int group,
@@ -197,14 +210,14 @@ void okv_add_rmsnorm_avx512(float *y, float *sum, const float *a, const float *b
                             const float *w, float eps);
 void okv_rope_apply_avx512(float *y, const float *x, int T, int n_heads, int head_dim, const float *cs);
 
-/* Quantized matmul (okv_qmatmul*.c): the f32 reference (dequantizes each W
+/* Quantized matmul (qmatmul/int_*.c): the f32 reference (dequantizes each W
  * row once for all rows of x), and per ISA the integer-dot versions. */
 void okv_matmul_q_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                         const okv_qscheme *s, int N, const float *bias);
 /* y[T, N] = NaN: what a quantized matmul without scratch memory returns. */
 void okv_qmm_fail(float *y, int T, int N);
 
-/* The integer-dot algorithm (okv_qmatmul.c's head comment) is one driver
+/* The integer-dot algorithm (qmatmul/int_plain.c's head comment) is one driver
  * with per-ISA inner loops. Activations are quantized once per call: row t
  * of x[T, K] becomes int8 planes in W's superblock order (unpacked, one
  * byte per element), x ~= dx * q + dx2 * q2 per group, with their sums.
@@ -224,7 +237,7 @@ typedef struct okv_qact {
 
 /* Two activation planes for 8-bit W and for every T > 1; one for a 4-bit
  * GEMV (T = 1), where the second plane's dots were what bounded it and its
- * error measured small (okv_qmatmul.c). A prompt step is compute-bound,
+ * error measured small (qmatmul/int_plain.c). A prompt step is compute-bound,
  * and one plane there flipped SmolLM2 4w's first answer token (a 0.08
  * logit near-tie) where HF and the bf16 tiles keep it. */
 static inline bool okv_qact_two_planes(int bits, int T) { return bits == 8 || T > 1; }
@@ -248,7 +261,7 @@ static inline size_t okv_qact_group_base(int gs, int G, int g, size_t *unit_stri
     return (size_t)sb * OKV_QSB_GROUPS * gs + 4 * (size_t)l;
 }
 /* Group g of row t held a NaN or inf: zero codes and NaN scales, so that
- * row's outputs become NaN as they would in f32 (okv_qmatmul.c). */
+ * row's outputs become NaN as they would in f32 (qmatmul/int_plain.c). */
 void okv_qact_poison_group(const okv_qmm_job *j, int t, int g);
 
 typedef struct okv_qmm_ops {
@@ -270,7 +283,7 @@ typedef struct okv_qmm_ops {
  * 64-byte vector, lanes past a tail superblock's zero (an odd T's last
  * pair has only its first row). One sequential stream of x vectors per
  * tile: a 6 x 2 VNNI tile read from it ran at 1.2-1.5x the same tile on
- * the row planes (okv_qmatmul_avx512.c). */
+ * the row planes (qmatmul/int_avx512.c). */
 size_t okv_qact_pair_bytes(int K, int group);
 void okv_qact_pack_rows(const okv_qmm_job *j, int t0, int t1);
 
@@ -291,11 +304,11 @@ const okv_qmm_ops *okv_qmm_ops_avx2(int bits, bool asym);
 /* The AVX-512 VNNI ops for a scheme's bits / asym. */
 const okv_qmm_ops *okv_qmm_ops_avx512vnni(int bits, bool asym);
 /* The integer algorithm in plain C: the model the SIMD versions must match
- * bit for bit (okv_qmatmul.c). */
+ * bit for bit (qmatmul/int_plain.c). */
 extern const okv_qmm_ops okv_qmm_ops_plain;
 void okv_matmul_q_int_plain(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias);
-/* AVX-512 F/BW/VL + VNNI (okv_qmatmul_avx512.c): vpdpbusd on 512-bit vectors. */
+/* AVX-512 F/BW/VL + VNNI (qmatmul/int_avx512.c): vpdpbusd on 512-bit vectors. */
 void okv_matmul_q_avx512vnni(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias);
 /* The same with the decode GEMV reading one W row per pass (one sequential
@@ -307,11 +320,11 @@ bool okv_qmm_have_avx512vnni(void);
  * the measured alternative to integer dots, not used by the tables. */
 void okv_matmul_q_avx512_f32(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                              const okv_qscheme *s, int N, const float *bias);
-/* AVX2 + FMA + F16C (okv_qmatmul_avx2.c): vpmaddubsw + vpmaddwd, exact. */
+/* AVX2 + FMA + F16C (qmatmul/int_avx2.c): vpmaddubsw + vpmaddwd, exact. */
 void okv_matmul_q_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_avx2(void);
-/* AMX-INT8 (okv_qmatmul_amx.c): T >= 16 on tdpbsud tiles, bit for bit the
+/* AMX-INT8 (qmatmul/int8_amx.c): T >= 16 on tdpbsud tiles, bit for bit the
  * plain integer model; fewer rows (or no AMX-INT8 permission)
  * okv_matmul_q_best. _tiles uses the tiles for every T > 1 (tests). */
 void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
@@ -319,14 +332,14 @@ void okv_matmul_q_amx(okv_threadpool *tp, float *y, const float *x, int T, int K
 void okv_matmul_q_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             const okv_qscheme *s, int N, const float *bias);
 bool okv_qmm_have_amx_int8(void);
-/* Quantized W dequantized per call into the bf16 AMX tiles (okv_kernels_amx.c):
+/* Quantized W dequantized per call into the bf16 AMX tiles (matmul/tiles_amx.c):
  * x and the dequantized weights rounded to bf16 (products within 2^-8
  * relative of the f32 reference), sums f32. T > 1 with AMX-BF16 (else
  * okv_matmul_q_best). */
 void okv_matmul_q_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                            const okv_qscheme *s, int N, const float *bias);
 size_t okv_matmul_q_amx_bf16_scratch(int T, int K, int N, int n_threads);
-/* Its producer (okv_qmatmul_amx.c): perm[e] = the k of bf16 tile column e
+/* Its producer (qmatmul/int8_amx.c): perm[e] = the k of bf16 tile column e
  * ([K], the codes' memory order), K % 32 == 0; and tile columns [e0, e1)
  * (multiples of 32: a K chunk of the blocked loop) of row n of W (n < 0:
  * zeros) dequantized to bf16 in that order, column e at
@@ -337,7 +350,7 @@ void okv_qmm_dequant_cols_tiles(const okv_qview *q, int n, int e0, int e1, uint1
 void okv_matmul_q_best(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                        const okv_qscheme *s, int N, const float *bias);
 
-/* ---- W as GGUF blocks (okv_qbmm*.c; okv_qblock.h) --------------------------------------- */
+/* ---- W as GGUF blocks (qmatmul/block_*.c; okv_qblock.h) --------------------------------------- */
 
 /* Activation blocks: x quantized per 32 (for the 32-element block types)
  * or per 256 (K-quants), d = max|x| / 127, q = round(x / d). */
@@ -366,12 +379,12 @@ typedef struct okv_qb_isa {
     okv_qb_dot8_fn dot8[OKV_QB_Q8_K]; /* x8 layout; the runtime packs a type only where an ISA has one */
 } okv_qb_isa;
 extern const okv_qb_isa okv_qb_isa_plain;
-/* x8 dots on AVX-512 VNNI (okv_qbmm_x8_avx512.c) */
+/* x8 dots on AVX-512 VNNI (qmatmul/block_x8_avx512.c) */
 void okv_qb_dot8_q4_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q8_0_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q4_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q5_k_avx512(const uint8_t *wg, const void *xq, int nb, float out[8]);
-/* x8 dots on AVX2 (okv_qbmm_x8_avx2.c) */
+/* x8 dots on AVX2 (qmatmul/block_x8_avx2.c) */
 void okv_qb_dot8_q4_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q8_0_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
 void okv_qb_dot8_q4_k_avx2(const uint8_t *wg, const void *xq, int nb, float out[8]);
@@ -384,7 +397,7 @@ bool okv_qb_x8_best(int type);
 const okv_qb_isa *okv_qb_isa_avx2(void);
 const okv_qb_isa *okv_qb_isa_avx512(void);
 const okv_qb_isa *okv_qb_isa_best(void);
-/* The integer driver (okv_qbmm.c) on an ISA's quantizers and dots; scratch
+/* The integer driver (qmatmul/block_plain.c) on an ISA's quantizers and dots; scratch
  * okv_qbmm_scratch(T, K) bytes. */
 void okv_qbmm_run(okv_threadpool *tp, const okv_qb_isa *isa, float *y, const float *x, int T, int K, const void *W,
                   const okv_qscheme *s, int N, const float *bias);
@@ -403,7 +416,7 @@ void okv_matmul_qb_avx512(okv_threadpool *tp, float *y, const float *x, int T, i
 void okv_matmul_qb_avx512_vdp(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                               const okv_qscheme *s, int N, const float *bias);
 
-/* AVX-512 F/BW/VL (+FMA, F16C) matmul (okv_kernels_avx512.c): T > 1 with
+/* AVX-512 F/BW/VL (+FMA, F16C) matmul (matmul/dot_avx512.c): T > 1 with
  * 512-bit FMAs on f32 activations for every weight dtype, T = 1 the AVX2
  * GEMV. The _bf16 variant (needs AVX512-BF16) rounds x to bf16 once per call
  * and uses vdpbf16ps for bf16 weights; f32/f16 weights as okv_matmul_avx512. */
@@ -412,7 +425,7 @@ void okv_matmul_avx512(okv_threadpool *tp, float *y, const float *x, int T, int 
 void okv_matmul_avx512_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K,
                             const void *W, okv_dtype wdt, int N, const float *bias);
 /* bf16 / f16 weights at T > 1 on f32 FMAs with x and W packed per call
- * (okv_kernels_avx512_gemm.c); products exact. Other cases as
+ * (matmul/gemm_avx512.c); products exact. Other cases as
  * okv_matmul_avx512. _takes: whether it packs (T > 1, bf16 / f16 W). */
 void okv_matmul_avx512_gemm(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                             okv_dtype wdt, int N, const float *bias);
@@ -449,7 +462,7 @@ static inline void okv_gemm_pack_x_panel(float *dst, const float *x, int T, int 
         for (int r = 0; r < mr; r++) dst[(size_t)k * mr + r] = row[r] ? row[r][src] : 0.0f;
     }
 }
-/* The same packed shape on 256-bit FMAs (okv_kernels_avx2_gemm.c). _packed
+/* The same packed shape on 256-bit FMAs (matmul/gemm_avx2.c). _packed
  * packs every T > 1 (bf16 / f16 W; else okv_matmul_avx2), and for quantized
  * W dequantizes it to f32 per call (x stays f32: the math of
  * okv_matmul_q_plain; T = 1 or K not a multiple of 32: okv_matmul_q_best).
@@ -472,13 +485,11 @@ void okv_qmm_dequant_cols_f32(const okv_qview *q, int n, int e0, int e1, float *
  * floats apart (rows at or past N zero): the packed GEMMs' producers. */
 void okv_qmm_stage_rows(const okv_qview *q, int n0, int count, int N, int k0, int kc, float *stage, int ld);
 /* bf16 weights at T > 1 on vdpbf16ps with x (rounded to bf16) and W packed
- * per call (okv_kernels_avx512_dpbf16.c). _try: false (nothing written) when
+ * per call (matmul/gemm_dpbf16.c). _try: false (nothing written) when
  * it does not take the case (_takes: T > 1, bf16 W) or has no scratch; the
  * plain entry then falls back to okv_matmul_avx512_bf16. Needs AVX512-BF16. */
 void okv_matmul_avx512_dpbf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
                               okv_dtype wdt, int N, const float *bias);
-bool okv_matmul_avx512_dpbf16_try(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
-                                  okv_dtype wdt, int N, const float *bias);
 bool okv_matmul_avx512_dpbf16_takes(int T, int K, int N, okv_dtype wdt);
 /* Quantized W on the same kernel: each task's rows dequantized to f32
  * (okv_qmm_stage_rows) and rounded to bf16 pairs per call, x packed in the
@@ -507,11 +518,11 @@ void okv_matmul_avx512_bf16_gemm(okv_threadpool *tp, float *y, const float *x, i
 void okv_matmul_gemv_bf16x(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt, int N,
                            const float *bias);
 /* The same one W row per pass, without software prefetch (the
- * avx512-vdpbf16 table's decode GEMV; okv_kernels_avx512.c). */
+ * avx512-vdpbf16 table's decode GEMV; matmul/dot_avx512.c). */
 void okv_matmul_gemv_bf16x_1row(okv_threadpool *tp, float *y, const float *x, int K, const void *W, okv_dtype wdt,
                                 int N, const float *bias);
 
-/* AMX-BF16 matmul (okv_kernels_amx.c): T > 1 with bf16/f16 weights on tiles
+/* AMX-BF16 matmul (matmul/tiles_amx.c): T > 1 with bf16/f16 weights on tiles
  * (x and f16 W rounded to bf16), f32 weights and T = 1 as
  * okv_matmul_avx512_bf16. Only called once okv_amx_usable() said yes. */
 void okv_matmul_amx(okv_threadpool *tp, float *y, const float *x, int T, int K,
@@ -525,16 +536,23 @@ void okv_matmul_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, i
 void okv_matmul_amx_v1(okv_threadpool *tp, float *y, const float *x, int T, int K,
                        const void *W, okv_dtype wdt, int N, const float *bias);
 
-/* The batch-invariant matmuls (okv_kernels_det.c; AVX2 + FMA + F16C):
+/* The batch-invariant matmuls (matmul/det.c; AVX2 + FMA + F16C):
  * every output computed the same way for every T. */
 void okv_matmul_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt, int N,
                     const float *bias);
-void okv_matmul_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
-                           int N, const float *bias);
-void okv_matmul_q_det(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
-                      int N, const float *bias);
+/* The AVX-512 rule on 16 lanes (any W dtype), and for bf16 W with AMX the
+ * tiles' sums at every T: T = 1 on a one-row tile GEMV (K % 32 == 0, N >=
+ * 16), larger T on okv_mm_amx_tiles (the router's det lists). */
+void okv_mm_det_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias);
+void okv_mm_det_amx_gemv(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                         int N, const float *bias);
+/* The integer model with both activation planes at every T (T >= 16 may
+ * take the AMX-INT8 tiles instead: the same bits). */
+void okv_qmm_det_int(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, const okv_qscheme *s,
+                     int N, const float *bias);
 
-/* The batch-invariant attention (okv_attend_det.c) on the plain / AVX2 / AVX-512
+/* The batch-invariant attention (attend/det.c) on the plain / AVX2 / AVX-512
  * inner loops, and its workspace for up to T rows. */
 void okv_attend_det_plain(okv_threadpool *tp, const okv_attn_args *a);
 void okv_attend_det_avx2(okv_threadpool *tp, const okv_attn_args *a);
@@ -566,8 +584,8 @@ typedef struct matmul_job {
     float *rows; /* plain path, per thread: one W row converted to f32 [K] (NULL: convert per use) */
 } matmul_job;
 
-/* The 64-byte LDTILECFG operand of AMX palette 1 (okv_kernels_amx.c,
- * okv_qmatmul_amx.c). Build it as a zero-initialised static: a config on the
+/* The 64-byte LDTILECFG operand of AMX palette 1 (matmul/tiles_amx.c,
+ * qmatmul/int8_amx.c). Build it as a zero-initialised static: a config on the
  * stack with garbage in a reserved byte faults at ldtilecfg. */
 typedef struct okv_amx_tilecfg {
     uint8_t palette, start_row;
@@ -576,5 +594,87 @@ typedef struct okv_amx_tilecfg {
     uint8_t rows[16];   /* rows of tile i */
 } okv_amx_tilecfg;
 _Static_assert(sizeof(okv_amx_tilecfg) == 64, "tile config is 64 bytes");
+
+/* ---- the router (okv_kernels.c) -------------------------------------------------- */
+
+/* What the router's fits() may ask of the CPU (read once). */
+typedef struct okv_kcaps {
+    bool avx2;       /* AVX2 + FMA + F16C */
+    bool avx512;     /* that + AVX-512 F/BW/VL/DQ */
+    bool avx512bf16; /* that + AVX512-BF16 */
+    bool vnni512;    /* AVX-512 + VNNI (okv_qmm_have_avx512vnni) */
+    bool amx;        /* AMX-BF16 granted by the OS (okv_amx_usable) */
+    bool amx_int8;   /* AMX-INT8 too (okv_qmm_have_amx_int8) */
+} okv_kcaps;
+
+typedef void (*okv_matmul_fn)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                              okv_dtype wdt, int N, const float *bias);
+typedef void (*okv_matmul_q_fn)(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                const okv_qscheme *s, int N, const float *bias);
+typedef void (*okv_attend_fn)(okv_threadpool *tp, const okv_attn_args *a);
+
+/* One way to run an op. A list is an array of variants ended by an entry
+ * with name NULL whose `then` continues into another list (or is NULL: the
+ * list's last variant must then fit everything). fits NULL: always. run
+ * holds the op's signature (matmul_q for matmul_q and matmul_qb). */
+struct okv_kvariant {
+    const char *name;
+    bool (*fits)(const okv_kshape *sh, const okv_kcaps *caps);
+    union {
+        okv_matmul_fn matmul;
+        okv_matmul_q_fn matmul_q;
+        okv_attend_fn attend;
+    } run;
+    const okv_kvariant *then;
+};
+/* The first variant of list that fits sh on this CPU: the one pick every
+ * table call makes (never NULL for the tables' lists). */
+const okv_kvariant *okv_kernels_route(const okv_kvariant *list, const okv_kshape *sh);
+const okv_kcaps *okv_kcaps_get(void);
+/* Every table okv_kernels_select(_deterministic) can return: copies up to
+ * max into out, returns how many there are. */
+int okv_kernels_all(const okv_kernels **out, int max);
+
+/* ---- leaves: one op on one ISA, no routing inside -------------------------------------- */
+/* Each assumes its variant's fits() held; out of scratch memory it fills y
+ * with NaN (okv_qmm_fail). */
+/* dense W, T > 1, bf16 / f16 (matmul/gemm_avx2.c, matmul/gemm_avx512.c) */
+void okv_mm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias);
+void okv_mm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                          int N, const float *bias);
+/* bf16 W, T > 1, on vdpbf16ps with x and W packed (matmul/gemm_dpbf16.c) */
+void okv_mm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                 okv_dtype wdt, int N, const float *bias);
+/* T > 1, K, N > 0: 512-bit f32 FMA tiles, any W dtype; bf16 W on vdpbf16ps
+ * tiles with x rounded to bf16 (matmul/dot_avx512.c) */
+void okv_mm_avx512_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                       int N, const float *bias);
+void okv_mm_avx512_bf16_dot(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                            okv_dtype wdt, int N, const float *bias);
+/* bf16 / f16 W on AMX tiles, AMX usable: the blocked loop (T > 1) and the
+ * previous one (T >= 1) (matmul/tiles_amx.c) */
+void okv_mm_amx_blocked(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                        int N, const float *bias);
+void okv_mm_amx_tiles(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W, okv_dtype wdt,
+                      int N, const float *bias);
+/* quantized W, okv_gemm_quant_packs: dequantized per call into the packed
+ * GEMMs (f32 on AVX2 / AVX-512, bf16 on vdpbf16ps and AMX tiles) */
+void okv_qmm_avx2_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_avx512_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                           const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_avx512_dpbf16_packed(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                                  const okv_qscheme *s, int N, const float *bias);
+void okv_qmm_amx_bf16(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
+/* offkv planes on AMX-INT8 tiles, T >= 2 (qmatmul/int8_amx.c) */
+void okv_qmm_amx_int8(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                      const okv_qscheme *s, int N, const float *bias);
+/* GGUF blocks on the integer driver with the AVX2 / AVX-512 VNNI dots (qmatmul/block_plain.c) */
+void okv_qbmm_int_avx2(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                       const okv_qscheme *s, int N, const float *bias);
+void okv_qbmm_int_avx512(okv_threadpool *tp, float *y, const float *x, int T, int K, const void *W,
+                         const okv_qscheme *s, int N, const float *bias);
 
 #endif

@@ -1,6 +1,6 @@
 /* okv_qblock_x8.c — the in-memory "x8" layout of GGUF block matrices: rows
  * interleaved in groups of 8 so a SIMD dot can keep one output row per
- * 32-bit lane (okv_qbmm_x8_avx512.c). It exists only in memory: the
+ * 32-bit lane (qmatmul/block_x8_avx512.c). It exists only in memory: the
  * runtime rearranges a loaded program's block matrices into it when the
  * kernel table has x8 dots; files always hold the GGUF row order.
  *

@@ -70,7 +70,7 @@ static size_t kernel_workspace_bytes(const okv_runner *r) {
  * that input's last reader: GLU and RoPE over the same [rows, width], whose
  * kernels read each element before writing it, at the same place. Writing
  * in place saves the output's read for ownership and a buffer's worth of
- * cache (a pp512 GLU took 0.81x the time, okv_ops_simd.c; bench_model pp512
+ * cache (a pp512 GLU took 0.81x the time, ops/ops_simd.c; bench_model pp512
  * on a loaded machine, 3 + 3 alternating runs: RoPE's share of the step
  * 0.2-0.3% vs 0.5-0.8%, GLU's 1.8-2.8% vs 2.1%; decode GLU and RoPE
  * 0.8-0.9x). Add and rmsnorm are left out: runs with them in place were

@@ -78,6 +78,8 @@ int okv_runner_capacity(const okv_runner *r) { return okv_kv_capacity(r->kv); }
 
 const char *okv_runner_kernels(const okv_runner *r) { return okv_kernels_describe(r->k); }
 
+const char *okv_runner_kernels_ran(const okv_runner *r, char *buf, size_t n) { return okv_kernels_ran(r->tp, buf, n); }
+
 int okv_runner_profile(const okv_runner *r, okv_op_profile *out, int max) {
     for (int k = 0; k < PROF_KINDS && k < max; k++) {
         const char *name = k < OKV_OP_COUNT ? okv_op_name((okv_op)k)

@@ -164,6 +164,9 @@ static void test_run_streams(void) {
     CHECKF(starts_with(r.err, "offkv: model SmolLM2-135M-Instruct.Q4_1 | LlamaForCausalLM | 134.5M parameters | ") &&
                strstr(r.err, "MiB of f32 weights") && strstr(r.err, "caches") && strstr(r.err, "generated 2 tok"),
            "stderr %s", r.err);
+    /* last, the variants the kernel router ran: a matmul (dense or block) and an attention */
+    const char *ran = strstr(r.err, "offkv: kernels ran: matmul");
+    CHECKF(ran && strstr(ran, "; attend: ") && strchr(ran, '\n'), "stderr %s", r.err);
     result_free(&r);
     /* --mmap: the same tokens with the file mapped, and the model line says so */
     snprintf(args, sizeof args, "run %s/smol.okv --chat none --prompt 'The capital of France is' --greedy --max-new-tokens 2 --verbose --mmap", dir);

@@ -189,7 +189,7 @@ static void check_fixture_cases(const char *fixture, const qcase *cases, size_t 
                        100 * cases[c].min_argmax_share);
                 /* the plain kernel table gives the same logits within the fast
                  * kernels' arithmetic: for 8-bit W their activations in two int8
-                 * planes are within max|x|/64516 per element (okv_qmatmul.c),
+                 * planes are within max|x|/64516 per element (qmatmul/int_plain.c),
                  * which these error-amplifying fixtures turn into <= 0.004 on the
                  * logits; 4-bit W has one plane (max|x|/254), bounded like
                  * check_dequant_equivalence's decode steps */

@@ -520,7 +520,7 @@ static void test_workspace(const okv_kernels **tables, int n_tables) {
     free(o2);
 }
 
-/* The decode kernels on their own (okv_attend_decode.c: AMX score tiles +
+/* The decode kernels on their own (attend/decode.c: AMX score tiles +
  * f32 P V where AMX is usable, and vdpbf16ps only, which the AVX-512 BF16
  * table takes on CPUs without AMX): every head_dim they take (32..256,
  * each accumulator tiling), every GQA ratio up to their 15 query vectors

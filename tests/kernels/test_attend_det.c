@@ -1,4 +1,4 @@
-/* The deterministic table's attention (okv_attend_det.c):
+/* The deterministic table's attention (attend/det.c):
  *   - close to okv_attend_reference (double softmax over an explicit mask)
  *     for f32/f16/bf16/q8 pools, GQA ratios, windows, head_dim tails;
  *   - batch-invariant: a query row's output is bit for bit the same when it

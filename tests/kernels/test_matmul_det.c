@@ -1,4 +1,4 @@
-/* The deterministic table's matmuls (okv_kernels_det.c): every row of
+/* The deterministic table's matmuls (matmul/det.c): every row of
  * y = x W^T is bit for bit the same whether x has 1 row or T rows (T
  * around the GEMV/GEMM and AMX thresholds: 1, 3, 4, 16, 33), on 1 or 2
  * threads, for f32/f16/bf16 weights (shapes with N and K tails: the AMX

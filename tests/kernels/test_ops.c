@@ -1,4 +1,4 @@
-/* The row-wise ops' fast paths (okv_ops_simd.c) against the plain table and
+/* The row-wise ops' fast paths (ops/ops_simd.c) against the plain table and
  * a double computation, over odd lengths (every tail and block size of the
  * 8- and 16-lane loops), misaligned pointers and every aliasing the runtime
  * may use, for each ISA the CPU has (avx2, avx512: each its own table):

@@ -1,5 +1,5 @@
 /* Tests the prefill matmul paths (T > 1): AVX-512 f32 FMAs (dot products,
- * and the packed broadcast kernel of okv_kernels_avx512_gemm.c), AVX-512 BF16
+ * and the packed broadcast kernel of matmul/gemm_avx512.c), AVX-512 BF16
  * (vdpbf16ps) and AMX BF16 tiles, each against a double-precision reference
  * and against the plain table, for T in {1, 2, 7, 16, 17, 64, 130} (and 513), K
  * not a multiple of 32, N not a multiple of any tile (and one N past the AMX

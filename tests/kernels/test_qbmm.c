@@ -1,4 +1,4 @@
-/* Tests the matmul over GGUF block weights (okv_qbmm*.c) for every carried
+/* Tests the matmul over GGUF block weights (qmatmul/block_*.c) for every carried
  * block type: random blocks (random codes, scale bytes set to finite f16),
  * odd shapes (N not a multiple of any tile, one block, several blocks; T in
  * {1, 2, 5, 15} on the integer dots and {16, 37, 64} on the packed GEMMs),
