@@ -284,8 +284,11 @@ def test_shutdown_cut(program):
     threads = [threading.Thread(target=f) for f in (run_a, run_b, run_e, run_d)]
     rc = None
     try:
+        # one at a time, so A is admitted first and (prefill oldest first) generates before the cut
         threads[0].start()
+        check(s.wait_metric("offkv_active_sequences", 1, timeout=30) == 1, "A is admitted")
         threads[1].start()
+        check(s.wait_metric("offkv_active_sequences", 2, timeout=30) == 2, "B is admitted after A")
         threads[2].start()
         check(b_started.wait(60), "B streams")
         # E's second choice joins the step once E's prompt is in (before, the step holds A, B and E's prefill)
