@@ -60,6 +60,8 @@ typedef struct okv_server_options {
     size_t prefix_cache_bytes;   /* K/V bytes finished sequences may keep as prefix-cache entries (0 = as
                                     many as the pool holds; evicted LRU when cells are needed) */
     const char *api_key;         /* NULL = no authentication; else "Authorization: Bearer KEY" on /v1 and /metrics */
+    const char *chat_template_path; /* NULL = the program's own chat template; else a Jinja file used instead
+                                       (a template with tools for a model whose own has none) */
     const char *cors_origin;     /* NULL = no CORS headers; else an origin or "*": every response carries
                                     Access-Control-Allow-Origin, and OPTIONS (a browser's preflight) is
                                     answered 204 with Access-Control-Allow-* before the API key is checked */

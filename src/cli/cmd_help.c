@@ -152,6 +152,8 @@ static const help_page PAGES[] = {
      "  --prefix-cache-redis-bytes N      set the Redis server's maxmemory to N with allkeys-lru eviction\n"
      "                                    (default: leave its configuration alone)\n"
      "  --ctx-per-seq N                   positions per sequence (default and most: the program's max_ctx_len)\n"
+     "  --chat-template FILE              render chats with this Jinja template instead of the program's own\n"
+     "                                    (e.g. one that renders `tools`; docs/tools.md)\n"
      "  --api-key KEY                     require \"Authorization: Bearer KEY\" on /v1/* and /metrics\n"
      "  --cors-origin ORIGIN|*            allow browsers of ORIGIN (or any): Access-Control-Allow-Origin on\n"
      "                                    every response, OPTIONS preflights answered before the key check\n"

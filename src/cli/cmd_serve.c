@@ -53,6 +53,8 @@ static int parse_serve_args(int argc, char **argv, okv_server_options *o, okv_cl
             unsigned long long b = strtoull(v, &end, 10);
             if (!*v || *end || v[0] == '-') return okv_cli_usage_error("--prefix-cache-bytes: '%s' must be a byte count", v);
             o->prefix_cache_bytes = (size_t)b;
+        } else if (!strcmp(a, "--chat-template")) {
+            o->chat_template_path = v;
         } else if (!strcmp(a, "--prefix-cache-dir")) {
             o->prefix_cache_dir = v;
         } else if (!strcmp(a, "--prefix-cache-dir-bytes")) {

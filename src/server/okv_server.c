@@ -402,6 +402,33 @@ static char *default_model_name(const char *path) {
     return strndup(base, n);
 }
 
+/* --chat-template FILE: the file's text replaces the program's template,
+ * parsed once here so a template our Jinja subset cannot read is refused
+ * at start, naming the file, rather than on every request. */
+static okv_status load_chat_template_file(okv_server *s, okv_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    okv_status st = okv_read_file(s->o.chat_template_path, &text, &len, err);
+    if (st) return st;
+    if (memchr(text, 0, len)) {
+        free(text);
+        return fail(err, OKV_ERR_INVALID, "%s (--chat-template): the template holds a NUL byte%s", s->o.chat_template_path, NULL);
+    }
+    okv_chat_template *t = NULL;
+    okv_error e2 = {0};
+    st = okv_chat_template_parse(text, &t, &e2);
+    okv_chat_template_free(t);
+    if (st) {
+        free(text);
+        err->status = st;
+        snprintf(err->message, sizeof err->message, "%.200s (--chat-template): %.800s", s->o.chat_template_path, e2.message);
+        return st;
+    }
+    free(s->chat_template);
+    s->chat_template = text;
+    return OKV_OK;
+}
+
 static okv_status load_model(okv_server *s, okv_error *err) {
     okv_status st = okv_program_open_with(s->o.program_path, &s->o.program, &s->program, err);
     if (st) return st;
@@ -415,6 +442,10 @@ static okv_status load_model(okv_server *s, okv_error *err) {
     if (st) return st;
     s->tok_config = blob_text(s->program, "tokenizer_config.json");
     s->chat_template = blob_text(s->program, "chat_template.jinja");
+    if (s->o.chat_template_path) {
+        st = load_chat_template_file(s, err);
+        if (st) return st;
+    }
     okv_chat_config cfg = {0};
     okv_error e2;
     const char *tmpl = s->chat_template;

@@ -156,8 +156,41 @@ static int parse_logprobs(parse_ctx *c, const cJSON *j, srv_request *r) {
 }
 
 /* The fields both endpoints share: sampling, limits, stop, stream, n, logprobs. */
+/* Fields OpenAI defines that would change the output but that we do not
+ * implement: a 400 naming the field rather than a reply that silently
+ * differs from what was asked. (Fields that cannot change the output --
+ * store, metadata, service_tier, prediction, ... -- are ignored; the list
+ * is in docs/serving.md.) */
+static int refuse_unsupported(parse_ctx *c, const cJSON *j) {
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "logit_bias")) && !cJSON_IsNull(v) &&
+        !(cJSON_IsObject(v) && !v->child))
+        return bad(c, "logit_bias", "'%s' is not supported%s", NULL);
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "echo")) && cJSON_IsTrue(v))
+        return bad(c, "echo", "'%s': true is not supported (the reply never repeats the prompt)%s", NULL);
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "best_of")) && !cJSON_IsNull(v) &&
+        !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return bad(c, "best_of", "'%s' is not supported (use n for several choices)%s", NULL);
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "suffix")) && !cJSON_IsNull(v) &&
+        !(cJSON_IsString(v) && !v->valuestring[0]))
+        return bad(c, "suffix", "'%s' (insertion) is not supported%s", NULL);
+    static const char *const refused[] = {"functions", "function_call", "audio", "web_search_options"};
+    static const char *const why[] = {"use tools", "use tool_choice", "text output only", "no search tool"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if ((v = cJSON_GetObjectItemCaseSensitive(j, refused[i])) && !cJSON_IsNull(v))
+            return bad(c, refused[i], "'%s' is not supported (%s)", why[i]);
+    if ((v = cJSON_GetObjectItemCaseSensitive(j, "modalities")) && cJSON_IsArray(v)) {
+        const cJSON *m;
+        cJSON_ArrayForEach(m, v)
+            if (!cJSON_IsString(m) || strcmp(m->valuestring, "text"))
+                return bad(c, "modalities", "'%s': only \"text\" is supported%s", NULL);
+    }
+    return 0;
+}
+
 static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
-    int status = 0;
+    int status = refuse_unsupported(c, j);
+    if (status) return status;
     okv_sampler_params sp = s->defaults.sampling;
     double d;
     long long ll;

@@ -262,6 +262,19 @@ def test_fields(s):
     code, r2 = s.post("/v1/chat/completions", chat("hi", max_tokens=2, user="user-1", prompt_cache_key="conv-9"))
     check(code == 200, "user / prompt_cache_key accepted: %s" % r2)
     expect_400(s, "/v1/chat/completions", chat("hi", user=5), "user")
+    # fields that would change the reply but are not implemented: refused by name
+    for field, value in (("logit_bias", {"42": 5}), ("best_of", 2), ("functions", [{"name": "f"}]),
+                         ("function_call", "auto"), ("audio", {"voice": "x"}), ("modalities", ["text", "audio"]),
+                         ("web_search_options", {})):
+        expect_400(s, "/v1/chat/completions", chat("hi", **{field: value}), field)
+    expect_400(s, "/v1/completions", {"prompt": "a", "max_tokens": 1, "echo": True}, "echo")
+    expect_400(s, "/v1/completions", {"prompt": "a", "max_tokens": 1, "suffix": "b"}, "suffix")
+    # ... and their no-op values, like the fields that cannot change the output, are accepted
+    code, r3 = s.post("/v1/chat/completions", chat("hi", max_tokens=2, logit_bias={}, best_of=1, modalities=["text"],
+                                                   store=False, metadata={"k": "v"}, service_tier="auto"))
+    check(code == 200, "no-op values of unsupported fields accepted: %s" % r3)
+    code, r4 = s.post("/v1/completions", {"prompt": "a", "max_tokens": 1, "echo": False, "suffix": ""})
+    check(code == 200, "echo false / empty suffix accepted: %s" % r4)
     fps = {r["system_fingerprint"], r2["system_fingerprint"], events[0]["system_fingerprint"], events[-1]["system_fingerprint"],
            s.post("/v1/completions", {"prompt": "a", "max_tokens": 1})[1]["system_fingerprint"]}
     fp = fps.pop() if len(fps) == 1 else ""
