@@ -34,7 +34,10 @@
  *   const, anyOf (alternatives that start with different characters, e.g.
  *   a string or null), $ref to "#/$defs/NAME" or "#/definitions/NAME"
  *   (non-recursive), and the annotations title, description, default,
- *   examples, $schema, $id, $comment. Properties may come in any order; the
+ *   examples, $schema, $id, $comment; on strings "format" date, time,
+ *   date-time or uuid (RFC 3339 forms, valid values only: months 1-12, days
+ *   within the month, offsets required on times; okv_grammar_format.c),
+ *   other formats refused. Properties may come in any order; the
  *   object closes only once every required one is present. */
 #ifndef OFFKV_GRAMMAR_H
 #define OFFKV_GRAMMAR_H

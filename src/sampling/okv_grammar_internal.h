@@ -31,6 +31,9 @@ typedef enum gn_kind {
                     alts[alt_off + i], then the literal lits[lit_off + 2i + 1] (its tail) */
 } gn_kind;
 
+/* String formats (okv_grammar_format.c). */
+enum { GN_FMT_NONE, GN_FMT_DATE, GN_FMT_TIME, GN_FMT_DATE_TIME, GN_FMT_UUID };
+
 /* The fixed nodes. */
 enum { GN_FIX_ANY = 0, GN_FIX_OBJECT = 1, GN_FIX_ARRAY = 2, GN_FIX_STRING = 3, GN_FIX_NUMBER = 4,
        GN_FIX_WORDS = 5, GN_FIXED = 6 };
@@ -49,6 +52,7 @@ typedef struct gn_node {
     int32_t items;              /* array: element node */
     int64_t min_items, max_items;
     int64_t min_len, max_len;   /* string */
+    int format;                 /* string: GN_FMT_* (then min_len/max_len are unused) */
     int32_t lit_off, n_lits;    /* literals */
     int32_t alt_off, n_alts;    /* anyOf, framed */
     uint8_t first[32];          /* bit set of the bytes a value of this node can start with */
@@ -134,6 +138,15 @@ void gm_start(gm_state *s);
  * (max_token bytes) nor still be short of minLength gets one count value. */
 void gm_mask_key(const okv_grammar *g, const gm_state *s, int32_t max_token, gm_state *key);
 void gm_cache_free(okv_grammar_match *m);
+
+/* okv_grammar_format.c: a formatted string's bytes between the quotes.
+ * gf_start sets up the frame, gf_byte takes one byte (false: it cannot
+ * come next), gf_complete says whether the closing quote may come now;
+ * gf_parse maps a "format" name to GN_FMT_* (GN_FMT_NONE: not supported). */
+void gf_start(int format, gm_frame *f);
+bool gf_byte(int format, gm_frame *f, unsigned char c);
+bool gf_complete(const gm_frame *f);
+int gf_parse(const char *name);
 static inline void gm_copy(gm_state *dst, const gm_state *src) {
     dst->depth = src->depth;
     memcpy(dst->f, src->f, (size_t)src->depth * sizeof *src->f);

@@ -30,7 +30,7 @@ typedef enum gm_phase {
     R_BEFORE, R_AFTER,                                        /* root: before / after the value started */
     O_START, O_OPEN, O_KEY, O_COLON, O_VALUE, O_NEXT, O_COMMA, /* object: '{' ... '}' */
     A_START, A_OPEN, A_NEXT, A_COMMA,                         /* array: '[' ... ']' */
-    S_START, S_BODY, S_ESC, S_HEX, S_UTF8,                    /* string */
+    S_START, S_BODY, S_ESC, S_HEX, S_UTF8, S_FORMAT,          /* string (S_FORMAT: okv_grammar_format.c's) */
     N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EXP, N_EXPSIGN, N_EXPDIG, /* number */
     L_BODY,                                                   /* literal set */
     F_HEAD, F_VALUE, F_TAIL, F_NEXT                           /* framed values: head, value, tail, between */
@@ -250,8 +250,12 @@ static gm_result step_string(const okv_grammar *g, gm_frame *f, unsigned char c)
     switch ((gm_phase)f->phase) {
     case S_START:
         if (c != '"') return GM_REJECT;
-        set_phase(f, S_BODY);
+        set_phase(f, n->format ? S_FORMAT : S_BODY);
+        if (n->format) gf_start(n->format, f);
         return GM_TAKE;
+    case S_FORMAT:
+        if (c == '"') return gf_complete(f) ? GM_END : GM_REJECT;
+        return gf_byte(n->format, f, c) ? GM_TAKE : GM_REJECT;
     case S_BODY:
         if (c == '"') return (int64_t)f->count >= n->min_len ? GM_END : GM_REJECT;
         if ((int64_t)f->count >= n->max_len || c < 0x20) return GM_REJECT;

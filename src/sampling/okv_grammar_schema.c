@@ -139,7 +139,8 @@ static bool is_annotation(const char *k) {
 
 static bool is_constraint(const char *k) {
     static const char *const names[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "$ref"};
+                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "$ref",
+                                        "format"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(k, names[i])) return true;
     return false;
@@ -321,7 +322,26 @@ static int32_t compile_array(compiler *c, const cJSON *s, int depth) {
     return id;
 }
 
+/* "format": one of okv_grammar_format.c's, alone (with minLength/maxLength
+ * it is refused: a format fixes the length itself). */
+static int32_t compile_format(compiler *c, const cJSON *s, const cJSON *fmt) {
+    int format = cJSON_IsString(fmt) ? gf_parse(fmt->valuestring) : GN_FMT_NONE;
+    if (!cJSON_IsString(fmt)) return fail_at(c, OKV_ERR_INVALID, "'format' must be a string");
+    if (format == GN_FMT_NONE)
+        return fail_at(c, OKV_ERR_UNSUPPORTED, "unsupported 'format' \"%.64s\" (date, time, date-time and uuid are)",
+                       fmt->valuestring);
+    if (cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength"))
+        return fail_at(c, OKV_ERR_UNSUPPORTED, "'format' together with 'minLength' or 'maxLength'");
+    int32_t id = new_node(c, GN_STRING);
+    if (id < 0) return -1;
+    c->g->nodes[id].format = format;
+    gn_first_add(&c->g->nodes[id], '"');
+    return id;
+}
+
 static int32_t compile_string(compiler *c, const cJSON *s) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (fmt) return compile_format(c, s, fmt);
     int64_t lo, hi;
     if (!opt_count(c, s, "minLength", 0, &lo) || !opt_count(c, s, "maxLength", OKV_GRAMMAR_MAX_STRING, &hi)) return -1;
     if (lo > hi) return fail_at(c, OKV_ERR_INVALID, "'minLength' %lld is above 'maxLength' %lld", (long long)lo, (long long)hi);

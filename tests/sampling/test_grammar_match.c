@@ -242,8 +242,12 @@ static void test_bounds(void) {
 
 static void test_refusals(void) {
     refused("{\"type\":\"string\",\"pattern\":\"^a\"}", OKV_ERR_UNSUPPORTED, "'pattern' at #");
-    refused("{\"properties\":{\"zip\":{\"type\":\"string\",\"format\":\"date\"}}}", OKV_ERR_UNSUPPORTED,
-            "'format' at #/properties/zip");
+    refused("{\"properties\":{\"to\":{\"type\":\"string\",\"format\":\"email\"}}}", OKV_ERR_UNSUPPORTED,
+            "'format' \"email\"");
+    refused("{\"properties\":{\"to\":{\"type\":\"string\",\"format\":\"email\"}}}", OKV_ERR_UNSUPPORTED,
+            "#/properties/to");
+    refused("{\"type\":\"string\",\"format\":\"date\",\"maxLength\":4}", OKV_ERR_UNSUPPORTED, "maxLength");
+    refused("{\"type\":\"string\",\"format\":7}", OKV_ERR_INVALID, "'format' must be a string");
     refused("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}", OKV_ERR_UNSUPPORTED, "additionalProperties");
     refused("{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{}}]}", OKV_ERR_UNSUPPORTED, "anyOf");
     refused("{\"oneOf\":[{\"type\":\"string\"}]}", OKV_ERR_UNSUPPORTED, "'oneOf'");
@@ -266,7 +270,60 @@ static void test_refusals(void) {
     refused(deep, OKV_ERR_UNSUPPORTED, "deeper than");
 }
 
+#define DATE "{\"type\":\"string\",\"format\":\"date\"}"
+#define TIME "{\"type\":\"string\",\"format\":\"time\"}"
+#define DATETIME "{\"type\":\"string\",\"format\":\"date-time\"}"
+#define UUID "{\"type\":\"string\",\"format\":\"uuid\"}"
+
+/* Formats let through valid values only, and stop at the first byte that
+ * makes one impossible (RFC 3339 dates and times; expected stops counted
+ * by hand: the opening quote is byte 0). */
+static void test_formats(void) {
+    ok(DATE, "\"2024-02-29\"");                  /* leap year */
+    ok(DATE, "\"2000-02-29\"");                  /* divisible by 400 */
+    ok(DATE, "\"1999-12-31\"");
+    ok(DATE, "\"2023-04-30\"");
+    bad_at(DATE, "\"2023-02-29\"", 10);          /* not a leap year: "2023-02-2" then 9 */
+    bad_at(DATE, "\"1900-02-29\"", 10);          /* divisible by 100, not 400 */
+    bad_at(DATE, "\"2023-04-31\"", 10);          /* April has 30 days */
+    bad_at(DATE, "\"2023-13-01\"", 7);           /* month 13 */
+    bad_at(DATE, "\"2023-00-01\"", 7);
+    bad_at(DATE, "\"2023-01-00\"", 10);
+    bad_at(DATE, "\"0999-01-01\"", 1);           /* years 1000-9999 */
+    bad_at(DATE, "\"2023-1-01\"", 7);
+    bad_at(DATE, "\"2023-01-01T\"", 11);         /* a date is only a date */
+    incomplete(DATE, "\"2023-01-0");
+    bad_at(DATE, "\"2023-01-0\"", 10);           /* no early closing quote */
+    ok(TIME, "\"23:59:59Z\"");
+    ok(TIME, "\"00:00:00.123456789+05:30\"");
+    ok(TIME, "\"12:30:00-23:59\"");
+    bad_at(TIME, "\"24:00:00Z\"", 2);
+    bad_at(TIME, "\"23:60:00Z\"", 4);
+    bad_at(TIME, "\"23:59:60Z\"", 7);
+    bad_at(TIME, "\"23:59:59\"", 9);            /* RFC 3339 full-time: an offset is required */
+    bad_at(TIME, "\"23:59:59.Z\"", 10);         /* a fraction has digits */
+    bad_at(TIME, "\"23:59:59.1234567890Z\"", 19); /* at most 9 */
+    bad_at(TIME, "\"23:59:59+24:00\"", 11);
+    incomplete(TIME, "\"23:59:59+05:3");
+    ok(DATETIME, "\"2026-12-07T20:45:00Z\"");
+    ok(DATETIME, "\"2026-12-07T20:45:00.5+01:00\"");
+    bad_at(DATETIME, "\"2026-12-07 20:45:00Z\"", 11);
+    bad_at(DATETIME, "\"2026-12-07T20:45Z\"", 17);
+    ok(UUID, "\"123e4567-e89b-12d3-a456-426614174000\"");
+    ok(UUID, "\"123E4567-E89B-12D3-A456-426614174000\"");
+    bad_at(UUID, "\"123e4567e89b-12d3-a456-426614174000\"", 9);
+    bad_at(UUID, "\"123e4567-e89b-12d3-a456-42661417400g\"", 36);
+    bad_at(UUID, "\"123e4567-e89b-12d3-a456-4266141740\"", 35);
+    /* in an object and in an anyOf with null (pydantic's Optional[datetime]) */
+    ok("{\"type\":\"object\",\"properties\":{\"when\":" DATETIME "},\"required\":[\"when\"]}",
+       "{\"when\":\"2026-01-31T00:00:00Z\"}");
+    ok("{\"anyOf\":[" DATE ",{\"type\":\"null\"}]}", "null");
+    ok("{\"anyOf\":[" DATE ",{\"type\":\"null\"}]}", "\"2026-01-31\"");
+    ok("{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"}", "\"00000000-0000-0000-0000-000000000000\"");
+}
+
 int main(void) {
+    test_formats();
     test_objects();
     test_scalars();
     test_enum_const_anyof();

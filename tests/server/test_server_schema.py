@@ -46,8 +46,12 @@ SCHEMA = {
                                                      "zip": {"type": ["string", "null"], "maxLength": 5}},
                     "required": ["city", "zip"], "additionalProperties": False},
         "ok": {"type": "boolean"},
+        "id": {"type": "string", "format": "uuid"},
+        "born": {"type": "string", "format": "date"},
+        "seen": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]},
+        "wakes": {"type": "string", "format": "time"},
     },
-    "required": ["name", "age", "score", "tags", "address", "ok"],
+    "required": ["name", "age", "score", "tags", "address", "ok", "id", "born", "seen", "wakes"],
     "additionalProperties": False,
 }
 
@@ -70,6 +74,27 @@ def validates(text, schema):
             return "does not validate (%s): %r" % (e.message, text[:300])
     elif not isinstance(v, dict) or not all(k in v for k in schema.get("required", [])):
         return "misses required keys: %r" % text[:300]
+    return formats_hold(v, schema)
+
+
+def formats_hold(v, schema):
+    """The string formats, checked by Python's own parsers (jsonschema checks
+    date-time and time only with optional packages installed)."""
+    import datetime
+    import uuid
+    parse = {"date": datetime.date.fromisoformat, "uuid": uuid.UUID,
+             "date-time": lambda t: datetime.datetime.fromisoformat(t.replace("Z", "+00:00")),
+             "time": lambda t: datetime.time.fromisoformat(t.replace("Z", "+00:00"))}
+    for key, sub in schema.get("properties", {}).items():
+        for alt in sub.get("anyOf", [sub]):
+            fmt, val = alt.get("format"), v.get(key) if isinstance(v, dict) else None
+            if fmt and isinstance(val, str):
+                try:
+                    parse[fmt](val)
+                except ValueError as e:
+                    return "%s %r is no %s (%s)" % (key, val, fmt, e)
+                if fmt in ("time", "date-time") and not (val.endswith("Z") or val[-6] in "+-"):
+                    return "%s %r has no offset" % (key, val)
     return None
 
 
@@ -147,8 +172,8 @@ def expect_400(s, body, needle):
 
 def test_errors(s):
     expect_400(s, chat("x", response_format=rf({"type": "string", "pattern": "^a"})), "'pattern' at #")
-    expect_400(s, chat("x", response_format=rf({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})),
-               "'format' at #/properties/d")
+    expect_400(s, chat("x", response_format=rf({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}})),
+               "#/properties/d: unsupported 'format' \"email\"")
     expect_400(s, chat("x", response_format=rf({"oneOf": [{"type": "string"}]})), "'oneOf'")
     expect_400(s, chat("x", response_format={"type": "xml"}), "json_schema")
     expect_400(s, chat("x", response_format={"type": "json_schema"}), "name")
