@@ -13,8 +13,7 @@
  *   another program (other weights) OKV_ERR_INVALID;
  * - an image with one flipped byte is refused (CRC) and leaves the key's
  *   sequence count unchanged. */
-#include "e2e_util.h"
-#include "mkckpt.h"
+#include "e2e_mkckpt.h"
 
 #define N_PROMPT 21
 #define N_NEXT 3
@@ -26,22 +25,8 @@ static okv_program *make_program(const char *name, uint64_t seed) {
     okv_mkckpt_spec s;
     okv_mkckpt_default_spec(&s, OKV_MK_LLAMA);
     s.seed = seed;
-    char *dir = e2e_path(name), out[300];
-    snprintf(out, sizeof out, "%s.okv", dir);
-    okv_export_options o;
-    okv_export_options_default(&o);
-    o.dtype = OKV_F32;
-    o.prefill_chunk_size = CHUNK;
-    o.max_ctx_len = 64;
-    okv_error err = {0};
-    okv_program *p = NULL;
-    okv_status st = okv_mkckpt_write(&s, dir, &err);
-    if (!st) st = okv_export(dir, out, &o, &err);
-    if (!st) st = okv_program_open(out, &p, &err);
-    CHECKF(st == OKV_OK, "%s: %s", name, err.message);
-    free(dir);
     V = s.vocab;
-    return p;
+    return e2e_generated_program(&s, name, CHUNK, 64);
 }
 
 static int32_t tok(int t) { return (int32_t)(3 + (t * 37 + (t * t) % 11) % 200); }
@@ -51,28 +36,11 @@ static okv_runner *open_key(okv_program *p, const char *key) {
     okv_cache_options_default(&co);
     co.mode = OKV_CACHE_CELLS;
     co.max_seqs = 4;
-    okv_error err = {0};
-    okv_runner *r = NULL;
-    okv_cache_remove(key, &err);
-    CHECK_OK(okv_cache_install(key, p, &co, &err), &err);
-    okv_runner_options ro;
-    okv_runner_options_default(&ro);
-    ro.n_threads = 2;
-    CHECK_OK(okv_runner_create(p, key, &ro, &r, &err), &err);
-    return r;
+    return e2e_install_runner(p, key, &co);
 }
 
-/* Steps tokens [from, to) of seq, CHUNK at a time; the last step's last logits into out. */
 static void step_range(okv_runner *r, int seq, int from, int to, float *out) {
-    okv_error err = {0};
-    for (int t = from; t < to;) {
-        int32_t ids[CHUNK], pos[CHUNK], seqs[CHUNK], row;
-        int T = to - t < CHUNK ? to - t : CHUNK;
-        for (int k = 0; k < T; k++) { ids[k] = tok(t + k); pos[k] = t + k; seqs[k] = seq; }
-        row = T - 1;
-        CHECK_OK(okv_runner_step_batch(r, ids, seqs, pos, T, &row, 1, out, &err), &err);
-        t += T;
-    }
+    e2e_step_range(r, tok, CHUNK, seq, from, to, out);
 }
 
 static unsigned char *read_all(const char *path, size_t *n) {
