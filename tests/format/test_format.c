@@ -16,6 +16,7 @@
 #include "okv_format.h"
 #include "okv_op_params.h"
 #include "okv_test.h"
+#include "format_test_graph.h"
 
 #define V 16
 #define H 8
@@ -25,13 +26,6 @@ static float embed[V * H], norm_w[H], qw[H * H], kvw[4 * H], inv_freq[2];
 /* embed -> q, k, v -> attn(cache 0: 1 kv head x 4) -> select -> matmul(embed^T) */
 static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_value *values) {
     memset(pf, 0, sizeof *pf);
-    okv_layout_alloc(&pf->layout, 1, 1, NULL);
-    pf->layout.kv_heads[0] = 1;
-    pf->layout.head_dims[0] = 4;
-    pf->layout.windows[0] = 0;
-    pf->layout.layer_to_cache[0] = 0;
-    pf->layout.prefill_chunk_size = 4;
-    pf->layout.max_ctx_len = 32;
     pf->meta = (okv_meta){.architecture = "Test", .dtype = OKV_F32, .vocab_size = V, .hidden_size = H, .n_layers = 1,
                           .bos_id = -1, .source = "test"};
     okv_tensor ts[] = {
@@ -42,26 +36,9 @@ static void build(okv_program_file *pf, okv_tensor *t, okv_node *nodes, okv_valu
         {"norm", OKV_T_F32, 1, {H}, 0, sizeof norm_w, norm_w, {0}},
     };
     memcpy(t, ts, sizeof ts);
-    okv_value vs[] = {{H, false}, {H, false}, {4, false}, {4, false}, {H, false}, {H, true}, {H, true}, {V, true}};
-    memcpy(values, vs, sizeof vs);
-    okv_node ns[] = {
-        {.op = OKV_OP_EMBED, .in = {-1, -1, -1}, .out = 0, .w = {0, -1}},
-        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 1, .w = {1, -1}},
-        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 2, .w = {2, -1}},
-        {.op = OKV_OP_MATMUL, .in = {0, -1, -1}, .out = 3, .w = {2, -1}},
-        {.op = OKV_OP_ATTN, .in = {1, 2, 3}, .out = 4, .w = {-1, -1}},
-        {.op = OKV_OP_SELECT_ROWS, .in = {4, -1, -1}, .out = 5, .w = {-1, -1}},
-        {.op = OKV_OP_RMSNORM, .in = {5, -1, -1}, .out = 6, .w = {4, -1}},
-        {.op = OKV_OP_MATMUL, .in = {6, -1, -1}, .out = 7, .w = {0, -1}},
-    };
-    memcpy(nodes, ns, sizeof ns);
-    okv_op_embed_set(&nodes[0], (okv_op_embed_params){.scale = 1});
-    okv_op_attend_set(&nodes[4], (okv_op_attend_params){.cache = 0, .n_heads = 2, .kv_heads = 1, .head_dim = 4,
-                                                        .writes_cache = 1, .scale = 0.5f});
-    okv_op_rmsnorm_set(&nodes[6], (okv_op_rmsnorm_params){.group = H, .eps = 1e-5f});
+    format_test_graph(pf, nodes, values, H, V, 2);
     pf->n_tensors = 5;
     pf->tensors = t;
-    pf->graph = (okv_graph){8, 8, values, nodes, 7};
 }
 
 static char path[] = "/tmp/okv-format-XXXXXX";
