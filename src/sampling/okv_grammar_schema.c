@@ -325,8 +325,8 @@ static int32_t compile_array(compiler *c, const cJSON *s, int depth) {
 /* "format": one of okv_grammar_format.c's, alone (with minLength/maxLength
  * it is refused: a format fixes the length itself). */
 static int32_t compile_format(compiler *c, const cJSON *s, const cJSON *fmt) {
-    int format = cJSON_IsString(fmt) ? gf_parse(fmt->valuestring) : GN_FMT_NONE;
     if (!cJSON_IsString(fmt)) return fail_at(c, OKV_ERR_INVALID, "'format' must be a string");
+    int format = gf_parse(fmt->valuestring);
     if (format == GN_FMT_NONE)
         return fail_at(c, OKV_ERR_UNSUPPORTED, "unsupported 'format' \"%.64s\" (date, time, date-time and uuid are)",
                        fmt->valuestring);

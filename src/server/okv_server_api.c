@@ -155,7 +155,6 @@ static int parse_logprobs(parse_ctx *c, const cJSON *j, srv_request *r) {
     return 0;
 }
 
-/* The fields both endpoints share: sampling, limits, stop, stream, n, logprobs. */
 /* Fields OpenAI defines that would change the output but that we do not
  * implement: a 400 naming the field rather than a reply that silently
  * differs from what was asked. (Fields that cannot change the output --
@@ -188,6 +187,7 @@ static int refuse_unsupported(parse_ctx *c, const cJSON *j) {
     return 0;
 }
 
+/* The fields both endpoints share: sampling, limits, stop, stream, n, logprobs. */
 static int parse_common(okv_server *s, parse_ctx *c, const cJSON *j, srv_request *r) {
     int status = refuse_unsupported(c, j);
     if (status) return status;
